@@ -1,0 +1,81 @@
+"""Builds a ready pipeline from a validated :class:`~streamer.config.Config`: the one wiring place."""
+
+from __future__ import annotations
+
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.base import Backend
+from streamer.backend.onnx import OnnxBackend
+from streamer.channel import DropPolicy
+from streamer.config import (
+    Config,
+    FileSinkConfig,
+    FileSourceConfig,
+    SinkConfig,
+    SourceConfig,
+)
+from streamer.pipeline import OutputHook, Pipeline
+from streamer.sinks.base import Sink
+from streamer.sinks.file import FileSink
+from streamer.sinks.null import NullSink
+from streamer.sources.base import Source
+from streamer.sources.file import FileSource
+from streamer.sources.synthetic import SyntheticSource
+
+__all__ = ["build_backend", "build_pipeline", "build_sink", "build_source"]
+
+
+def build_source(config: SourceConfig, queue_size: int) -> Source:
+    if isinstance(config, FileSourceConfig):
+        return FileSource(config.path, capacity=queue_size, policy=DropPolicy.BLOCK)
+    return SyntheticSource(
+        width=config.width,
+        height=config.height,
+        fps=config.fps,
+        frames=config.frames,
+        pattern=config.pattern,
+        noise_sigma=config.noise_sigma,
+        seed=config.seed,
+        realtime=config.realtime,
+        capacity=queue_size,
+    )
+
+
+def build_sink(config: SinkConfig) -> Sink:
+    if isinstance(config, FileSinkConfig):
+        return FileSink(
+            config.path,
+            codec=config.codec,
+            preset=config.preset,
+            crf=config.crf,
+            bitrate=config.bitrate,
+            gop=config.gop,
+        )
+    return NullSink()
+
+
+def build_backend(config: Config) -> Backend:
+    path = config.model.path if config.model.path is not None else DEFAULT_MODEL
+    return OnnxBackend(path, providers=config.model.providers, threads=config.model.threads)
+
+
+def build_pipeline(config: Config, on_output: OutputHook | None = None) -> Pipeline:
+    """Raises ModelError/ModelMismatchError before any source is opened, so bad setups fail fast."""
+    backend = build_backend(config)
+    model = backend.info
+    try:
+        return Pipeline(
+            build_source(config.source, config.runtime.queue_size),
+            build_sink(config.sink),
+            backend,
+            config.window.build(model.t, model.output_position),
+            config.gate.build(),
+            config.latency.build(),
+            on_skip=config.gate.on_skip,
+            max_batch=config.runtime.max_batch,
+            queue_size=config.runtime.queue_size,
+            ring_capacity=config.runtime.ring_capacity,
+            on_output=on_output,
+        )
+    except BaseException:
+        backend.close()
+        raise

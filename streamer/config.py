@@ -1,0 +1,231 @@
+"""Configuration: pydantic models, loaded from YAML and overridden by ``key.path=value`` pairs.
+
+Only the CLI calls :func:`load_config`; library code takes the validated objects. Every model forbids
+unknown keys, so a typo fails loudly instead of silently running on a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from streamer.core.gate import MotionGate
+from streamer.core.latency import LatencyBudget, MissAction
+from streamer.core.windower import EdgePolicy, OutputPosition, Windower
+from streamer.errors import ConfigError
+from streamer.pipeline import SkipAction
+
+__all__ = [
+    "Config",
+    "FileSinkConfig",
+    "FileSourceConfig",
+    "GateConfig",
+    "LatencyConfig",
+    "ModelConfig",
+    "NullSinkConfig",
+    "RuntimeConfig",
+    "SyntheticSourceConfig",
+    "WindowConfig",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FileSourceConfig(_Strict):
+    kind: Literal["file"] = "file"
+    path: Path
+    """Any file PyAV reads; its first video stream is used."""
+
+
+class SyntheticSourceConfig(_Strict):
+    kind: Literal["synthetic"] = "synthetic"
+    pattern: str = "testsrc2"
+    width: int = Field(640, ge=16, le=7680)
+    height: int = Field(360, ge=16, le=4320)
+    fps: int = Field(30, ge=1, le=240)
+    frames: int | None = Field(300, ge=1)
+    noise_sigma: float = Field(0.0, ge=0.0, le=128.0)
+    seed: int = 0
+    realtime: bool = False
+
+
+class FileSinkConfig(_Strict):
+    kind: Literal["file"] = "file"
+    path: Path
+    codec: str = "libx264"
+    preset: str = "veryfast"
+    crf: int = Field(18, ge=0, le=51)
+    bitrate: int | None = Field(None, ge=1)
+    gop: int | None = Field(None, ge=1)
+
+
+class NullSinkConfig(_Strict):
+    kind: Literal["null"] = "null"
+
+
+class ModelConfig(_Strict):
+    path: Path | None = None
+    """None: the model shipped inside the package."""
+    providers: Literal["auto"] | list[str] = "auto"
+    threads: int | None = Field(None, ge=1)
+
+
+class WindowConfig(_Strict):
+    t: int | None = Field(None, ge=1)
+    """None: the model's T. A number must equal it."""
+    stride: int = Field(1, ge=1)
+    position: OutputPosition | None = None
+    """None: the model's output position."""
+    edge: EdgePolicy = EdgePolicy.REPLICATE
+    max_gap_s: float | None = Field(1.0, gt=0.0)
+
+    def build(self, t: int, position: OutputPosition) -> Windower:
+        return Windower(
+            t=self.t if self.t is not None else t,
+            stride=self.stride,
+            position=self.position if self.position is not None else position,
+            edge=self.edge,
+            max_gap=self.max_gap_s,
+        )
+
+
+class GateConfig(_Strict):
+    enabled: bool = True
+    downscale_width: int = Field(160, ge=8)
+    pixel_threshold: float = Field(12.0, ge=0.0, le=255.0)
+    area_on: float = Field(0.02, ge=0.0, le=1.0)
+    area_off: float = Field(0.01, ge=0.0, le=1.0)
+    hold: int = Field(3, ge=1)
+    refresh_s: float | None = Field(2.0, gt=0.0)
+    on_skip: SkipAction = SkipAction.REUSE
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GateConfig:
+        if self.area_off > self.area_on:
+            raise ValueError(f"area_off ({self.area_off}) must not exceed area_on ({self.area_on})")
+        return self
+
+    def build(self) -> MotionGate:
+        return MotionGate(
+            enabled=self.enabled,
+            downscale_width=self.downscale_width,
+            pixel_threshold=self.pixel_threshold,
+            area_on=self.area_on,
+            area_off=self.area_off,
+            hold=self.hold,
+            refresh_s=self.refresh_s,
+        )
+
+
+class LatencyConfig(_Strict):
+    budget_ms: float | None = Field(None, gt=0.0)
+    on_miss: MissAction = MissAction.PASSTHROUGH
+
+    def build(self) -> LatencyBudget:
+        return LatencyBudget(self.budget_ms, self.on_miss)
+
+
+class RuntimeConfig(_Strict):
+    max_batch: int = Field(4, ge=1, le=256)
+    queue_size: int = Field(8, ge=1, le=1024)
+    ring_capacity: int | None = Field(None, ge=1)
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+
+
+SourceConfig = Annotated[FileSourceConfig | SyntheticSourceConfig, Field(discriminator="kind")]
+SinkConfig = Annotated[FileSinkConfig | NullSinkConfig, Field(discriminator="kind")]
+
+
+class Config(_Strict):
+    source: SourceConfig = Field(default_factory=SyntheticSourceConfig)
+    sink: SinkConfig = Field(default_factory=NullSinkConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    window: WindowConfig = Field(default_factory=WindowConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_kinds(cls, data: Any) -> Any:
+        """A source or sink section without ``kind`` is of the default kind (synthetic, null)."""
+        if isinstance(data, dict):
+            for section, kind in (("source", "synthetic"), ("sink", "null")):
+                value = data.get(section)
+                if isinstance(value, dict) and "kind" not in value:
+                    data = {**data, section: {"kind": kind, **value}}
+        return data
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {key!r} is a value, not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``window.t=5`` -> ("window.t", 5); the value is read as YAML, so ``null``, ``true``, lists work."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} must look like section.key=value, e.g. window.stride=2")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from None
+    return key.strip(), value
+
+
+def _describe(error: ValidationError, origin: str) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("function-after", "tagged-union")))
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return f"{origin}: unknown key {where!r}; check the spelling against configs/default.yaml"
+    if kind == "missing":
+        return f"{origin}: {where!r} is required"
+    value = first.get("input")
+    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    return f"{origin}: {where or 'config'}: {first['msg']}{shown}"
+
+
+def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read YAML (or start from defaults), apply dotted overrides, validate. Raises ConfigError."""
+    tree: dict[str, Any] = {}
+    origin = "defaults"
+    if path is not None:
+        origin = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist; see configs/ for examples") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or "invalid syntax"
+            raise ConfigError(f"{path}: YAML error{at}: {problem}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+        tree = loaded
+    for key, value in (overrides or {}).items():
+        _set_path(tree, key, value)
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, origin)) from None

@@ -1,0 +1,26 @@
+"""The pure core: no asyncio, no sockets, no codecs; time and frames are passed in, decisions come out."""
+
+from streamer.core.gate import GateDecision, GateReason, GateStats, MotionGate, luma_thumbnail
+from streamer.core.latency import Admission, LatencyBudget, LatencyStats, MissAction
+from streamer.core.ring import RingBuffer, RingStats
+from streamer.core.stats import DurationRecorder
+from streamer.core.windower import EdgePolicy, OutputPosition, Windower, WindowTask
+
+__all__ = [
+    "Admission",
+    "DurationRecorder",
+    "EdgePolicy",
+    "GateDecision",
+    "GateReason",
+    "GateStats",
+    "LatencyBudget",
+    "LatencyStats",
+    "MissAction",
+    "MotionGate",
+    "OutputPosition",
+    "RingBuffer",
+    "RingStats",
+    "WindowTask",
+    "Windower",
+    "luma_thumbnail",
+]

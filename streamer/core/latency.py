@@ -1,0 +1,85 @@
+"""Latency budget: decides, as a window reaches the model, whether it can still make its deadline.
+
+The estimate of a model call is an exponentially weighted mean of the calls measured so far; a frame
+whose age plus that estimate exceeds the budget leaves unenhanced (or is dropped) instead of waiting,
+so when the model cannot keep up the queue drains rather than grows.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from streamer.errors import ConfigError
+
+__all__ = ["Admission", "LatencyBudget", "LatencyStats", "MissAction"]
+
+
+class MissAction(enum.Enum):
+    PASSTHROUGH = "passthrough"
+    """Send the original frame: the viewer sees every frame, some unenhanced."""
+    DROP = "drop"
+    """Send nothing for that frame: fewer frames, all enhanced."""
+
+
+class Admission(enum.Enum):
+    RUN = "run"
+    PASSTHROUGH = "passthrough"
+    DROP = "drop"
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    budget_ms: float | None
+    admitted: int
+    passed_through: int
+    dropped: int
+    estimate_ms: float
+    """Current estimate of one model call, what admission adds to a frame's age."""
+
+
+class LatencyBudget:
+    """``budget_ms=None`` admits everything: offline work where every frame must be enhanced."""
+
+    def __init__(
+        self, budget_ms: float | None = None, on_miss: MissAction = MissAction.PASSTHROUGH, alpha: float = 0.2
+    ) -> None:
+        if budget_ms is not None and budget_ms <= 0:
+            raise ConfigError(f"latency.budget_ms must be positive or null, got {budget_ms}")
+        if not 0.0 < alpha <= 1.0:
+            raise ConfigError(f"latency smoothing alpha must be in (0, 1], got {alpha}")
+        self.budget_ms = budget_ms
+        self.on_miss = on_miss
+        self.alpha = alpha
+        self._estimate = 0.0
+        self._measured = False
+        self._admitted = 0
+        self._passed = 0
+        self._dropped = 0
+
+    def admit(self, arrival: float, now: float) -> Admission:
+        """Whether a frame that arrived at ``arrival`` may still run the model at ``now`` (seconds)."""
+        if self.budget_ms is None or (now - arrival + self._estimate) * 1000.0 <= self.budget_ms:
+            self._admitted += 1
+            return Admission.RUN
+        if self.on_miss is MissAction.DROP:
+            self._dropped += 1
+            return Admission.DROP
+        self._passed += 1
+        return Admission.PASSTHROUGH
+
+    def observe(self, seconds: float) -> None:
+        """Feed the measured duration of one model call."""
+        if self._measured:
+            self._estimate += self.alpha * (seconds - self._estimate)
+        else:
+            self._estimate, self._measured = seconds, True
+
+    def stats(self) -> LatencyStats:
+        return LatencyStats(
+            budget_ms=self.budget_ms,
+            admitted=self._admitted,
+            passed_through=self._passed,
+            dropped=self._dropped,
+            estimate_ms=self._estimate * 1000.0,
+        )

@@ -1,0 +1,78 @@
+"""The one exception tree of streamer.
+
+Every error the package raises on purpose derives from :class:`StreamerError`, and each subclass also
+inherits the builtin a caller would naturally catch, so ``except ValueError`` and
+``except StreamerError`` both work::
+
+    StreamerError
+    ├── ConfigError (ValueError)          bad YAML, unknown key, wrong type, contradictory settings
+    ├── ModelError (ValueError)           model file unreadable or breaking the runtime's contract
+    │   └── ModelMismatchError            config disagrees with the model (T, output position)
+    ├── FrameError (ValueError)           a frame or batch of the wrong shape or dtype
+    ├── FrameEvictedError (LookupError)   a frame asked of the ring buffer is no longer in it
+    ├── SourceError (OSError)             a source cannot be opened or read
+    │   └── SourceNotFoundError (FileNotFoundError)
+    ├── SinkError (OSError)               a sink cannot be opened or written
+    ├── BackendError (RuntimeError)       the inference runtime failed on valid input
+    └── EndOfStream                       a source has no more frames (not a failure)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "ConfigError",
+    "EndOfStream",
+    "FrameError",
+    "FrameEvictedError",
+    "ModelError",
+    "ModelMismatchError",
+    "SinkError",
+    "SourceError",
+    "SourceNotFoundError",
+    "StreamerError",
+]
+
+
+class StreamerError(Exception):
+    """Raised for any failure streamer reports on purpose; the root of the tree."""
+
+
+class ConfigError(StreamerError, ValueError):
+    """Raised when a configuration value is missing, unknown, mistyped or contradictory."""
+
+
+class ModelError(StreamerError, ValueError):
+    """Raised when a model file cannot be loaded or does not follow the runtime's contract."""
+
+
+class ModelMismatchError(ModelError):
+    """Raised when the configuration disagrees with what the model was exported with."""
+
+
+class FrameError(StreamerError, ValueError):
+    """Raised when a frame or batch has a shape or dtype the stage cannot accept."""
+
+
+class FrameEvictedError(StreamerError, LookupError):
+    """Raised when a frame is requested from a ring buffer that has already overwritten it."""
+
+
+class SourceError(StreamerError, OSError):
+    """Raised when a source cannot be opened or stops with an error."""
+
+
+class SourceNotFoundError(SourceError, FileNotFoundError):
+    """Raised when a file source names a path that does not exist."""
+
+
+class SinkError(StreamerError, OSError):
+    """Raised when a sink cannot be opened or written."""
+
+
+class BackendError(StreamerError, RuntimeError):
+    """Raised when the inference runtime fails on input that passed validation."""
+
+
+class EndOfStream(StreamerError):
+    """Raised by ``Source.recv`` when the source has no more frames; iteration turns it into a stop."""

@@ -1,0 +1,351 @@
+"""One stream, end to end: source -> ring -> windower -> gate -> backend -> sink.
+
+Three asyncio tasks joined by bounded channels:
+
+- *ingest* reads frames, keeps them in the ring, asks the windower for ready windows and the gate
+  whether each needs the model, and queues a :class:`_Work` per frame in order;
+- *infer* takes queued work, asks the latency budget whether each window can still make it, runs the
+  admitted ones through the backend in one worker thread (batched when several are queued) and resolves
+  reused and passed-through frames in order;
+- *output* writes frames to the sink and records end-to-end latency.
+
+Every input frame leaves exactly once (enhanced, reused, passed through) unless the budget drops it,
+and leaves in order with its own PTS, because work never overtakes other work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamer.backend.base import Backend
+from streamer.channel import Channel, DropPolicy
+from streamer.core.gate import GateReason, MotionGate
+from streamer.core.latency import Admission, LatencyBudget
+from streamer.core.ring import RingBuffer
+from streamer.core.stats import DurationRecorder
+from streamer.core.windower import Windower, WindowTask
+from streamer.errors import ConfigError, EndOfStream, ModelMismatchError
+from streamer.frame import Frame, Hyperframe, StreamInfo
+from streamer.sinks.base import Sink
+from streamer.sources.base import Source
+
+__all__ = ["Outcome", "Pipeline", "PipelineReport", "SkipAction"]
+
+log = logging.getLogger(__name__)
+
+
+class SkipAction(enum.Enum):
+    """What a frame whose window the gate skipped becomes."""
+
+    REUSE = "reuse"
+    """The enhanced output of the gate's reference frame: right for a scene that has not changed."""
+    PASSTHROUGH = "passthrough"
+    """The original frame."""
+
+
+class Outcome(enum.Enum):
+    """How one input frame left the pipeline."""
+
+    ENHANCED = "enhanced"
+    REUSED = "reused"
+    GATE_PASSTHROUGH = "gate_passthrough"
+    STRIDE_PASSTHROUGH = "stride_passthrough"
+    BUDGET_PASSTHROUGH = "budget_passthrough"
+    BUDGET_DROP = "budget_drop"
+
+
+class _Plan(enum.Enum):
+    ENHANCE = "enhance"
+    SKIP = "skip"
+    STRIDE = "stride"
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    frame: Frame
+    plan: _Plan
+    run: int
+    window: Hyperframe | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    source: Frame
+    frame: Frame
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineReport:
+    """What a run did; the CLI prints it and tests assert on it."""
+
+    stream_id: str
+    info: StreamInfo
+    provider: str
+    frames_in: int
+    frames_out: int
+    source_dropped: int
+    outcomes: dict[str, int]
+    model_calls: int
+    windows_enhanced: int
+    windows_skipped: int
+    discontinuities: int
+    wall_s: float
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    latency_p99_ms: float | None
+    inference_p50_ms: float | None
+    lookahead_frames: int
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def fps(self) -> float:
+        return self.frames_out / self.wall_s if self.wall_s > 0 else 0.0
+
+
+OutputHook = Callable[[Frame, Frame, Outcome], None]
+"""Called for each frame written, with the source frame, the frame sent and how it was made."""
+
+
+class Pipeline:
+    """Runs one stream once; ``stop()`` ends ingest and lets what is in flight drain."""
+
+    def __init__(
+        self,
+        source: Source,
+        sink: Sink,
+        backend: Backend,
+        windower: Windower,
+        gate: MotionGate | None = None,
+        budget: LatencyBudget | None = None,
+        *,
+        on_skip: SkipAction = SkipAction.REUSE,
+        max_batch: int = 1,
+        queue_size: int = 8,
+        ring_capacity: int | None = None,
+        on_output: OutputHook | None = None,
+    ) -> None:
+        model = backend.info
+        if windower.t != model.t:
+            raise ModelMismatchError(
+                f"window.t is {windower.t} but model {model.name!r} was exported with T={model.t}; "
+                f"set window.t to {model.t} or leave it unset to take the model's"
+            )
+        if windower.position is not model.output_position:
+            raise ModelMismatchError(
+                f"window.position is {windower.position.value!r} but model {model.name!r} outputs the "
+                f"{model.output_position.value!r} frame; set window.position to {model.output_position.value!r}"
+            )
+        self.source = source
+        self.sink = sink
+        self.backend = backend
+        self.windower = windower
+        self.gate = gate if gate is not None else MotionGate(enabled=False)
+        self.budget = budget if budget is not None else LatencyBudget()
+        self.on_skip = on_skip
+        self.max_batch = max(1, max_batch)
+        if ring_capacity is not None and ring_capacity < windower.history:
+            raise ConfigError(
+                f"runtime.ring_capacity is {ring_capacity}, below the {windower.history} frames a T={windower.t} "
+                "window can span; raise it or leave it unset"
+            )
+        self.ring = RingBuffer(ring_capacity or windower.history, stream_id=source.stream_id)
+        self._work: Channel[_Work] = Channel(queue_size, DropPolicy.BLOCK, name=f"work:{source.stream_id}")
+        self._out: Channel[_Output] = Channel(queue_size, DropPolicy.BLOCK, name=f"out:{source.stream_id}")
+        self._on_output = on_output
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="infer")
+        self._stopping = False
+        self._frames_in = 0
+        self._frames_out = 0
+        self._model_calls = 0
+        self._outcomes: Counter[Outcome] = Counter()
+        self._batches: Counter[int] = Counter()
+        self._latency = DurationRecorder()
+        self._inference = DurationRecorder()
+        self._run = -1
+
+    def stop(self) -> None:
+        """Stop reading the source; frames already read are still enhanced and written."""
+        self._stopping = True
+
+    def counters(self) -> dict[str, int]:
+        """A cheap snapshot for live displays."""
+        src = self.source.stats()
+        return {
+            "in": self._frames_in,
+            "out": self._frames_out,
+            "calls": self._model_calls,
+            "skipped": self.gate.stats().skipped,
+            "passthrough": self._outcomes[Outcome.BUDGET_PASSTHROUGH],
+            "dropped": self._outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
+        }
+
+    async def run(self) -> PipelineReport:
+        started = time.monotonic()
+        info = await self.source.open()
+        try:
+            await self.sink.open(info)
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._ingest(info), name="ingest")
+                    group.create_task(self._infer(), name="infer")
+                    group.create_task(self._output(), name="output")
+            finally:
+                await self.sink.aclose()
+        except BaseExceptionGroup as group_error:
+            raise group_error.exceptions[0] from None
+        finally:
+            await self.source.aclose()
+            self._executor.shutdown(wait=False)
+        return self._report(info, time.monotonic() - started)
+
+    async def _ingest(self, info: StreamInfo) -> None:
+        try:
+            while not self._stopping:
+                try:
+                    frame = await self.source.recv()
+                except EndOfStream:
+                    break
+                self._frames_in += 1
+                self.ring.push(frame)
+                for task in self.windower.push(frame):
+                    await self._work.put(self._plan(task, info))
+                self.ring.release_before(self.windower.oldest_needed)
+            for task in self.windower.flush():
+                await self._work.put(self._plan(task, info))
+        finally:
+            self._work.close()
+
+    def _plan(self, task: WindowTask, info: StreamInfo) -> _Work:
+        frame = self.ring.get(task.target)
+        if task.run != self._run:
+            self._run = task.run
+            self.gate.reset()
+        if not task.enhance:
+            return _Work(frame, _Plan.STRIDE, task.run)
+        window = Hyperframe(tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps)
+        now = frame.time if frame.time is not None else frame.index / float(info.fps)
+        decision = self.gate.decide(window, now=now)
+        if decision.reason is GateReason.FIRST and task.run > 0:
+            log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
+        return _Work(frame, _Plan.ENHANCE if decision.run_model else _Plan.SKIP, task.run, window)
+
+    async def _infer(self) -> None:
+        last: tuple[int, Frame] | None = None
+        try:
+            while True:
+                try:
+                    batch = [await self._work.get()]
+                except EndOfStream:
+                    break
+                while len(batch) < self.max_batch and (more := self._work.get_nowait()) is not None:
+                    batch.append(more)
+                enhanced, dropped = await self._enhance(batch)
+                for work in batch:
+                    out = self._resolve(work, enhanced, dropped, last)
+                    if out is None:
+                        continue
+                    if out.outcome is Outcome.ENHANCED:
+                        last = (work.run, out.frame)
+                    await self._out.put(out)
+        finally:
+            self._out.close()
+
+    async def _enhance(self, batch: list[_Work]) -> tuple[dict[int, Frame], set[int]]:
+        """Runs the admitted windows of ``batch`` in one backend call.
+
+        Returns the enhanced frames by index, and the indices the budget dropped.
+        """
+        now = time.monotonic()
+        admitted: list[_Work] = []
+        dropped: set[int] = set()
+        for work in batch:
+            if work.plan is _Plan.ENHANCE:
+                admission = self.budget.admit(work.frame.arrival, now)
+                if admission is Admission.RUN:
+                    admitted.append(work)
+                elif admission is Admission.DROP:
+                    dropped.add(work.frame.index)
+        if not admitted:
+            return {}, dropped
+        loop = asyncio.get_running_loop()
+        t0 = time.monotonic()
+        frames = await loop.run_in_executor(self._executor, self._infer_blocking, admitted)
+        elapsed = time.monotonic() - t0
+        self.budget.observe(elapsed)
+        self._inference.record(elapsed)
+        self._model_calls += 1
+        self._batches[len(admitted)] += 1
+        return {f.index: f for f in frames}, dropped
+
+    def _infer_blocking(self, admitted: list[_Work]) -> list[Frame]:
+        """Batch assembly, inference and the copy back to (H, W, C) all stay off the event loop."""
+        windows = [w.window for w in admitted if w.window is not None]
+        result = self.backend.infer(np.stack([w.pixels() for w in windows]))
+        return [
+            w.frame.with_pixels(np.ascontiguousarray(result[i].transpose(1, 2, 0)))
+            for i, w in enumerate(admitted)
+        ]
+
+    def _resolve(
+        self, work: _Work, enhanced: dict[int, Frame], dropped: set[int], last: tuple[int, Frame] | None
+    ) -> _Output | None:
+        frame = work.frame
+        if work.plan is _Plan.STRIDE:
+            return self._count(_Output(frame, frame, Outcome.STRIDE_PASSTHROUGH))
+        if work.plan is _Plan.ENHANCE:
+            done = enhanced.get(frame.index)
+            if done is not None:
+                return self._count(_Output(frame, done, Outcome.ENHANCED))
+            if frame.index in dropped:
+                self._outcomes[Outcome.BUDGET_DROP] += 1
+                return None
+            return self._count(_Output(frame, frame, Outcome.BUDGET_PASSTHROUGH))
+        if self.on_skip is SkipAction.REUSE and last is not None and last[0] == work.run:
+            return self._count(_Output(frame, frame.with_pixels(last[1].pixels), Outcome.REUSED))
+        return self._count(_Output(frame, frame, Outcome.GATE_PASSTHROUGH))
+
+    def _count(self, out: _Output) -> _Output:
+        self._outcomes[out.outcome] += 1
+        return out
+
+    async def _output(self) -> None:
+        async for out in self._out:
+            await self.sink.send(out.frame)
+            self._latency.record(time.monotonic() - out.source.arrival)
+            self._frames_out += 1
+            if self._on_output is not None:
+                self._on_output(out.source, out.frame, out.outcome)
+
+    def _report(self, info: StreamInfo, wall: float) -> PipelineReport:
+        src = self.source.stats()
+        gate = self.gate.stats()
+        return PipelineReport(
+            stream_id=self.source.stream_id,
+            info=info,
+            provider=self.backend.info.provider,
+            frames_in=self._frames_in,
+            frames_out=self._frames_out,
+            source_dropped=src.dropped if src else 0,
+            outcomes={o.value: self._outcomes[o] for o in Outcome},
+            model_calls=self._model_calls,
+            windows_enhanced=self._outcomes[Outcome.ENHANCED],
+            windows_skipped=gate.skipped,
+            discontinuities=self.windower.discontinuities,
+            wall_s=wall,
+            latency_p50_ms=self._latency.percentile_ms(50),
+            latency_p95_ms=self._latency.percentile_ms(95),
+            latency_p99_ms=self._latency.percentile_ms(99),
+            inference_p50_ms=self._inference.percentile_ms(50),
+            lookahead_frames=self.windower.lookahead,
+            batch_sizes=dict(sorted(self._batches.items())),
+        )

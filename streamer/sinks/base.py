@@ -1,0 +1,31 @@
+"""The sink port: ``open(info)``, ``send(frame)`` in presentation order, ``aclose()``.
+
+Encoding blocks, so sinks do it off the event loop (``asyncio.to_thread``); ``send`` returns once the
+frame is written, which is when the pipeline stamps its end-to-end latency.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from streamer.frame import Frame, StreamInfo
+
+__all__ = ["Sink"]
+
+
+class Sink(abc.ABC):
+    @abc.abstractmethod
+    async def open(self, info: StreamInfo) -> None:
+        """Prepare for frames of this size and rate; raises SinkError when the target is unusable."""
+
+    @abc.abstractmethod
+    async def send(self, frame: Frame) -> None:
+        """Write one frame; frames come in index order with the source's PTS."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Flush and finalize so the output is valid; safe to call twice."""
+
+    @property
+    def frames_written(self) -> int:
+        return 0

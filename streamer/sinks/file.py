@@ -1,0 +1,177 @@
+"""A sink that encodes frames to a video file with PyAV, keeping every frame's PTS.
+
+The container follows the path's suffix (H.264 in mp4 by default). The header is written in ``open``,
+so an unusable path or encoder setting fails there rather than on the first frame; ``aclose`` flushes
+the encoder so the file is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+import av
+import av.error
+from av.container import OutputContainer
+from av.video.stream import VideoStream
+
+from streamer.errors import FrameError, SinkError
+from streamer.frame import Frame, StreamInfo
+from streamer.sinks.base import Sink
+
+__all__ = ["FileSink"]
+
+
+def _reason(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, av.error.FFmpegError) else None) or str(exc)
+
+
+class FileSink(Sink):
+    """Writes frames in the order sent; ``options`` go to the encoder and win over preset/crf/bf."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        codec: str = "libx264",
+        preset: str = "veryfast",
+        crf: int = 18,
+        bitrate: int | None = None,
+        gop: int | None = None,
+        options: dict[str, str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.codec = codec
+        self.preset = preset
+        self.crf = crf
+        self.bitrate = bitrate
+        self.gop = gop
+        self.options = dict(options or {})
+        self._info: StreamInfo | None = None
+        self._container: OutputContainer | None = None
+        self._stream: VideoStream | None = None
+        self._written = 0
+        self._closed = False
+        # Encoding runs in worker threads; a send still running when aclose starts must not race the flush.
+        self._lock = threading.Lock()
+
+    @property
+    def frames_written(self) -> int:
+        return self._written
+
+    async def open(self, info: StreamInfo) -> None:
+        if self._closed:
+            raise RuntimeError(f"file sink '{self.path}' is closed; make a new sink")
+        if self._info is not None:
+            raise RuntimeError(f"file sink '{self.path}' is already open")
+        await asyncio.to_thread(self._open, info)
+        self._info = info
+
+    async def send(self, frame: Frame) -> None:
+        info = self._info
+        if info is None or self._closed:
+            raise RuntimeError(f"file sink '{self.path}' is not open; await open(info) first")
+        if (frame.width, frame.height) != (info.width, info.height):
+            raise FrameError(
+                f"frame {frame.index} of stream {frame.stream_id!r} is {frame.width}x{frame.height} but "
+                f"'{self.path}' was opened for {info.width}x{info.height}; resize upstream or open a new sink"
+            )
+        await asyncio.to_thread(self._encode, frame, info)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._finish)
+
+    def _open(self, info: StreamInfo) -> None:
+        try:
+            kind = av.Codec(self.codec, "w").type
+        except ValueError as exc:
+            raise SinkError(
+                f"cannot write '{self.path}': FFmpeg has no encoder {self.codec!r}; use libx264 or another "
+                "video encoder listed by `ffmpeg -encoders`"
+            ) from exc
+        if kind != "video":
+            raise SinkError(f"cannot write '{self.path}': {self.codec!r} encodes {kind}, not video")
+        parent = self.path.parent
+        if not parent.exists():
+            raise SinkError(
+                f"cannot write '{self.path}': directory '{parent}' does not exist; create it first"
+            )
+        if not parent.is_dir():
+            raise SinkError(f"cannot write '{self.path}': '{parent}' is a file, not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise SinkError(f"cannot write '{self.path}': directory '{parent}' is not writable")
+        try:
+            container = av.open(str(self.path), "w")
+        except (av.error.FFmpegError, ValueError, OSError) as exc:
+            raise SinkError(
+                f"cannot create '{self.path}': {_reason(exc)}; use a suffix FFmpeg knows (.mp4, .mkv, .mov)"
+            ) from exc
+        try:
+            stream = container.add_stream(self.codec, rate=info.fps, options=self._codec_options())
+            assert isinstance(stream, VideoStream)
+            stream.width = info.width
+            stream.height = info.height
+            # 4:2:0 halves both chroma dimensions, which needs even sizes.
+            even = info.width % 2 == 0 and info.height % 2 == 0
+            stream.pix_fmt = "yuv420p" if even else "yuv444p"
+            stream.time_base = info.time_base
+            stream.codec_context.time_base = info.time_base
+            if self.gop is not None:
+                stream.codec_context.gop_size = self.gop
+            if self.bitrate is not None:
+                stream.bit_rate = self.bitrate
+            container.start_encoding()
+        except (av.error.FFmpegError, ValueError, OSError) as exc:
+            with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
+                container.close()
+            raise SinkError(
+                f"cannot start encoding '{self.path}' with {self.codec} at {info.width}x{info.height}: "
+                f"{_reason(exc)}; check the codec name and its options"
+            ) from exc
+        self._container, self._stream = container, stream
+
+    def _codec_options(self) -> dict[str, str]:
+        opts = {"preset": self.preset, "bf": "0"}
+        if self.bitrate is None:
+            opts["crf"] = str(self.crf)
+        return opts | self.options
+
+    def _encode(self, frame: Frame, info: StreamInfo) -> None:
+        with self._lock:
+            container, stream = self._container, self._stream
+            if container is None or stream is None:
+                raise SinkError(
+                    f"file sink '{self.path}' was closed while frame {frame.index} was being sent"
+                )
+            av_frame = av.VideoFrame.from_ndarray(frame.pixels, format="rgb24")
+            if frame.pts is None:
+                av_frame.pts = round(frame.index / info.fps / info.time_base)
+                av_frame.time_base = info.time_base
+            else:
+                av_frame.pts = frame.pts
+                av_frame.time_base = frame.time_base
+            try:
+                container.mux(stream.encode(av_frame))
+            except (av.error.FFmpegError, ValueError) as exc:
+                raise SinkError(
+                    f"encoding frame {frame.index} (pts {frame.pts}) to '{self.path}' failed: {_reason(exc)}"
+                ) from exc
+            self._written += 1
+
+    def _finish(self) -> None:
+        with self._lock:
+            container, stream = self._container, self._stream
+            self._container = self._stream = None
+            if container is None or stream is None:
+                return
+            try:
+                container.mux(stream.encode(None))
+            except (av.error.FFmpegError, ValueError) as exc:
+                raise SinkError(f"flushing the encoder of '{self.path}' failed: {_reason(exc)}") from exc
+            finally:
+                container.close()

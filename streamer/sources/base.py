@@ -1,0 +1,166 @@
+"""The source port: ``recv() -> Frame`` until EndOfStream, plus ``aclose()``.
+
+Decoding blocks, so each :class:`ThreadedSource` decodes in one thread of its own and hands frames to
+the event loop through a bounded :class:`~streamer.channel.Channel`: BLOCK for files (decode only as
+fast as the pipeline consumes), DROP_OLDEST for live feeds (a slow pipeline loses the oldest frames,
+counted, rather than growing a queue).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+
+from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.errors import EndOfStream, SourceError, StreamerError
+from streamer.frame import Frame, StreamInfo
+
+__all__ = ["Source", "ThreadedSource"]
+
+log = logging.getLogger(__name__)
+
+
+class Source(abc.ABC):
+    """A stream of frames of one stream id; ``info`` is valid once ``open`` returned."""
+
+    stream_id: str
+
+    @abc.abstractmethod
+    async def open(self) -> StreamInfo:
+        """Connect or open the file; raises SourceError (SourceNotFoundError for a missing path)."""
+
+    @abc.abstractmethod
+    async def recv(self) -> Frame:
+        """The next frame; raises EndOfStream when there is none, SourceError when reading failed."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop producing and release the input; safe to call twice."""
+
+    @property
+    @abc.abstractmethod
+    def info(self) -> StreamInfo: ...
+
+    def stats(self) -> ChannelStats | None:
+        """The hand-off's counters (frames dropped before the pipeline saw them), if it has one."""
+        return None
+
+    def __aiter__(self) -> Source:
+        return self
+
+    async def __anext__(self) -> Frame:
+        try:
+            return await self.recv()
+        except EndOfStream:
+            raise StopAsyncIteration from None
+
+
+class ThreadedSource(Source):
+    """A source whose blocking ``_open``/``_frames`` run in one dedicated thread.
+
+    Subclasses implement ``_open`` (returns StreamInfo) and ``_frames`` (yields Frames, indices from 0);
+    any exception in them reaches the consumer from ``recv`` as a SourceError.
+    """
+
+    def __init__(self, stream_id: str, capacity: int, policy: DropPolicy) -> None:
+        self.stream_id = stream_id
+        self._capacity = capacity
+        self._policy = policy
+        self._channel: Channel[Frame] | None = None
+        self._info: StreamInfo | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def info(self) -> StreamInfo:
+        if self._info is None:
+            raise RuntimeError(f"source {self.stream_id!r} is not open; await open() first")
+        return self._info
+
+    @abc.abstractmethod
+    def _open(self) -> StreamInfo: ...
+
+    @abc.abstractmethod
+    def _frames(self) -> Iterator[Frame]: ...
+
+    def _close(self) -> None:
+        """Release what ``_open`` acquired; runs in the decode thread when it ends."""
+
+    async def open(self) -> StreamInfo:
+        if self._info is not None:
+            return self._info
+        loop = asyncio.get_running_loop()
+        self._channel = Channel(self._capacity, self._policy, name=f"source:{self.stream_id}")
+        opened: concurrent.futures.Future[StreamInfo] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(loop, opened), name=f"decode-{self.stream_id}", daemon=True
+        )
+        self._thread.start()
+        return await asyncio.wrap_future(opened)
+
+    async def recv(self) -> Frame:
+        if self._channel is None:
+            raise RuntimeError(f"source {self.stream_id!r} is not open; await open() first")
+        try:
+            return await self._channel.get()
+        except EndOfStream:
+            if self._error is not None:
+                if isinstance(self._error, StreamerError):
+                    raise self._error from None
+                raise SourceError(f"source {self.stream_id!r} failed: {self._error}") from self._error
+            raise
+
+    async def aclose(self) -> None:
+        self._stop.set()
+        if self._channel is not None:
+            while self._channel.get_nowait() is not None:
+                pass
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 5.0)
+
+    def stats(self) -> ChannelStats | None:
+        return None if self._channel is None else self._channel.stats()
+
+    def _run(self, loop: asyncio.AbstractEventLoop, opened: concurrent.futures.Future[StreamInfo]) -> None:
+        channel = self._channel
+        assert channel is not None
+        try:
+            try:
+                info = self._open()
+            except BaseException as exc:
+                opened.set_exception(exc)
+                return
+            self._info = info
+            opened.set_result(info)
+            for frame in self._frames():
+                if self._stop.is_set() or not self._deliver(loop, channel, frame):
+                    break
+        except BaseException as exc:
+            log.warning("source %s stopped with an error: %s", self.stream_id, exc)
+            self._error = exc
+        finally:
+            self._close()
+            with contextlib.suppress(RuntimeError):  # the loop closed first: nobody is left to tell
+                loop.call_soon_threadsafe(channel.close)
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop, channel: Channel[Frame], frame: Frame) -> bool:
+        """Hand one frame to the loop, waiting for room under BLOCK; False once asked to stop."""
+        if loop.is_closed():
+            return False
+        future = asyncio.run_coroutine_threadsafe(channel.put(frame), loop)
+        while True:
+            try:
+                future.result(timeout=0.1)
+                return True
+            except concurrent.futures.TimeoutError:
+                if self._stop.is_set():
+                    future.cancel()
+                    return False
+            except (EndOfStream, concurrent.futures.CancelledError):
+                return False

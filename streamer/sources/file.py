@@ -1,0 +1,106 @@
+"""A source that decodes the first video stream of any file PyAV can read.
+
+Files are read on demand, so the default policy is BLOCK: the decode thread runs only as fast as the
+pipeline consumes and no frame is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import av.error
+import numpy as np
+from av.container import InputContainer
+from av.video.stream import VideoStream
+
+from streamer.channel import DropPolicy
+from streamer.errors import SourceError, SourceNotFoundError
+from streamer.frame import Frame, StreamInfo
+from streamer.sources.base import ThreadedSource
+
+__all__ = ["FileSource"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FPS = Fraction(30)
+"""Frame rate assumed when the container states none, so sinks can still size their encoder."""
+
+
+def _reason(exc: av.error.FFmpegError) -> str:
+    return exc.strerror or str(exc)
+
+
+class FileSource(ThreadedSource):
+    """Frames of a video file as rgb24, indexed from 0, with the file's own PTS and time base."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        stream_id: str = "0",
+        capacity: int = 8,
+        policy: DropPolicy = DropPolicy.BLOCK,
+    ) -> None:
+        super().__init__(stream_id, capacity, policy)
+        self.path = Path(path)
+        self._container: InputContainer | None = None
+        self._stream: VideoStream | None = None
+        self._time_base = Fraction(0)
+
+    def _open(self) -> StreamInfo:
+        if not self.path.exists():
+            raise SourceNotFoundError(f"video file '{self.path}' does not exist; check the path")
+        try:
+            self._container = av.open(str(self.path))
+        except av.error.FFmpegError as exc:
+            raise SourceError(
+                f"PyAV cannot open '{self.path}': {_reason(exc)}; pass a video file FFmpeg can read"
+            ) from exc
+        if not self._container.streams.video:
+            kinds = ", ".join(sorted({s.type for s in self._container.streams})) or "none"
+            raise SourceError(f"'{self.path}' has no video stream (streams: {kinds}); pass a video file")
+        stream = self._container.streams.video[0]
+        stream.thread_type = "AUTO"
+        self._stream = stream
+        fps = stream.average_rate or stream.guessed_rate
+        if not fps:
+            log.warning("'%s' states no frame rate; assuming %s fps", self.path, DEFAULT_FPS)
+            fps = DEFAULT_FPS
+        # Kept here: ``info`` is set on the loop only after ``_open`` returns, by which time this thread
+        # is already in ``_frames``.
+        self._time_base = Fraction(stream.time_base) if stream.time_base else 1 / Fraction(fps)
+        return StreamInfo(
+            width=stream.width,
+            height=stream.height,
+            fps=Fraction(fps),
+            time_base=self._time_base,
+            frame_count=stream.frames if stream.frames > 0 else None,
+            live=False,
+        )
+
+    def _frames(self) -> Iterator[Frame]:
+        container, stream = self._container, self._stream
+        assert container is not None
+        assert stream is not None
+        index = 0
+        try:
+            for av_frame in container.decode(stream):
+                pixels = np.ascontiguousarray(av_frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                yield Frame(pixels, index, av_frame.pts, self._time_base, time.monotonic(), self.stream_id)
+                index += 1
+        except av.error.FFmpegError as exc:
+            raise SourceError(
+                f"decoding '{self.path}' failed after {index} frames: {_reason(exc)}; "
+                "the file is truncated or corrupt"
+            ) from exc
+
+    def _close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+            self._stream = None

@@ -1,0 +1,105 @@
+"""The command line as a user meets it: exit codes, one-line errors, the demo's files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streamer.cli import main
+from tests.media import probe
+
+pytestmark = pytest.mark.slow
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_writes_mp4_with_source_frame_count_and_size_and_a_png(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--output-dir", str(tmp_path), "--frames", "30", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    written = probe(tmp_path / "enhanced.mp4")
+    assert (written.frames, written.width, written.height) == (30, 640, 360)
+    assert (tmp_path / "before_after.png").read_bytes().startswith(PNG_SIGNATURE)
+    assert "30 in, 30 out" in out
+    assert "p99" in out
+    psnr_line = next(line for line in out.splitlines() if line.startswith("quality"))
+    gain = float(psnr_line.rsplit("(", 1)[1].split(" dB")[0])
+    assert gain > 1.0
+
+
+def test_run_file_to_file(make_clip: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clip = make_clip(frames=40)
+    out = tmp_path / "out.mp4"
+    assert main(["run", "--input", str(clip), "--output", str(out), "--no-progress"]) == 0
+    assert probe(out).frames == 40
+    assert probe(out).pts == probe(clip).pts
+    assert str(out) in capsys.readouterr().out
+
+
+def error_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("streamer: error: ")
+    return err
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("window:\n  strid: 2\n", "unknown key 'window.strid'"),
+        ("runtime:\n  max_batch: lots\n", "runtime.max_batch"),
+        ("gate: {enabled: [\n", "YAML error"),
+    ],
+)
+def test_bad_config_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], yaml_text: str, expected: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml_text)
+    assert expected in error_of(["run", "--config", str(path), "--no-progress"], capsys)
+
+
+def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.yaml"
+    assert str(missing) in error_of(["run", "--config", str(missing)], capsys)
+
+
+def test_missing_input_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no_such_clip.mp4"
+    assert str(missing) in error_of(["run", "--input", str(missing), "--no-progress"], capsys)
+
+
+def test_window_t_disagreeing_with_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_of(["run", "--set", "window.t=3", "--no-progress"], capsys)
+    assert "T=5" in err
+    assert "window.t" in err
+
+
+def test_missing_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "model.onnx"
+    assert str(missing) in error_of(["run", "--model", str(missing), "--no-progress"], capsys)
+
+
+def test_bad_override(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "section.key=value" in error_of(["run", "--set", "stride"], capsys)
+
+
+def test_real_process_exits_2_with_no_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("latency:\n  budget_ms: -1\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "streamer.cli", "run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "latency.budget_ms" in result.stderr

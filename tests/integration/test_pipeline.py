@@ -1,0 +1,128 @@
+"""The whole pipeline on real media: the shipped model, real files, real encoders."""
+
+from __future__ import annotations
+
+import asyncio
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from streamer.app import build_pipeline
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.config import Config, load_config
+from streamer.core.windower import Windower
+from streamer.errors import ConfigError, ModelMismatchError
+from streamer.frame import Frame
+from streamer.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.sinks.null import NullSink
+from streamer.sources.synthetic import SyntheticSource
+from tests.media import probe
+
+pytestmark = pytest.mark.slow
+
+
+def run(config: Config, hook: object = None) -> PipelineReport:
+    return asyncio.run(build_pipeline(config, on_output=hook).run())  # type: ignore[arg-type]
+
+
+def configured(**overrides: object) -> Config:
+    return load_config(None, dict(overrides))
+
+
+def test_real_clip_keeps_frame_count_order_size_and_pts(real_clip: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bikes_enhanced.mp4"
+    report = run(configured(source={"kind": "file", "path": str(real_clip)}, **{"sink.kind": "file", "sink.path": str(out)}))
+    source, written = probe(real_clip), probe(out)
+    assert report.frames_in == report.frames_out == source.frames == written.frames
+    assert (written.width, written.height) == (source.width, source.height)
+    assert written.pts == sorted(written.pts)
+    assert written.pts == source.pts
+    assert report.model_calls > 0
+    assert report.outcomes["enhanced"] + report.outcomes["reused"] == source.frames
+
+
+def test_static_scene_skips_the_model_and_reuses_its_output() -> None:
+    sent: list[tuple[Frame, Frame, Outcome]] = []
+    report = run(
+        configured(**{"source.pattern": "color", "source.frames": 60, "gate.refresh_s": None}),
+        lambda src, out, outcome: sent.append((src, out, outcome)),
+    )
+    assert report.frames_out == 60
+    assert report.windows_skipped >= 50
+    assert report.model_calls < 10
+    reused = [(src, out) for src, out, outcome in sent if outcome is Outcome.REUSED]
+    assert len(reused) == report.windows_skipped
+    assert all(out.index == src.index and out.pts == src.pts for src, out in reused)
+
+
+def test_stride_passes_frames_between_strides_through() -> None:
+    report = run(configured(**{"source.frames": 20, "window.stride": 2, "gate.enabled": False}))
+    assert report.outcomes["stride_passthrough"] == 10
+    assert report.outcomes["enhanced"] == 10
+
+
+def test_model_slower_than_budget_passes_frames_through_and_counts_them() -> None:
+    # Live pacing at 30 fps with a center window: each target waits >= 2 frame periods (66 ms) for its
+    # lookahead, so a 1 ms budget is missed by construction, whatever this machine's speed.
+    config = configured(**{"source.frames": 20, "source.realtime": True, "latency.budget_ms": 1.0})
+    report = run(config)
+    assert report.frames_out == 20
+    assert report.outcomes["budget_passthrough"] == 20
+    assert report.model_calls == 0
+
+
+def test_budget_drop_sends_nothing_and_counts_drops() -> None:
+    config = configured(
+        **{"source.frames": 12, "source.realtime": True, "latency.budget_ms": 1.0, "latency.on_miss": "drop"}
+    )
+    report = run(config)
+    assert report.frames_in == 12
+    assert report.frames_out == 0
+    assert report.outcomes["budget_drop"] == 12
+
+
+def test_pts_jump_starts_a_new_run_and_keeps_every_frame(tmp_path: Path) -> None:
+    clip = tmp_path / "jump.mp4"
+    with av.open(str(clip), "w") as container:
+        stream = container.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(30):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), i * 8, dtype=np.uint8), format="rgb24")
+            frame.pts, frame.time_base = (i if i < 15 else i + 100), Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    out = tmp_path / "out.mp4"
+    report = run(configured(source={"kind": "file", "path": str(clip)}, **{"sink.kind": "file", "sink.path": str(out)}))
+    assert report.discontinuities == 1
+    assert report.frames_out == 30
+    assert probe(out).pts == probe(clip).pts
+
+
+def test_stop_drains_in_flight_frames_and_leaves_a_valid_file(tmp_path: Path) -> None:
+    out = tmp_path / "stopped.mp4"
+    config = configured(**{"source.frames": None, "sink.kind": "file", "sink.path": str(out)})
+    pipeline: Pipeline | None = None
+
+    def stop_after_30(src: Frame, sent: Frame, outcome: Outcome) -> None:
+        if src.index == 30 and pipeline is not None:
+            pipeline.stop()
+
+    pipeline = build_pipeline(config, on_output=stop_after_30)
+    report = asyncio.run(pipeline.run())
+    assert report.frames_out == report.frames_in > 30
+    assert probe(out).frames == report.frames_out
+
+
+def test_model_t_disagreeing_with_config_is_refused() -> None:
+    backend = OnnxBackend(DEFAULT_MODEL)
+    with pytest.raises(ModelMismatchError, match=r"window.t is 3 .* T=5"):
+        Pipeline(SyntheticSource(frames=1), NullSink(), backend, Windower(3))
+
+
+def test_ring_smaller_than_a_window_needs_is_refused() -> None:
+    with pytest.raises(ConfigError, match="ring_capacity"):
+        build_pipeline(configured(**{"runtime.ring_capacity": 4}))

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamer.core.gate import GateReason, MotionGate, luma_thumbnail
+from streamer.errors import ConfigError
+from streamer.frame import Hyperframe
+from tests.factories import make_frame
+
+H, W = 72, 128
+
+
+def scene(index: int, box_x: int | None = None, noise: float = 0.0, light: int = 0) -> Hyperframe:
+    """A textured static background, optionally a bright 16x16 box at box_x, sensor noise, a lighting offset."""
+    rng = np.random.default_rng(index)
+    background = np.tile(np.linspace(40, 200, W, dtype=np.float32), (H, 1))[..., None].repeat(3, axis=2)
+    pixels = background + light
+    if box_x is not None:
+        pixels[20:36, box_x : box_x + 16] = 250
+    if noise:
+        pixels = pixels + rng.normal(0, noise, pixels.shape)
+    frame = make_frame(index, pixels=np.clip(pixels, 0, 255).astype(np.uint8))
+    return Hyperframe((frame,), 0)
+
+
+def gate(**kwargs: object) -> MotionGate:
+    defaults: dict[str, object] = {"downscale_width": 32, "refresh_s": None}
+    return MotionGate(**{**defaults, **kwargs})  # type: ignore[arg-type]
+
+
+def test_static_noisy_scene_is_skipped_after_hold() -> None:
+    g = gate(hold=2)
+    decisions = [g.decide(scene(i, noise=4.0), now=i / 30) for i in range(10)]
+    assert decisions[0].reason is GateReason.FIRST
+    assert [d.run_model for d in decisions[:3]] == [True, True, False]
+    assert all(d.reason is GateReason.STATIC for d in decisions[3:])
+    assert g.stats().skipped == 8
+    assert g.stats().skip_ratio == pytest.approx(0.8)
+
+
+def test_moving_object_runs_the_model_at_once() -> None:
+    g = gate(hold=1)
+    for i in range(4):
+        g.decide(scene(i), now=i / 30)
+    moving = g.decide(scene(4, box_x=40), now=4 / 30)
+    assert moving.run_model
+    assert moving.reason is GateReason.MOTION
+    assert moving.score > 0.02
+
+
+def test_slow_drift_accumulates_against_the_reference_until_it_triggers() -> None:
+    g = gate(hold=1, pixel_threshold=10.0)
+    g.decide(scene(0), now=0.0)
+    g.decide(scene(1), now=0.1)
+    runs = [g.decide(scene(i, light=i), now=i / 10).run_model for i in range(2, 16)]
+    # One level per frame is far below the threshold frame to frame, but not against the reference.
+    assert not runs[0]
+    assert any(runs)
+
+
+def test_refresh_bounds_how_long_an_output_is_reused() -> None:
+    g = gate(hold=1, refresh_s=1.0)
+    reasons = [g.decide(scene(i), now=i * 0.25).reason for i in range(8)]
+    assert GateReason.REFRESH in reasons
+    assert reasons.count(GateReason.STATIC) >= 3
+
+
+def test_reset_forgets_the_reference() -> None:
+    g = gate(hold=1)
+    for i in range(3):
+        g.decide(scene(i), now=float(i))
+    g.reset()
+    assert g.decide(scene(3), now=3.0).reason is GateReason.FIRST
+
+
+def test_disabled_gate_always_runs() -> None:
+    g = MotionGate(enabled=False)
+    assert all(g.decide(scene(i), now=float(i)).run_model for i in range(3))
+
+
+def test_thumbnail_is_downscaled_luma() -> None:
+    pixels = np.zeros((1080, 1920, 3), dtype=np.uint8)
+    pixels[..., 1] = 255
+    thumb = luma_thumbnail(pixels, 160)
+    assert thumb.shape == (90, 160)
+    assert float(thumb.max()) == pytest.approx(149.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"area_on": 0.01, "area_off": 0.02}, {"hold": 0}, {"downscale_width": 0}, {"refresh_s": 0.0}],
+)
+def test_bad_settings(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        MotionGate(**kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from streamer.core.latency import Admission, LatencyBudget, MissAction
+from streamer.core.stats import DurationRecorder
+from streamer.errors import ConfigError
+
+
+def test_no_budget_admits_everything() -> None:
+    budget = LatencyBudget(None)
+    budget.observe(10.0)
+    assert budget.admit(arrival=0.0, now=100.0) is Admission.RUN
+
+
+def test_frame_that_would_miss_passes_through_and_is_counted() -> None:
+    budget = LatencyBudget(100.0)
+    budget.observe(0.05)
+    assert budget.admit(arrival=0.0, now=0.04) is Admission.RUN
+    assert budget.admit(arrival=0.0, now=0.06) is Admission.PASSTHROUGH
+    stats = budget.stats()
+    assert (stats.admitted, stats.passed_through, stats.dropped) == (1, 1, 0)
+
+
+def test_drop_action_drops() -> None:
+    budget = LatencyBudget(10.0, MissAction.DROP)
+    assert budget.admit(arrival=0.0, now=1.0) is Admission.DROP
+    assert budget.stats().dropped == 1
+
+
+def test_estimate_follows_measured_calls() -> None:
+    budget = LatencyBudget(100.0, alpha=0.5)
+    budget.observe(0.02)
+    budget.observe(0.04)
+    assert budget.stats().estimate_ms == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize(("budget_ms", "alpha"), [(0.0, 0.2), (-5.0, 0.2), (10.0, 0.0), (10.0, 1.5)])
+def test_bad_settings(budget_ms: float, alpha: float) -> None:
+    with pytest.raises(ConfigError):
+        LatencyBudget(budget_ms, alpha=alpha)
+
+
+def test_recorder_percentiles_over_retained_window() -> None:
+    recorder = DurationRecorder(capacity=4)
+    assert recorder.percentile_ms(50) is None
+    for seconds in (1.0, 1.0, 0.001, 0.002, 0.003, 0.004):
+        recorder.record(seconds)
+    assert recorder.count == 6
+    assert recorder.percentile_ms(100) == pytest.approx(4.0)

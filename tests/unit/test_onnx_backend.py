@@ -1,0 +1,286 @@
+"""OnnxBackend on the shipped model and on small contract-testing models built here with onnx.helper."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.base import Layout
+from streamer.backend.onnx import OnnxBackend, resolve_providers
+from streamer.core.windower import OutputPosition
+from streamer.errors import BackendError, ConfigError, FrameError, ModelError
+
+Dim = int | str
+
+
+def _batch(b: int = 1, t: int = 5, h: int = 24, w: int = 40, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, size=(b, t, 3, h, w), dtype=np.uint8)
+
+
+def _slot_model(
+    path: Path,
+    *,
+    t: Dim = 5,
+    slot: int = 2,
+    layout: Layout = Layout.NTCHW,
+    meta: dict[str, str] | None = None,
+    state_input: bool = False,
+    tail: str | None = None,
+) -> Path:
+    """A model whose output is its input's frame at ``slot``: the runtime's mapping can be checked exactly.
+
+    ``tail`` appends one op that breaks the output contract at run time: "halve" (2x2 max pool),
+    "reshape" (to a fixed 8x8 size).
+    """
+    ncthw = layout is Layout.NCTHW
+    shape: list[Dim] = ["B", 3, t, "H", "W"] if ncthw else ["B", t, 3, "H", "W"]
+    inputs = [helper.make_tensor_value_info("frames", TensorProto.FLOAT, shape)]
+    index = helper.make_tensor("slot", TensorProto.INT64, [], [slot])
+    nodes = [helper.make_node("Gather", ["frames", "slot"], ["picked"], axis=2 if ncthw else 1)]
+    initializers = [index]
+    last = "picked"
+    if state_input:
+        inputs.append(helper.make_tensor_value_info("state", TensorProto.FLOAT, ["B", 3, "H", "W"]))
+        nodes.append(helper.make_node("Add", ["picked", "state"], ["summed"]))
+        last = "summed"
+    if tail == "halve":
+        nodes.append(helper.make_node("MaxPool", [last], ["tailed"], kernel_shape=[2, 2], strides=[2, 2]))
+        last = "tailed"
+    elif tail == "reshape":
+        initializers.append(helper.make_tensor("fixed", TensorProto.INT64, [4], [-1, 3, 8, 8]))
+        nodes.append(helper.make_node("Reshape", [last, "fixed"], ["tailed"]))
+        last = "tailed"
+    nodes.append(helper.make_node("Identity", [last], ["enhanced"]))
+    outputs = [helper.make_tensor_value_info("enhanced", TensorProto.FLOAT, ["B", 3, "OH", "OW"])]
+    graph = helper.make_graph(nodes, "slot", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if meta:
+        helper.set_model_props(model, meta)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def _meta(**overrides: str) -> dict[str, str]:
+    meta = {
+        "streamer.name": "slot",
+        "streamer.t": "5",
+        "streamer.layout": "NTCHW",
+        "streamer.output_position": "center",
+        "streamer.value_range": "0,1",
+        "streamer.pad_multiple": "1",
+    }
+    meta.update({f"streamer.{k}": v for k, v in overrides.items()})
+    return meta
+
+
+@pytest.fixture(scope="module")
+def shipped() -> OnnxBackend:
+    return OnnxBackend(DEFAULT_MODEL, providers=["CPUExecutionProvider"])
+
+
+def test_shipped_model_info(shipped: OnnxBackend) -> None:
+    info = shipped.info
+    assert info.name == "temporal_filter_t5"
+    assert (info.t, info.layout, info.output_position) == (5, Layout.NCTHW, OutputPosition.CENTER)
+    assert (info.channels, info.value_range, info.pad_multiple) == (3, (0.0, 1.0), 1)
+    assert info.provider == "CPUExecutionProvider"
+
+
+def test_shipped_model_infers_uint8_target_frames(shipped: OnnxBackend) -> None:
+    out = shipped.infer(_batch(h=36, w=52))
+    assert out.shape == (1, 3, 36, 52)
+    assert out.dtype == np.uint8
+
+
+def test_batch_of_two_equals_two_single_calls(shipped: OnnxBackend) -> None:
+    batch = _batch(b=2, seed=3)
+    together = shipped.infer(batch)
+    np.testing.assert_array_equal(together[0], shipped.infer(batch[:1])[0])
+    np.testing.assert_array_equal(together[1], shipped.infer(batch[1:])[0])
+
+
+def test_auto_providers_end_with_cpu_and_run_an_available_one() -> None:
+    assert resolve_providers("auto")[-1] == "CPUExecutionProvider"
+    backend = OnnxBackend(DEFAULT_MODEL)
+    assert backend.info.provider in ort.get_available_providers()
+
+
+def test_chosen_provider_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="streamer.backend.onnx"):
+        OnnxBackend(DEFAULT_MODEL, providers=["CPUExecutionProvider"])
+    assert "temporal_filter_t5 runs on CPUExecutionProvider" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param(_batch(t=4), id="wrong-T"),
+        pytest.param(_batch().astype(np.float32), id="float32"),
+        pytest.param(_batch()[0], id="rank-4"),
+        pytest.param(_batch()[:, :, :1], id="one-channel"),
+        pytest.param(_batch()[:0], id="empty-batch"),
+        pytest.param(_batch().transpose(0, 2, 1, 3, 4)[:, :, :3], id="already-NCTHW"),
+    ],
+)
+def test_bad_batch_is_a_frame_error_naming_shape_and_dtype(shipped: OnnxBackend, batch: np.ndarray) -> None:
+    with pytest.raises(FrameError) as err:
+        shipped.infer(batch)
+    assert str(batch.shape) in str(err.value)
+    assert str(batch.dtype) in str(err.value)
+    assert "(B>=1, T=5, C=3, H, W) uint8" in str(err.value)
+
+
+def test_slot_model_round_trips_pixels_exactly(tmp_path: Path) -> None:
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta()), providers=["CPUExecutionProvider"])
+    batch = _batch(b=2)
+    np.testing.assert_array_equal(backend.infer(batch), batch[:, 2])
+
+
+def test_value_range_0_255_round_trips_exactly(tmp_path: Path) -> None:
+    path = _slot_model(tmp_path / "m.onnx", meta=_meta(value_range="0,255"))
+    backend = OnnxBackend(path, providers=["CPUExecutionProvider"])
+    assert backend.info.value_range == (0.0, 255.0)
+    batch = _batch()
+    np.testing.assert_array_equal(backend.infer(batch), batch[:, 2])
+
+
+def test_ncthw_model_sees_slots_in_order(tmp_path: Path) -> None:
+    path = _slot_model(tmp_path / "m.onnx", slot=4, layout=Layout.NCTHW, meta=_meta(layout="NCTHW"))
+    backend = OnnxBackend(path, providers=["CPUExecutionProvider"])
+    assert backend.info.layout is Layout.NCTHW
+    batch = _batch()
+    np.testing.assert_array_equal(backend.infer(batch), batch[:, 4])
+
+
+def test_missing_metadata_falls_back_to_static_t(tmp_path: Path) -> None:
+    backend = OnnxBackend(
+        _slot_model(tmp_path / "plain.onnx", t=3, slot=1), providers=["CPUExecutionProvider"]
+    )
+    info = backend.info
+    assert (info.name, info.t, info.layout, info.output_position) == (
+        "plain",
+        3,
+        Layout.NTCHW,
+        OutputPosition.CENTER,
+    )
+    batch = _batch(t=3)
+    np.testing.assert_array_equal(backend.infer(batch), batch[:, 1])
+
+
+def test_dynamic_t_is_read_from_metadata(tmp_path: Path) -> None:
+    path = _slot_model(tmp_path / "m.onnx", t="T", slot=0, meta=_meta(t="4", output_position="last"))
+    info = OnnxBackend(path, providers=["CPUExecutionProvider"]).info
+    assert (info.t, info.output_position) == (4, OutputPosition.LAST)
+
+
+def test_dynamic_t_without_metadata_is_a_model_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"streamer\.t.*export"):
+        OnnxBackend(_slot_model(tmp_path / "m.onnx", t="T"))
+
+
+def test_metadata_t_disagreeing_with_static_t_is_a_model_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"streamer\.t=7 .* T=5"):
+        OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta(t="7")))
+
+
+def test_ncthw_model_without_layout_metadata_says_which_key_to_set(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"streamer\.layout=NCTHW"):
+        OnnxBackend(_slot_model(tmp_path / "m.onnx", layout=Layout.NCTHW))
+
+
+def test_state_input_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"\['state'\].*recurrent state inputs are not supported"):
+        OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta(), state_input=True))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("layout", "NHWC"), ("output_position", "middle"), ("value_range", "1,0"), ("pad_multiple", "eight")],
+)
+def test_bad_metadata_value_is_a_model_error_naming_it(tmp_path: Path, key: str, value: str) -> None:
+    with pytest.raises(ModelError, match=rf"streamer\.{key}='{value}'"):
+        OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta(**{key: value})))
+
+
+def test_missing_file_is_a_model_error_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.onnx"
+    with pytest.raises(ModelError, match=r"nope\.onnx"):
+        OnnxBackend(missing)
+
+
+def test_unparseable_file_is_a_model_error_with_onnxruntimes_reason(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"this is not a protobuf")
+    with pytest.raises(ModelError, match=r"junk\.onnx.*(?i:protobuf)"):
+        OnnxBackend(junk)
+
+
+def test_unavailable_provider_is_a_config_error_listing_available() -> None:
+    with pytest.raises(ConfigError, match=r"NoSuchExecutionProvider.*CPUExecutionProvider"):
+        OnnxBackend(DEFAULT_MODEL, providers=["NoSuchExecutionProvider", "CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("providers", ["fastest", []])
+def test_providers_must_be_auto_or_a_list_of_names(providers: str | list[str]) -> None:
+    with pytest.raises(ConfigError, match="auto"):
+        OnnxBackend(DEFAULT_MODEL, providers=providers)
+
+
+def test_zero_threads_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="threads"):
+        OnnxBackend(DEFAULT_MODEL, threads=0)
+
+
+def test_pad_multiple_accepts_any_size_and_crops_back(tmp_path: Path) -> None:
+    path = _slot_model(tmp_path / "m.onnx", meta=_meta(pad_multiple="8"))
+    backend = OnnxBackend(path, providers=["CPUExecutionProvider"], threads=1)
+    assert backend.info.pad_multiple == 8
+    batch = _batch(h=37, w=53)
+    out = backend.infer(batch)
+    assert out.shape == (1, 3, 37, 53)
+    np.testing.assert_array_equal(out, batch[:, 2])
+
+
+@pytest.mark.parametrize(("h", "w"), [(1, 3), (2, 9), (9, 1)])
+def test_pad_multiple_on_frames_too_small_to_reflect(tmp_path: Path, h: int, w: int) -> None:
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta(pad_multiple="8")))
+    batch = _batch(h=h, w=w)
+    np.testing.assert_array_equal(backend.infer(batch), batch[:, 2])
+
+
+def test_output_at_another_size_is_a_backend_error_explaining_the_contract(tmp_path: Path) -> None:
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", tail="halve", meta=_meta()))
+    with pytest.raises(BackendError, match=r"returned \(1, 3, 12, 20\).*\(B, 3, H, W\) = \(1, 3, 24, 40\)"):
+        backend.infer(_batch())
+
+
+def test_runtime_failure_is_a_backend_error_with_the_reason(tmp_path: Path) -> None:
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", tail="reshape", meta=_meta()))
+    with pytest.raises(BackendError, match=r"onnxruntime failed running slot .*(?i:reshape)"):
+        backend.infer(_batch(h=10, w=10))
+
+
+def test_closed_backend_refuses_to_infer(tmp_path: Path) -> None:
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta()))
+    backend.close()
+    with pytest.raises(BackendError, match="closed"):
+        backend.infer(_batch())
+
+
+def test_runtime_side_never_imports_torch() -> None:
+    code = (
+        "import sys, streamer.assets, streamer.backend.onnx, streamer.layout; "
+        "sys.exit('torch' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
