@@ -41,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
         help="run the pipeline described by a YAML config",
         description="Run source -> windower -> motion gate -> model -> sink as configured.",
     )
-    run.add_argument("--config", type=Path, help="YAML config (see configs/default.yaml); defaults if omitted")
+    run.add_argument(
+        "--config", type=Path, help="YAML config (see configs/default.yaml); defaults if omitted"
+    )
     run.add_argument("--input", type=Path, help="read this video file (replaces the config's source)")
     run.add_argument("--output", type=Path, help="write an H.264 mp4 here (sets sink.kind=file, sink.path)")
     run.add_argument("--model", type=Path, help="ONNX model to run (model.path); default: the shipped one")

@@ -188,7 +188,9 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _describe(error: ValidationError, origin: str) -> str:
     first = error.errors()[0]
-    where = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("function-after", "tagged-union")))
+    where = ".".join(
+        str(p) for p in first["loc"] if not str(p).startswith(("function-after", "tagged-union"))
+    )
     kind = first["type"]
     if kind == "extra_forbidden":
         return f"{origin}: unknown key {where!r}; check the spelling against configs/default.yaml"
@@ -221,7 +223,9 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+            raise ConfigError(
+                f"{path}: the top level must be a mapping of sections, got {type(loaded).__name__}"
+            )
         tree = loaded
     for key, value in (overrides or {}).items():
         _set_path(tree, key, value)

@@ -65,7 +65,9 @@ async def _compare(config: Config, enhanced: Path, png: Path) -> QualityReport:
     source = config.source
     assert source.kind == "synthetic"
     clean = SyntheticSource(WIDTH, HEIGHT, FPS, source.frames, source.pattern)
-    noisy = SyntheticSource(WIDTH, HEIGHT, FPS, source.frames, source.pattern, source.noise_sigma, source.seed)
+    noisy = SyntheticSource(
+        WIDTH, HEIGHT, FPS, source.frames, source.pattern, source.noise_sigma, source.seed
+    )
     written = FileSource(enhanced)
     readers = (clean, noisy, written)
     for reader in readers:

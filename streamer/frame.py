@@ -97,7 +97,8 @@ class Hyperframe:
         for f in self.frames[1:]:
             if f.stream_id != first.stream_id:
                 raise FrameError(
-                    f"hyperframe mixes streams {first.stream_id!r} and {f.stream_id!r}; windows are per stream"
+                    f"hyperframe mixes streams {first.stream_id!r} and {f.stream_id!r}; "
+                    "windows are per stream"
                 )
             if f.pixels.shape != first.pixels.shape:
                 raise FrameError(

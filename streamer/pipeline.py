@@ -143,7 +143,8 @@ class Pipeline:
         if windower.position is not model.output_position:
             raise ModelMismatchError(
                 f"window.position is {windower.position.value!r} but model {model.name!r} outputs the "
-                f"{model.output_position.value!r} frame; set window.position to {model.output_position.value!r}"
+                f"{model.output_position.value!r} frame; set window.position to "
+                f"{model.output_position.value!r}"
             )
         self.source = source
         self.sink = sink
@@ -155,8 +156,8 @@ class Pipeline:
         self.max_batch = max(1, max_batch)
         if ring_capacity is not None and ring_capacity < windower.history:
             raise ConfigError(
-                f"runtime.ring_capacity is {ring_capacity}, below the {windower.history} frames a T={windower.t} "
-                "window can span; raise it or leave it unset"
+                f"runtime.ring_capacity is {ring_capacity}, below the {windower.history} frames a "
+                f"T={windower.t} window can span; raise it or leave it unset"
             )
         self.ring = RingBuffer(ring_capacity or windower.history, stream_id=source.stream_id)
         self._work: Channel[_Work] = Channel(queue_size, DropPolicy.BLOCK, name=f"work:{source.stream_id}")

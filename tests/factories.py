@@ -17,7 +17,7 @@ def make_frame(
     *,
     value: int = 0,
     size: tuple[int, int] = (8, 8),
-    pts: int | None | EllipsisType = ...,
+    pts: int | EllipsisType | None = ...,
     stream_id: str = "0",
     discontinuity: bool = False,
     pixels: np.ndarray | None = None,

@@ -54,5 +54,6 @@ class Backend(abc.ABC):
         dtype, BackendError when the runtime fails on a valid batch.
         """
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Release the runtime session."""

@@ -36,7 +36,7 @@ PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CP
 """What ``providers="auto"`` tries, fastest first; CPU always ends the list as the fallback."""
 
 _CPU = "CPUExecutionProvider"
-_EXPORT_HINT = "`streamer export` (export.onnx_export.export_onnx) writes it"
+_EXPORT_HINT = "export.onnx_export.export_onnx writes it"
 
 
 def resolve_providers(providers: str | Sequence[str]) -> list[str]:
@@ -87,6 +87,8 @@ class OnnxBackend(Backend):
             )
         requested = resolve_providers(providers)
         options = ort.SessionOptions()
+        # Spinning intra-op threads would burn the cores the decode and encode threads need.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if threads is not None:
             options.intra_op_num_threads = threads
         try:

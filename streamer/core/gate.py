@@ -38,7 +38,8 @@ def luma_thumbnail(pixels: Pixels, width: int) -> npt.NDArray[np.float32]:
     for dy, dx in offsets:
         sample = pixels[dy : dy + rows * step : step, dx : dx + cols * step : step]
         acc += (sample @ _LUMA) >> 8
-    return acc / len(offsets)
+    acc /= len(offsets)
+    return acc
 
 
 class GateReason(enum.Enum):

@@ -32,7 +32,9 @@ def test_demo_writes_mp4_with_source_frame_count_and_size_and_a_png(
     assert gain > 1.0
 
 
-def test_run_file_to_file(make_clip: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_file_to_file(
+    make_clip: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     clip = make_clip(frames=40)
     out = tmp_path / "out.mp4"
     assert main(["run", "--input", str(clip), "--output", str(out), "--no-progress"]) == 0

@@ -35,7 +35,11 @@ def configured(**overrides: object) -> Config:
 
 def test_real_clip_keeps_frame_count_order_size_and_pts(real_clip: Path, tmp_path: Path) -> None:
     out = tmp_path / "bikes_enhanced.mp4"
-    report = run(configured(source={"kind": "file", "path": str(real_clip)}, **{"sink.kind": "file", "sink.path": str(out)}))
+    report = run(
+        configured(
+            source={"kind": "file", "path": str(real_clip)}, **{"sink.kind": "file", "sink.path": str(out)}
+        )
+    )
     source, written = probe(real_clip), probe(out)
     assert report.frames_in == report.frames_out == source.frames == written.frames
     assert (written.width, written.height) == (source.width, source.height)
@@ -96,7 +100,9 @@ def test_pts_jump_starts_a_new_run_and_keeps_every_frame(tmp_path: Path) -> None
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
     out = tmp_path / "out.mp4"
-    report = run(configured(source={"kind": "file", "path": str(clip)}, **{"sink.kind": "file", "sink.path": str(out)}))
+    report = run(
+        configured(source={"kind": "file", "path": str(clip)}, **{"sink.kind": "file", "sink.path": str(out)})
+    )
     assert report.discontinuities == 1
     assert report.frames_out == 30
     assert probe(out).pts == probe(clip).pts

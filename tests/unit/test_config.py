@@ -62,7 +62,7 @@ def test_bad_config_is_one_line_naming_the_field(tmp_path: Path, text: str, mess
 
 
 def test_missing_config_file_names_it(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.yaml does not exist"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml does not exist"):
         load_config(tmp_path / "nope.yaml")
 
 
@@ -82,13 +82,15 @@ keys = st.sampled_from(["kind", "path", "t", "stride", "position", "frames", "bu
 
 
 @settings(max_examples=200, deadline=None)
-@given(tree=st.dictionaries(sections, st.dictionaries(keys, yaml_values, max_size=4) | yaml_values, max_size=4))
+@given(
+    tree=st.dictionaries(sections, st.dictionaries(keys, yaml_values, max_size=4) | yaml_values, max_size=4)
+)
 def test_any_yaml_either_loads_or_raises_config_error(tmp_path_factory: Any, tree: dict[str, Any]) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "config.yaml"
     path.write_text(yaml.safe_dump(tree))
     try:
-        config = load_config(path)
+        message = repr(load_config(path))
     except ConfigError as exc:
-        assert "\n" not in str(exc)
-    else:
-        assert isinstance(config, Config)
+        message = str(exc)
+    assert message
+    assert "\n" not in message

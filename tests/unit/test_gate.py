@@ -12,7 +12,7 @@ H, W = 72, 128
 
 
 def scene(index: int, box_x: int | None = None, noise: float = 0.0, light: int = 0) -> Hyperframe:
-    """A textured static background, optionally a bright 16x16 box at box_x, sensor noise, a lighting offset."""
+    """A static textured background; optionally a bright 16x16 box at box_x, noise, a lighting offset."""
     rng = np.random.default_rng(index)
     background = np.tile(np.linspace(40, 200, W, dtype=np.float32), (H, 1))[..., None].repeat(3, axis=2)
     pixels = background + light

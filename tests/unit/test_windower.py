@@ -85,7 +85,9 @@ def test_every_frame_gets_one_task_in_order_and_no_window_spans_a_break(
         assert task.slot == position.slot(t)
         assert {run_of[i] for i in task.indices} == {run_of[task.target]}
         members = [f.index for f in frames if run_of[f.index] == run_of[task.target]]
-        assert list(task.indices) == expected_indices(task.target, members[0], members[-1], t, task.slot, edge)
+        assert list(task.indices) == expected_indices(
+            task.target, members[0], members[-1], t, task.slot, edge
+        )
         assert task.enhance == ((task.target - members[0]) % stride == 0)
 
 
