@@ -121,16 +121,10 @@ async def _run_pipeline(pipeline: Pipeline) -> PipelineReport:
             loop.remove_signal_handler(sig)
 
 
-def run_config(config: Config, progress: bool, extra_hook: Any = None) -> PipelineReport:
+def run_config(config: Config, progress: bool) -> PipelineReport:
     """Build and run; the progress bar's total comes from the source once it is open."""
     bar = _Progress(progress)
-
-    def hook(source: Frame, sent: Frame, outcome: Outcome) -> None:
-        bar(source, sent, outcome)
-        if extra_hook is not None:
-            extra_hook(source, sent, outcome)
-
-    pipeline = build_pipeline(config, on_output=hook)
+    pipeline = build_pipeline(config, on_output=bar)
     bar.pipeline = pipeline
     try:
         return asyncio.run(_run_pipeline(pipeline))
@@ -178,7 +172,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from streamer.demo import run_demo
 
-    print(run_demo(args.output_dir, frames=args.frames, noise=args.noise, progress=not args.no_progress))
+    progress = not args.no_progress and sys.stderr.isatty()
+    print(run_demo(args.output_dir, frames=args.frames, noise=args.noise, progress=progress))
     return 0
 
 

@@ -88,13 +88,6 @@ class RingBuffer:
         """The consumer no longer needs frames older than ``index``; overwriting them is no drop."""
         self._released = max(self._released, index)
 
-    def clear(self) -> None:
-        """Forget every frame, e.g. at a resolution change, so old-size pixels are freed."""
-        self._slots = [None] * self.capacity
-        self._where.clear()
-        self._released = self._newest + 1
-        self._size = 0
-
     def __len__(self) -> int:
         return self._size
 

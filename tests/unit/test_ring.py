@@ -64,14 +64,6 @@ def test_rejects_other_streams_and_old_indices() -> None:
         ring.push(make_frame(1, stream_id="cam1"))
 
 
-def test_clear_frees_every_slot() -> None:
-    ring = RingBuffer(2)
-    ring.push(make_frame(0))
-    ring.clear()
-    assert len(ring) == 0
-    assert 0 not in ring
-
-
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ConfigError):
         RingBuffer(0)
