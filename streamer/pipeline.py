@@ -5,8 +5,9 @@ Three asyncio tasks joined by bounded channels:
 - *ingest* reads frames, keeps them in the ring, asks the windower for ready windows and the gate
   whether each needs the model, and queues a :class:`_Work` per frame in order;
 - *infer* takes queued work, asks the latency budget whether each window can still make it, runs the
-  admitted ones through the backend in one worker thread (batched when several are queued) and resolves
-  reused and passed-through frames in order;
+  admitted ones through the backend in one worker thread (batched when several are queued; one after
+  the other, carrying the hidden state, for a recurrent model) and resolves reused and passed-through
+  frames in order;
 - *output* writes frames to the sink and records end-to-end latency.
 
 Every input frame leaves exactly once (enhanced, reused, passed through) unless the budget drops it,
@@ -25,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
-from streamer.backend.base import Backend
+from streamer.backend.base import Backend, State
 from streamer.channel import Channel, DropPolicy
 from streamer.core.gate import GateReason, MotionGate
 from streamer.core.latency import Admission, LatencyBudget
@@ -173,6 +175,8 @@ class Pipeline:
         self._latency = DurationRecorder()
         self._inference = DurationRecorder()
         self._run = -1
+        self._state: tuple[int, State] | None = None
+        """A recurrent model's state and the run it belongs to; only the inference thread touches it."""
 
     def stop(self) -> None:
         """Stop reading the source; frames already read are still enhanced and written."""
@@ -284,18 +288,37 @@ class Pipeline:
         elapsed = time.monotonic() - t0
         self.budget.observe(elapsed)
         self._inference.record(elapsed)
-        self._model_calls += 1
-        self._batches[len(admitted)] += 1
+        if self.backend.info.state:
+            self._model_calls += len(admitted)
+            self._batches[1] += len(admitted)
+        else:
+            self._model_calls += 1
+            self._batches[len(admitted)] += 1
         return {f.index: f for f in frames}, dropped
 
     def _infer_blocking(self, admitted: list[_Work]) -> list[Frame]:
         """Batch assembly, inference and the copy back to (H, W, C) all stay off the event loop."""
         windows = [w.window for w in admitted if w.window is not None]
-        result = self.backend.infer(np.stack([w.pixels() for w in windows]))
+        if self.backend.info.state:
+            results = [self._step(window, work.run) for window, work in zip(windows, admitted, strict=True)]
+        else:
+            results = list(self.backend.infer(np.stack([w.pixels() for w in windows])))
         return [
-            w.frame.with_pixels(np.ascontiguousarray(result[i].transpose(1, 2, 0)))
-            for i, w in enumerate(admitted)
+            work.frame.with_pixels(np.ascontiguousarray(result.transpose(1, 2, 0)))
+            for work, result in zip(admitted, results, strict=True)
         ]
+
+    def _step(self, window: Hyperframe, run: int) -> npt.NDArray[np.uint8]:
+        """One recurrent step; a new run (after a discontinuity) starts again from the zero state."""
+        if self._state is not None and self._state[0] == run:
+            state = self._state[1]
+        else:
+            target = window.target_frame
+            state = self.backend.initial_state(1, target.height, target.width)
+        out, state = self.backend.step(window.pixels()[None], state)
+        self._state = (run, state)
+        frame: npt.NDArray[np.uint8] = out[0]
+        return frame
 
     def _resolve(
         self, work: _Work, enhanced: dict[int, Frame], dropped: set[int], last: tuple[int, Frame] | None

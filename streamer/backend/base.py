@@ -11,7 +11,10 @@ import numpy.typing as npt
 
 from streamer.core.windower import OutputPosition
 
-__all__ = ["Backend", "Layout", "ModelInfo"]
+__all__ = ["Backend", "Layout", "ModelInfo", "State", "StateSpec"]
+
+State = tuple[npt.NDArray[np.float32], ...]
+"""A recurrent model's hidden tensors, in the order of ``ModelInfo.state``; () for stateless models."""
 
 
 class Layout(enum.Enum):
@@ -21,6 +24,20 @@ class Layout(enum.Enum):
     """(B, T, C, H, W): the hyperframe layout itself."""
     NCTHW = "NCTHW"
     """(B, C, T, H, W): what Conv3d takes."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    """One hidden tensor a recurrent model reads and writes back, carried from window to window.
+
+    Its shape is (B, channels, ceil(H / scale), ceil(W / scale)) for frames padded to H x W; zeros
+    start a stream and every new run after a discontinuity.
+    """
+
+    input: str
+    output: str
+    channels: int
+    scale: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +54,8 @@ class ModelInfo:
     pad_multiple: int = 1
     """H and W are padded up to a multiple of this before inference and cropped back after."""
     provider: str = "CPUExecutionProvider"
+    state: tuple[StateSpec, ...] = ()
+    """Empty for stateless models; a recurrent model's windows of one stream must run in order."""
 
 
 class Backend(abc.ABC):
@@ -53,6 +72,14 @@ class Backend(abc.ABC):
         Blocking: call it from a worker thread. Raises FrameError for a batch of the wrong shape or
         dtype, BackendError when the runtime fails on a valid batch.
         """
+
+    def initial_state(self, batch: int, height: int, width: int) -> State:
+        """The zero state for ``batch`` streams of frames H x W; () for stateless models."""
+        return ()
+
+    def step(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
+        """Like ``infer``, carrying a recurrent model's state: returns the frames and the next state."""
+        return self.infer(batch), state
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -6,12 +6,16 @@ The contract a model file keeps (``export.onnx_export`` writes models that do):
 - one float32 output (B, 3, H, W): the target slot's frame at the input's (padded) size;
 - metadata_props ``streamer.name``, ``streamer.t``, ``streamer.layout`` (NTCHW | NCTHW),
   ``streamer.output_position`` (center | last), ``streamer.value_range`` ("lo,hi"),
-  ``streamer.pad_multiple``. Without ``streamer.t`` the input's static T axis stands in.
+  ``streamer.pad_multiple``. Without ``streamer.t`` the input's static T axis stands in;
+- recurrent models add one float32 input and one output per hidden tensor, declared in
+  ``streamer.state`` as a JSON list of {"input", "output", "channels", "scale"}.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from streamer.backend.base import Backend, Layout, ModelInfo
+from streamer.backend.base import Backend, Layout, ModelInfo, State, StateSpec
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.layout import to_model_layout
@@ -110,10 +114,40 @@ class OnnxBackend(Backend):
         return self._info
 
     def infer(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        """Stateless models as they are; a recurrent one starts from zeros (a one-window stream)."""
+        self._check_batch(batch)
+        b, _, _, h, w = batch.shape
+        return self._run(batch, self.initial_state(b, h, w))[0]
+
+    def initial_state(self, batch: int, height: int, width: int) -> State:
+        m = self._info.pad_multiple
+        hp, wp = height + -height % m, width + -width % m
+        return tuple(
+            np.zeros((batch, s.channels, math.ceil(hp / s.scale), math.ceil(wp / s.scale)), np.float32)
+            for s in self._info.state
+        )
+
+    def step(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
+        self._check_batch(batch)
+        b, _, _, h, w = batch.shape
+        expected = self.initial_state(b, h, w)
+        for spec, given, zero in zip(self._info.state, state, expected, strict=False):
+            if given.shape != zero.shape or given.dtype != np.float32:
+                raise FrameError(
+                    f"state {spec.input!r} of model {self._info.name} is {given.shape} {given.dtype}; frames "
+                    f"of {h}x{w} need {zero.shape} float32: start from initial_state({b}, {h}, {w})"
+                )
+        if len(state) != len(expected):
+            raise FrameError(
+                f"model {self._info.name} carries {len(expected)} state tensors, got {len(state)}; "
+                "start from initial_state()"
+            )
+        return self._run(batch, state)
+
+    def _run(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
         session = self._session
         if session is None:
             raise BackendError(f"backend for {str(self.path)!r} is closed; create a new OnnxBackend")
-        self._check_batch(batch)
         b, _, _, h, w = batch.shape
         m = self._info.pad_multiple
         ph, pw = -h % m, -w % m
@@ -124,8 +158,10 @@ class OnnxBackend(Backend):
         x *= self._to_model
         if self._lo:
             x += self._lo
+        feeds = {self._input: x, **{s.input: v for s, v in zip(self._info.state, state, strict=True)}}
+        names = [self._output, *(s.output for s in self._info.state)]
         try:
-            (y,) = session.run([self._output], {self._input: x})
+            y, *next_state = session.run(names, feeds)
         except Exception as err:
             raise BackendError(
                 f"onnxruntime failed running {self._info.name} on a batch of shape {x.shape}: {err}"
@@ -143,7 +179,7 @@ class OnnxBackend(Backend):
         out *= self._to_pixels
         np.clip(out, 0.0, 255.0, out=out)
         np.rint(out, out=out)
-        return out.astype(np.uint8)
+        return out.astype(np.uint8), tuple(next_state)
 
     def close(self) -> None:
         self._session = None
@@ -194,11 +230,12 @@ def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo
             f"exactly one image input shaped {layout.value}"
         )
     image = images[0]
-    extra = [i.name for i in inputs if i is not image]
+    state = _state(meta, where)
+    extra = [i.name for i in inputs if i is not image and i.name not in {s.input for s in state}]
     if extra:
         raise ModelError(
-            f"{where} has inputs {extra} besides the frames input {image.name!r}; recurrent state inputs "
-            f"are not supported by this backend yet: export a model that takes only the frames"
+            f"{where} has inputs {extra} besides the frames input {image.name!r} that metadata "
+            f"streamer.state does not declare; a recurrent model lists its state there ({_EXPORT_HINT})"
         )
     if image.type != "tensor(float)":
         raise ModelError(f"{where} input {image.name!r} is {image.type}; export it with a float32 input")
@@ -220,10 +257,16 @@ def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo
     if static_t is not None and static_t != t:
         raise ModelError(f"{where} has metadata streamer.t={t} but its input {image.name!r} has T={static_t}")
 
-    outputs = session.get_outputs()
+    missing = {s.input for s in state} - {i.name for i in inputs}
+    missing |= {s.output for s in state} - {o.name for o in session.get_outputs()}
+    if missing:
+        raise ModelError(f"{where} declares state {sorted(missing)} in streamer.state but has no such tensor")
+    outputs = [o for o in session.get_outputs() if o.name not in {s.output for s in state}]
     if len(outputs) != 1 or len(outputs[0].shape) != 4:
         seen = [(o.name, o.shape) for o in outputs]
-        raise ModelError(f"{where} has outputs {seen}; the runtime needs exactly one, shaped (B, 3, H, W)")
+        raise ModelError(
+            f"{where} has outputs {seen} besides its state; the runtime needs exactly one, shaped (B, 3, H, W)"
+        )
     out = outputs[0]
     channels = out.shape[1]
     if out.type != "tensor(float)" or (isinstance(channels, int) and channels != 3):
@@ -239,8 +282,28 @@ def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo
         value_range=_range(meta, where),
         pad_multiple=_int(meta, "streamer.pad_multiple", where) if "streamer.pad_multiple" in meta else 1,
         provider=session.get_providers()[0],
+        state=state,
     )
     return info, image.name, out.name
+
+
+def _state(meta: Mapping[str, str], where: str) -> tuple[StateSpec, ...]:
+    raw = meta.get("streamer.state")
+    if raw is None:
+        return ()
+    try:
+        specs = tuple(
+            StateSpec(str(d["input"]), str(d["output"]), int(d["channels"]), int(d["scale"]))
+            for d in json.loads(raw)
+        )
+    except (ValueError, TypeError, KeyError) as err:
+        raise ModelError(
+            f"{where} has metadata streamer.state={raw!r} ({err}); it must be a JSON list of "
+            '{"input": name, "output": name, "channels": int, "scale": int}'
+        ) from None
+    if any(s.channels < 1 or s.scale < 1 for s in specs):
+        raise ModelError(f"{where} has metadata streamer.state={raw!r}; channels and scale must be >= 1")
+    return specs
 
 
 def _int(meta: Mapping[str, str], key: str, where: str) -> int:

@@ -21,6 +21,7 @@ from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.sinks.null import NullSink
 from streamer.sources.synthetic import SyntheticSource
 from tests.media import probe
+from tests.onnx_models import ema_model
 
 pytestmark = pytest.mark.slow
 
@@ -132,3 +133,25 @@ def test_model_t_disagreeing_with_config_is_refused() -> None:
 def test_ring_smaller_than_a_window_needs_is_refused() -> None:
     with pytest.raises(ConfigError, match="ring_capacity"):
         build_pipeline(configured(**{"runtime.ring_capacity": 4}))
+
+
+def test_recurrent_state_is_carried_and_reset_at_a_discontinuity(tmp_path: Path) -> None:
+    clip = tmp_path / "constant.mp4"
+    with av.open(str(clip), "w") as container:
+        stream = container.add_stream("libx264", rate=25, options={"preset": "ultrafast", "qp": "0"})
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv444p"
+        for i in range(8):
+            frame = av.VideoFrame.from_ndarray(np.full((32, 32, 3), 200, dtype=np.uint8), format="rgb24")
+            frame.pts, frame.time_base = (i if i < 4 else i + 100), Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    levels: list[int] = []
+    config = configured(
+        source={"kind": "file", "path": str(clip)},
+        **{"model.path": str(ema_model(tmp_path / "ema.onnx")), "gate.enabled": False},
+    )
+    report = run(config, lambda src, out, outcome: levels.append(int(np.median(out.pixels))))
+    assert report.discontinuities == 1
+    assert report.model_calls == 8
+    # h' = (h + frame) / 2 from zero: 100, 150, 175, 188 (rounded), then again from zero after the jump.
+    assert levels == [100, 150, 175, 188, 100, 150, 175, 188]

@@ -18,6 +18,7 @@ from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend, resolve_providers
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
+from tests.onnx_models import ema_model
 
 Dim = int | str
 
@@ -199,9 +200,38 @@ def test_ncthw_model_without_layout_metadata_says_which_key_to_set(tmp_path: Pat
         OnnxBackend(_slot_model(tmp_path / "m.onnx", layout=Layout.NCTHW))
 
 
-def test_state_input_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match=r"\['state'\].*recurrent state inputs are not supported"):
+def test_undeclared_state_input_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"\['state'\].*streamer\.state does not declare"):
         OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta(), state_input=True))
+
+
+def test_recurrent_model_carries_its_state(tmp_path: Path) -> None:
+    backend = OnnxBackend(ema_model(tmp_path / "ema.onnx"))
+    assert [(s.input, s.output, s.channels, s.scale) for s in backend.info.state] == [("h", "h_next", 3, 1)]
+    frames = np.full((2, 1, 3, 6, 10), 200, dtype=np.uint8)
+    state = backend.initial_state(2, 6, 10)
+    assert [s.shape for s in state] == [(2, 3, 6, 10)]
+    first, state = backend.step(frames, state)
+    second, state = backend.step(frames, state)
+    assert (int(first.max()), int(second.max())) == (100, 150)
+    assert int(backend.infer(frames).max()) == 100
+
+
+def test_state_of_the_wrong_shape_names_the_fix(tmp_path: Path) -> None:
+    backend = OnnxBackend(ema_model(tmp_path / "ema.onnx"))
+    with pytest.raises(FrameError, match=r"initial_state\(1, 6, 10\)"):
+        backend.step(np.zeros((1, 1, 3, 6, 10), np.uint8), backend.initial_state(1, 4, 4))
+
+
+def test_bad_state_metadata_is_a_model_error(tmp_path: Path) -> None:
+    path = ema_model(tmp_path / "ema.onnx")
+    model = onnx.load(path)
+    for prop in model.metadata_props:
+        if prop.key == "streamer.state":
+            prop.value = '[{"input": "h"}]'
+    onnx.save(model, path)
+    with pytest.raises(ModelError, match=r"streamer\.state"):
+        OnnxBackend(path)
 
 
 @pytest.mark.parametrize(
