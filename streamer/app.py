@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
@@ -12,7 +14,10 @@ from streamer.config import (
     FileSourceConfig,
     SinkConfig,
     SourceConfig,
+    WhepSinkConfig,
+    WhipSourceConfig,
 )
+from streamer.errors import ConfigError
 from streamer.pipeline import OutputHook, Pipeline
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
@@ -20,13 +25,48 @@ from streamer.sinks.null import NullSink
 from streamer.sources.base import Source
 from streamer.sources.file import FileSource
 from streamer.sources.synthetic import SyntheticSource
+from streamer.webrtc.server import WebRtcServer
+from streamer.webrtc.sink import WhepSink
+from streamer.webrtc.source import WhipSource
 
-__all__ = ["build_backend", "build_pipeline", "build_sink", "build_source"]
+__all__ = ["build_backend", "build_pipeline", "build_server", "build_sink", "build_source"]
 
 
-def build_source(config: SourceConfig, queue_size: int) -> Source:
+def build_server(config: Config) -> WebRtcServer | None:
+    """The WHIP/WHEP server, when the source or the sink speaks WebRTC."""
+    if not config.uses_webrtc:
+        return None
+    w = config.webrtc
+    return WebRtcServer(
+        w.host,
+        w.port,
+        w.token,
+        w.ice_addresses,
+        w.max_body_bytes,
+        stun_servers=tuple(w.stun_servers),
+        connect_timeout_s=w.connect_timeout_s,
+    )
+
+
+def _need(server: WebRtcServer | None, what: str) -> WebRtcServer:
+    if server is None:
+        raise ConfigError(f"{what} needs the WebRTC server; build it with build_server(config)")
+    return server
+
+
+def build_source(config: SourceConfig, queue_size: int, server: WebRtcServer | None = None) -> Source:
     if isinstance(config, FileSourceConfig):
         return FileSource(config.path, capacity=queue_size, policy=DropPolicy.BLOCK)
+    if isinstance(config, WhipSourceConfig):
+        return WhipSource(
+            _need(server, "source.kind whip"),
+            config.stream,
+            open_timeout_s=config.open_timeout_s,
+            end_on_unpublish=config.end_on_unpublish,
+            capacity=queue_size,
+            fps=Fraction(config.fps),
+            relay_original=config.relay_original,
+        )
     return SyntheticSource(
         width=config.width,
         height=config.height,
@@ -40,7 +80,7 @@ def build_source(config: SourceConfig, queue_size: int) -> Source:
     )
 
 
-def build_sink(config: SinkConfig) -> Sink:
+def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
     if isinstance(config, FileSinkConfig):
         return FileSink(
             config.path,
@@ -50,6 +90,8 @@ def build_sink(config: SinkConfig) -> Sink:
             bitrate=config.bitrate,
             gop=config.gop,
         )
+    if isinstance(config, WhepSinkConfig):
+        return WhepSink(_need(server, "sink.kind whep"), config.stream)
     return NullSink()
 
 
@@ -58,14 +100,16 @@ def build_backend(config: Config) -> Backend:
     return OnnxBackend(path, providers=config.model.providers, threads=config.model.threads)
 
 
-def build_pipeline(config: Config, on_output: OutputHook | None = None) -> Pipeline:
+def build_pipeline(
+    config: Config, on_output: OutputHook | None = None, server: WebRtcServer | None = None
+) -> Pipeline:
     """Raises ModelError/ModelMismatchError before any source is opened, so bad setups fail fast."""
     backend = build_backend(config)
     model = backend.info
     try:
         return Pipeline(
-            build_source(config.source, config.runtime.queue_size),
-            build_sink(config.sink),
+            build_source(config.source, config.runtime.queue_size, server),
+            build_sink(config.sink, server),
             backend,
             config.window.build(model.t, model.output_position),
             config.gate.build(),

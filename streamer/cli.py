@@ -17,11 +17,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from streamer.app import build_pipeline
+from streamer.app import build_pipeline, build_server
+from streamer.bench import register as register_bench
 from streamer.config import Config, load_config, parse_override
 from streamer.errors import StreamerError
 from streamer.frame import Frame
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["main"]
 
@@ -69,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--frames", type=int, default=150, help="frames to generate (150)")
     demo.add_argument("--noise", type=float, default=20.0, help="noise sigma in 0..255 units (20)")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.set_defaults(func=_cmd_demo)
+    run.set_defaults(func=_cmd_run)
+    register_bench(commands)
     return parser
 
 
@@ -110,12 +115,19 @@ class _Progress:
             self._bar.close()
 
 
-async def _run_pipeline(pipeline: Pipeline) -> PipelineReport:
+async def _run_pipeline(pipeline: Pipeline, server: WebRtcServer | None) -> PipelineReport:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, pipeline.stop)
     try:
-        return await pipeline.run()
+        if server is None:
+            return await pipeline.run()
+        await server.start()
+        print(f"streamer: WHIP/WHEP on {server.url}, viewer {server.url}/view/<stream>", file=sys.stderr)
+        try:
+            return await pipeline.run()
+        finally:
+            await server.stop()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -124,10 +136,11 @@ async def _run_pipeline(pipeline: Pipeline) -> PipelineReport:
 def run_config(config: Config, progress: bool) -> PipelineReport:
     """Build and run; the progress bar's total comes from the source once it is open."""
     bar = _Progress(progress)
-    pipeline = build_pipeline(config, on_output=bar)
+    server = build_server(config)
+    pipeline = build_pipeline(config, on_output=bar, server=server)
     bar.pipeline = pipeline
     try:
-        return asyncio.run(_run_pipeline(pipeline))
+        return asyncio.run(_run_pipeline(pipeline, server))
     finally:
         bar.close()
 
@@ -180,9 +193,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "run":
-            return _cmd_run(args)
-        return _cmd_demo(args)
+        code: int = args.func(args)
+        return code
     except StreamerError as exc:
         print(f"streamer: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

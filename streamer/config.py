@@ -28,6 +28,9 @@ __all__ = [
     "NullSinkConfig",
     "RuntimeConfig",
     "SyntheticSourceConfig",
+    "WebRtcConfig",
+    "WhepSinkConfig",
+    "WhipSourceConfig",
     "WindowConfig",
     "load_config",
 ]
@@ -55,6 +58,20 @@ class SyntheticSourceConfig(_Strict):
     realtime: bool = False
 
 
+_STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+class WhipSourceConfig(_Strict):
+    kind: Literal["whip"] = "whip"
+    stream: str = Field("0", pattern=_STREAM_ID)
+    """Publishers POST to /whip/{stream}."""
+    open_timeout_s: float | None = Field(None, gt=0.0)
+    """How long to wait for the first publisher; None waits for ever."""
+    end_on_unpublish: bool = False
+    fps: int = Field(30, ge=1, le=240)
+    relay_original: bool = True
+
+
 class FileSinkConfig(_Strict):
     kind: Literal["file"] = "file"
     path: Path
@@ -67,6 +84,22 @@ class FileSinkConfig(_Strict):
 
 class NullSinkConfig(_Strict):
     kind: Literal["null"] = "null"
+
+
+class WhepSinkConfig(_Strict):
+    kind: Literal["whep"] = "whep"
+    stream: str = Field("0", pattern=_STREAM_ID)
+    """Players POST to /whep/{stream}."""
+
+
+class WebRtcConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    token: str | None = Field(None, min_length=1)
+    ice_addresses: list[str] | None = None
+    stun_servers: list[str] = Field(default_factory=list)
+    max_body_bytes: int = Field(64 * 1024, ge=1024, le=1024 * 1024)
+    connect_timeout_s: float = Field(20.0, gt=0.0)
 
 
 class ModelConfig(_Strict):
@@ -138,8 +171,10 @@ class RuntimeConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
 
 
-SourceConfig = Annotated[FileSourceConfig | SyntheticSourceConfig, Field(discriminator="kind")]
-SinkConfig = Annotated[FileSinkConfig | NullSinkConfig, Field(discriminator="kind")]
+SourceConfig = Annotated[
+    FileSourceConfig | SyntheticSourceConfig | WhipSourceConfig, Field(discriminator="kind")
+]
+SinkConfig = Annotated[FileSinkConfig | NullSinkConfig | WhepSinkConfig, Field(discriminator="kind")]
 
 
 class Config(_Strict):
@@ -150,6 +185,11 @@ class Config(_Strict):
     gate: GateConfig = Field(default_factory=GateConfig)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    webrtc: WebRtcConfig = Field(default_factory=WebRtcConfig)
+
+    @property
+    def uses_webrtc(self) -> bool:
+        return self.source.kind == "whip" or self.sink.kind == "whep"
 
     @model_validator(mode="before")
     @classmethod

@@ -181,6 +181,7 @@ class Pipeline:
     def stop(self) -> None:
         """Stop reading the source; frames already read are still enhanced and written."""
         self._stopping = True
+        self.source.interrupt()
 
     def counters(self) -> dict[str, int]:
         """A cheap snapshot for live displays."""

@@ -265,7 +265,8 @@ def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo
     if len(outputs) != 1 or len(outputs[0].shape) != 4:
         seen = [(o.name, o.shape) for o in outputs]
         raise ModelError(
-            f"{where} has outputs {seen} besides its state; the runtime needs exactly one, shaped (B, 3, H, W)"
+            f"{where} has outputs {seen} besides its state; the runtime needs exactly one, "
+            "shaped (B, 3, H, W)"
         )
     out = outputs[0]
     channels = out.shape[1]

@@ -12,11 +12,13 @@ not. On the moving test scene of ``tests/unit/test_temporal_filter.py`` they gai
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
 
@@ -32,6 +34,10 @@ class MotionAdaptiveTemporalFilter(nn.Module):
     weight sum never reaches 0.
     """
 
+    layout: ClassVar[Layout] = Layout.NCTHW
+    value_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    pad_multiple: ClassVar[int] = 1
+    state_specs: ClassVar[tuple[()]] = ()
     temporal_weight: torch.Tensor
 
     def __init__(
@@ -47,7 +53,7 @@ class MotionAdaptiveTemporalFilter(nn.Module):
         if k <= 0 or sigma_t <= 0:
             raise ConfigError(f"the filter's k and sigma_t must be positive, got k={k}, sigma_t={sigma_t}")
         self.t = t
-        self.position = position
+        self.output_position = position
         self.slot = position.slot(t)
         self.k = k
         self.sigma_t = sigma_t
@@ -56,7 +62,7 @@ class MotionAdaptiveTemporalFilter(nn.Module):
 
     def config(self) -> dict[str, float | int | str]:
         """The parameters that define the filter, for the model card."""
-        return {"t": self.t, "position": self.position.value, "k": self.k, "sigma_t": self.sigma_t}
+        return {"t": self.t, "position": self.output_position.value, "k": self.k, "sigma_t": self.sigma_t}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         target = x[:, :, self.slot : self.slot + 1]

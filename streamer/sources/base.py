@@ -50,6 +50,9 @@ class Source(abc.ABC):
         """The hand-off's counters (frames dropped before the pipeline saw them), if it has one."""
         return None
 
+    def interrupt(self) -> None:  # noqa: B027 - optional: a source that never blocks needs nothing here
+        """Make a ``recv`` waiting on live input end soon with EndOfStream (shutdown, SIGINT)."""
+
     def __aiter__(self) -> Source:
         return self
 
@@ -126,6 +129,9 @@ class ThreadedSource(Source):
 
     def stats(self) -> ChannelStats | None:
         return None if self._channel is None else self._channel.stats()
+
+    def interrupt(self) -> None:
+        self._stop.set()
 
     def _run(self, loop: asyncio.AbstractEventLoop, opened: concurrent.futures.Future[StreamInfo]) -> None:
         channel = self._channel

@@ -105,3 +105,9 @@ def test_real_process_exits_2_with_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "latency.budget_ms" in result.stderr
+
+
+def test_webrtc_on_a_public_address_without_a_token_refuses_to_start(capsys: pytest.CaptureFixture[str]) -> None:
+    config = Path(__file__).parents[2] / "configs" / "webrtc.yaml"
+    err = error_of(["run", "--config", str(config), "--set", "webrtc.host=0.0.0.0"], capsys)
+    assert "token" in err

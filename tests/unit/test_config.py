@@ -94,3 +94,14 @@ def test_any_yaml_either_loads_or_raises_config_error(tmp_path_factory: Any, tre
         message = str(exc)
     assert message
     assert "\n" not in message
+
+
+def test_webrtc_example_builds_a_server_with_whip_in_and_whep_out() -> None:
+    config = load_config(CONFIGS / "webrtc.yaml")
+    assert (config.source.kind, config.sink.kind, config.uses_webrtc) == ("whip", "whep", True)
+    assert config.webrtc.port == 8080
+
+
+def test_webrtc_token_may_not_be_empty(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="webrtc.token"):
+        load_config(write(tmp_path, "webrtc:\n  token: ''\n"))

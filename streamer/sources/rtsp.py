@@ -1,0 +1,382 @@
+"""A live source that plays an RTSP (or RTSPS) stream with PyAV and keeps it playing.
+
+A camera or server goes away and comes back; the source survives that without the pipeline noticing
+more than a gap. In its decode thread it connects, decodes and, when the stream fails, ends or stalls,
+reconnects with exponential backoff and jitter (forever by default). Frame indices keep counting across
+reconnects and the first frame of every new connection carries ``discontinuity=True``, so no window spans
+the gap; PTS and time base are the stream's own and may restart, which the flag also covers.
+
+A stall is watched at two levels: PyAV's read timeout interrupts a read that blocks longer than
+``stall_timeout_s`` (FFmpeg's own ``timeout`` bounds each socket operation at ``read_timeout_s``), and a
+connection that delivers packets but no decodable frame for ``stall_timeout_s`` is dropped too.
+
+With ``reconnect=False`` the first failure raises SourceError instead, and the server ending the
+stream ends the source (EndOfStream).
+
+Frames go to the pipeline through a DROP_OLDEST channel: a live feed must never queue without bound.
+FFmpeg's H.264 parser hands a frame over only when the next one begins, so reading RTSP costs one frame
+period of latency: a PyAV publisher -> GStreamer relay -> PyAV reader hop measured 36 ms median at 30 fps.
+URLs are shown only through :func:`redact_url`, so credentials never reach logs, errors or stats.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+import av
+import av.error
+import numpy as np
+from av.container import InputContainer
+from av.video.frame import VideoFrame
+
+from streamer.channel import DropPolicy
+from streamer.errors import ConfigError, SourceError
+from streamer.frame import Frame, StreamInfo
+from streamer.sources.base import ThreadedSource
+
+__all__ = [
+    "RtspSource",
+    "RtspSourceStats",
+    "RtspState",
+    "Transport",
+    "backoff_delays",
+    "check_backoff",
+    "check_rtsp_url",
+    "ffmpeg_reason",
+    "redact_url",
+]
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["tcp", "udp"]
+
+DEFAULT_FPS = Fraction(30)
+"""Frame rate assumed when the stream states none, so sinks can still size their encoder."""
+
+_SECRET_QUERY_KEYS = ("pass", "pwd", "token", "secret", "key", "auth", "sig")
+"""Query parameters whose values are hidden too: some cameras take credentials there."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its user info and secret-looking query values replaced by ``***``.
+
+    ``rtsp://user:pass@cam:554/live?token=x`` -> ``rtsp://***@cam:554/live?token=***``. Anything that
+    shows a URL (logs, errors, stats) goes through this.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<malformed URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = [
+            (k, "***" if any(s in k.lower() for s in _SECRET_QUERY_KEYS) else v)
+            for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
+        ]
+        query = urllib.parse.urlencode(pairs, safe="*")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def check_rtsp_url(url: str, what: str) -> None:
+    """Raises ConfigError unless ``url`` is an rtsp:// or rtsps:// URL with a host."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        has_host = bool(parts.hostname)
+    except ValueError:
+        has_host = False
+        parts = None
+    if parts is None or parts.scheme not in ("rtsp", "rtsps") or not has_host:
+        raise ConfigError(
+            f"{what} URL {redact_url(url)!r} is not an RTSP URL; use rtsp://host[:port]/path "
+            "(or rtsps:// for TLS)"
+        )
+
+
+def backoff_delays(initial: float, maximum: float, jitter: float, rng: random.Random) -> Iterator[float]:
+    """Seconds to wait before each retry: doubling from ``initial`` up to ``maximum``, each +/- ``jitter``.
+
+    Jitter spreads the retries of many clients that lost the same server at the same moment.
+    """
+    delay = initial
+    while True:
+        yield max(0.0, delay * (1.0 + jitter * rng.uniform(-1.0, 1.0)))
+        delay = min(delay * 2.0, maximum)
+
+
+def check_backoff(initial: float, maximum: float, jitter: float, max_attempts: int | None, what: str) -> None:
+    if initial <= 0 or maximum < initial:
+        raise ConfigError(
+            f"{what}: backoff_initial_s must be positive and backoff_max_s at least as large, got "
+            f"{initial} and {maximum}"
+        )
+    if not 0.0 <= jitter < 1.0:
+        raise ConfigError(f"{what}: jitter is a fraction of the delay in [0, 1), got {jitter}")
+    if max_attempts is not None and max_attempts < 1:
+        raise ConfigError(f"{what}: max_attempts must be at least 1, or None to retry forever")
+
+
+def ffmpeg_reason(exc: av.error.FFmpegError) -> str:
+    """FFmpeg's reason alone: ``str(exc)`` would carry the URL, credentials included."""
+    return exc.strerror or type(exc).__name__
+
+
+class RtspState(enum.Enum):
+    CONNECTING = "connecting"
+    """Opening a connection, or waiting out the backoff before the next attempt."""
+    LIVE = "live"
+    STALLED = "stalled"
+    """The stream stopped delivering frames; the connection is being dropped."""
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class RtspSourceStats:
+    """A snapshot of an :class:`RtspSource`'s connection, for logs and metrics."""
+
+    url: str
+    """Redacted."""
+    state: RtspState
+    attempts: int
+    """Connection attempts made, successful or not."""
+    connects: int
+    """Connections that opened."""
+    reconnects: int
+    """Connections that opened after the first one."""
+    frames: int
+    """Frames decoded, including any the hand-off later dropped."""
+    last_error: str | None
+
+
+class _Stalled(Exception):
+    """The connection delivers packets but no frame."""
+
+
+class RtspSource(ThreadedSource):
+    """Frames of the first video stream of an RTSP URL as rgb24; reconnects on failure, stall or end.
+
+    ``open`` returns once the first connection is up (waiting through retries while the server is
+    down). ``max_attempts`` bounds the consecutive failed attempts of one reconnection (None: forever);
+    every connection that opens starts the count again. ``capacity`` is the hand-off's size in frames.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        stream_id: str = "0",
+        transport: Transport = "tcp",
+        open_timeout_s: float = 5.0,
+        read_timeout_s: float = 5.0,
+        stall_timeout_s: float = 5.0,
+        reconnect: bool = True,
+        max_attempts: int | None = None,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 10.0,
+        jitter: float = 0.2,
+        capacity: int = 8,
+    ) -> None:
+        check_rtsp_url(url, "RTSP source")
+        if transport not in ("tcp", "udp"):
+            raise ConfigError(f"RTSP source transport must be 'tcp' or 'udp', got {transport!r}")
+        for name, value in (
+            ("open_timeout_s", open_timeout_s),
+            ("read_timeout_s", read_timeout_s),
+            ("stall_timeout_s", stall_timeout_s),
+        ):
+            if value <= 0:
+                raise ConfigError(f"RTSP source {name} must be positive seconds, got {value}")
+        check_backoff(backoff_initial_s, backoff_max_s, jitter, max_attempts, "RTSP source")
+        super().__init__(stream_id, capacity, DropPolicy.DROP_OLDEST)
+        self.url = url
+        self.transport = transport
+        self.open_timeout_s = open_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self.reconnect = reconnect
+        self.max_attempts = max_attempts
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.jitter = jitter
+        self._shown = redact_url(url)
+        self._rng = random.Random()
+        self._container: InputContainer | None = None
+        # Counters are written by the decode thread and read from the event loop.
+        self._lock = threading.Lock()
+        self._state = RtspState.CONNECTING
+        self._attempts = 0
+        self._connects = 0
+        self._frames_decoded = 0
+        self._last_error: str | None = None
+
+    def rtsp_stats(self) -> RtspSourceStats:
+        with self._lock:
+            return RtspSourceStats(
+                url=self._shown,
+                state=self._state,
+                attempts=self._attempts,
+                connects=self._connects,
+                reconnects=max(0, self._connects - 1),
+                frames=self._frames_decoded,
+                last_error=self._last_error,
+            )
+
+    def _open(self) -> StreamInfo:
+        container = self._connect()
+        if container is None:
+            raise SourceError(f"RTSP source {self._shown} was closed before it connected")
+        stream = container.streams.video[0]
+        fps = stream.average_rate or stream.guessed_rate
+        if not fps:
+            log.warning("RTSP stream %s states no frame rate; assuming %s fps", self._shown, DEFAULT_FPS)
+            fps = DEFAULT_FPS
+        return StreamInfo(
+            width=stream.width,
+            height=stream.height,
+            fps=Fraction(fps),
+            time_base=Fraction(stream.time_base) if stream.time_base else 1 / Fraction(fps),
+            frame_count=None,
+            live=True,
+        )
+
+    def _frames(self) -> Iterator[Frame]:
+        index = 0
+        fresh = False
+        while not self._stop.is_set():
+            container = self._container
+            if container is None:
+                container = self._connect()
+                if container is None:
+                    return
+                fresh = True
+            stream = container.streams.video[0]
+            time_base = Fraction(stream.time_base) if stream.time_base else 1 / DEFAULT_FPS
+            ended = False
+            try:
+                for av_frame in self._decode(container):
+                    pixels = np.ascontiguousarray(av_frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                    arrival = time.monotonic()
+                    with self._lock:
+                        self._frames_decoded += 1
+                    yield Frame(
+                        pixels, index, av_frame.pts, time_base, arrival, self.stream_id, discontinuity=fresh
+                    )
+                    fresh = False
+                    index += 1
+                if self._stop.is_set():
+                    return
+                ended, reason = True, "the server ended the stream"
+            except _Stalled:
+                reason = f"no frame decoded for {self.stall_timeout_s} s"
+            except av.error.ExitError:
+                reason = f"no data for {self.stall_timeout_s} s"
+            except av.error.FFmpegError as exc:
+                reason = ffmpeg_reason(exc)
+            self._drop(reason)
+            if self.reconnect or self._stop.is_set():
+                continue
+            if ended:
+                return
+            raise SourceError(
+                f"RTSP stream {self._shown} failed after {index} frames: {reason}; check the server, "
+                "or set reconnect to keep retrying"
+            )
+
+    def _decode(self, container: InputContainer) -> Iterator[VideoFrame]:
+        stream = container.streams.video[0]
+        last = time.monotonic()
+        for packet in container.demux(stream):
+            if self._stop.is_set():
+                return
+            try:
+                frames = packet.decode()
+            except av.error.InvalidDataError:
+                frames = []  # a damaged packet of a live stream: the next keyframe repairs the picture
+            for av_frame in frames:
+                last = time.monotonic()
+                with self._lock:
+                    self._state = RtspState.LIVE
+                yield av_frame
+            if time.monotonic() - last > self.stall_timeout_s:
+                raise _Stalled
+
+    def _connect(self) -> InputContainer | None:
+        """The next open connection, after as many attempts as the policy allows; None once stopped."""
+        failures = 0
+        delays = backoff_delays(self.backoff_initial_s, self.backoff_max_s, self.jitter, self._rng)
+        options = {
+            "rtsp_transport": self.transport,
+            "timeout": str(round(self.read_timeout_s * 1_000_000)),
+            "analyzeduration": "100000",
+        }
+        while not self._stop.is_set():
+            with self._lock:
+                self._state = RtspState.CONNECTING
+                self._attempts += 1
+            try:
+                container = av.open(
+                    self.url, options=options, timeout=(self.open_timeout_s, self.stall_timeout_s)
+                )
+            except av.error.FFmpegError as exc:
+                reason = ffmpeg_reason(exc)
+            else:
+                video = container.streams.video
+                if video and video[0].width > 0 and video[0].height > 0:
+                    video[0].thread_type = "SLICE"  # frame threads would hold frames back: latency
+                    self._container = container
+                    with self._lock:
+                        self._connects += 1
+                    log.info("RTSP source %s connected", self._shown)
+                    return container
+                container.close()
+                reason = "the stream has no video track" if not video else "the stream states no picture size"
+            failures += 1
+            with self._lock:
+                self._last_error = reason
+            if not self.reconnect:
+                raise SourceError(
+                    f"cannot play RTSP stream {self._shown}: {reason}; check that the server is running and "
+                    "the URL is right, or set reconnect to keep retrying"
+                )
+            if self.max_attempts is not None and failures >= self.max_attempts:
+                raise SourceError(
+                    f"cannot play RTSP stream {self._shown}: gave up after {failures} attempts, the last "
+                    f"failing with: {reason}; check that the server is running and the URL is right, or "
+                    "raise max_attempts"
+                )
+            delay = next(delays)
+            log.warning("RTSP source %s: %s; retrying in %.1f s", self._shown, reason, delay)
+            if self._stop.wait(delay):
+                break
+        return None
+
+    def _drop(self, reason: str) -> None:
+        """Close the current connection after it failed, stalled or ended."""
+        log.warning("RTSP source %s lost its stream: %s", self._shown, reason)
+        with self._lock:
+            self._state = RtspState.STALLED
+            self._last_error = reason
+        self._release()
+
+    def _release(self) -> None:
+        container, self._container = self._container, None
+        if container is not None:
+            try:
+                container.close()
+            except av.error.FFmpegError as exc:
+                log.debug("closing RTSP stream %s: %s", self._shown, ffmpeg_reason(exc))
+
+    def _close(self) -> None:
+        self._release()
+        with self._lock:
+            self._state = RtspState.CLOSED

@@ -1,0 +1,433 @@
+"""An aiohttp server for WHIP ingest, WHEP playback and a built-in viewer page, on the pipeline's loop.
+
+Routes (``{stream}`` is a stream id declared by a :class:`~streamer.webrtc.source.WhipSource` or
+:class:`~streamer.webrtc.sink.WhepSink`; anything else is a 404):
+
+- ``POST /whip/{stream}`` (SDP offer) -> 201, SDP answer, ``Location: /whip/{stream}/{session}``; one
+  publisher per stream, a second gets 409. ``DELETE`` the Location to leave.
+- ``POST /whep/{stream}`` -> 201 likewise, any number of players; ``{stream}.original`` plays the
+  frames as they entered the pipeline. ``DELETE`` the Location to stop.
+- ``PATCH`` on a session: 405, trickle ICE is not supported (the offer must carry its candidates).
+- ``GET /`` and ``GET /view/{stream}``: the viewer (publish the browser camera, play both streams).
+
+Every refusal is a 4xx with a one-line text reason. With a token configured, WHIP and WHEP requests
+need ``Authorization: Bearer <token>``; a server reachable from other machines refuses to start
+without one. Peers gather host candidates only on ``ice_addresses`` and use no STUN server unless given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import importlib.resources
+import logging
+import re
+import secrets
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from aiohttp import web
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
+
+from streamer.errors import ConfigError
+from streamer.webrtc.ice import (
+    check_addresses,
+    default_ice_addresses,
+    is_loopback,
+    restrict_host_addresses,
+    rtc_configuration,
+)
+from streamer.webrtc.sink import FrameHub, PlayerTrack
+
+__all__ = ["Ingest", "WebRtcServer"]
+
+log = logging.getLogger(__name__)
+
+_STREAM_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_DIRECTIONS = ("sendrecv", "sendonly", "recvonly", "inactive")
+_Kind = Literal["whip", "whep"]
+
+
+class Ingest(Protocol):
+    """What the server hands a WHIP publisher's video to; :class:`WhipSource` is one."""
+
+    def attach(self, track: MediaStreamTrack) -> None:
+        """A publisher's video track, once its offer is answered."""
+
+    def detach(self) -> None:
+        """That publisher left: it sent DELETE, or its connection failed, closed or never came up."""
+
+
+@dataclass(eq=False)
+class _Session:
+    id: str
+    kind: _Kind
+    stream: str
+    pc: RTCPeerConnection
+    track: PlayerTrack | None = None
+    timer: asyncio.TimerHandle | None = None
+    attached: bool = False
+    """A WHIP session whose track the ingest took, and so must be told when it ends."""
+    ended: bool = False
+
+
+def _offer_problem(sdp: str, kind: _Kind) -> str | None:
+    """Why ``sdp`` cannot be a WHIP (publisher sends video) or WHEP (player receives video) offer."""
+    lines = [line.strip() for line in sdp.splitlines()]
+    if not lines or lines[0] != "v=0":
+        return "the body is not an SDP offer: it must start with 'v=0'"
+    sections: list[list[str]] = []
+    for line in lines:
+        if line.startswith("m="):
+            sections.append([line])
+        elif sections:
+            sections[-1].append(line)
+    video = next((s for s in sections if s[0].startswith("m=video ")), None)
+    if video is None:
+        return "the offer has no video m-line; offer one video track"
+    if not any(line.startswith("a=fingerprint:") for line in lines):
+        return "the offer has no DTLS fingerprint (a=fingerprint:); WebRTC media must be encrypted"
+    direction = next((d for d in _DIRECTIONS if f"a={d}" in video), "sendrecv")
+    wanted = ("sendrecv", "sendonly") if kind == "whip" else ("sendrecv", "recvonly")
+    if direction not in wanted:
+        role = "WHIP publisher must send video" if kind == "whip" else "WHEP player must receive video"
+        return f"the offer's video is {direction!r}; a {role} ({wanted[1]})"
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "no detail"
+
+
+class WebRtcServer:
+    """WHIP/WHEP endpoints for the pipeline's streams; ``await start()``, ``await stop()``.
+
+    ``port=0`` binds a free port (see :attr:`url`). ``ice_addresses`` None offers the bind address
+    (127.0.0.1 for loopback, every interface for a wildcard bind). A session that has not connected
+    within ``connect_timeout_s`` is ended, so a stale offer cannot hold a stream's publisher slot.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        token: str | None = None,
+        ice_addresses: list[str] | None = None,
+        max_body_bytes: int = 64 * 1024,
+        *,
+        stun_servers: tuple[str, ...] = (),
+        connect_timeout_s: float = 20.0,
+    ) -> None:
+        if not token and not is_loopback(host):
+            raise ConfigError(
+                f"webrtc.host is {host!r}, reachable from other machines, but no token is set; set "
+                "webrtc.token (clients then send 'Authorization: Bearer <token>') or bind to 127.0.0.1"
+            )
+        if max_body_bytes < 1024:
+            raise ConfigError(f"webrtc.max_body_bytes is {max_body_bytes}; an SDP offer needs at least 1024")
+        self.host = host
+        self._port = port
+        self._token = token or None
+        self._ice = (
+            check_addresses(ice_addresses) if ice_addresses is not None else default_ice_addresses(host)
+        )
+        self._max_body = max_body_bytes
+        self._stun = stun_servers
+        self._connect_timeout = connect_timeout_s
+        self._viewer = importlib.resources.files(__package__).joinpath("viewer.html").read_text("utf-8")
+        self._ingests: dict[str, Ingest] = {}
+        self._hubs: dict[str, FrameHub] = {}
+        self._publishers: dict[str, _Session] = {}
+        self._sessions: dict[str, _Session] = {}
+        self._runner: web.AppRunner | None = None
+        self._ending: set[asyncio.Task[None]] = set()
+        self.app = web.Application(client_max_size=max_body_bytes)
+        self.app.on_shutdown.append(self._on_shutdown)
+        self.app.add_routes(
+            [
+                web.get("/", self._view),
+                web.get("/view/{stream}", self._view),
+                web.post("/whip/{stream}", self._whip),
+                web.post("/whep/{stream}", self._whep),
+                web.delete("/{kind:whip|whep}/{stream}/{session}", self._delete),
+                web.patch("/{kind:whip|whep}/{stream}/{session}", self._patch),
+            ]
+        )
+
+    @property
+    def url(self) -> str:
+        """The base URL, with the bound port once started."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self._port}"
+
+    async def start(self) -> None:
+        """Bind and serve; raises ConfigError naming the address when it cannot be bound."""
+        if self._runner is not None:
+            return
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"cannot listen on {self.host}:{self._port} ({exc.strerror}); choose another webrtc.port "
+                "or webrtc.host"
+            ) from None
+        self._port = sock.getsockname()[1]
+        runner = web.AppRunner(self.app, access_log=None)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        self._runner = runner
+        log.info("WHIP/WHEP server on %s (ICE addresses %s)", self.url, self._ice or "all interfaces")
+
+    async def stop(self) -> None:
+        """End every session and stop serving; safe to call twice."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        else:
+            await self._end_all()
+
+    def declare_ingest(self, stream: str, ingest: Ingest) -> None:
+        """Accept WHIP publishers for ``stream``; raises ConfigError if it is taken or malformed."""
+        self._check_id(stream, taken=stream in self._ingests, what="WHIP source")
+        self._ingests[stream] = ingest
+
+    async def release_ingest(self, stream: str) -> None:
+        """Stop accepting publishers for ``stream`` and end the current one."""
+        self._ingests.pop(stream, None)
+        session = self._publishers.get(stream)
+        if session is not None:
+            await self._end(session)
+
+    def declare_playback(self, name: str) -> FrameHub:
+        """Make ``name`` playable over WHEP; returns the hub its frames are published to."""
+        self._check_id(name, taken=name in self._hubs, what="WHEP stream")
+        hub = self._hubs[name] = FrameHub(name)
+        return hub
+
+    async def release_playback(self, name: str) -> None:
+        """Stop serving ``name`` and end its players' sessions."""
+        hub = self._hubs.pop(name, None)
+        if hub is None:
+            return
+        await asyncio.gather(
+            *(self._end(s) for s in tuple(self._sessions.values()) if s.kind == "whep" and s.stream == name)
+        )
+        hub.close()
+
+    def _check_id(self, stream: str, taken: bool, what: str) -> None:
+        if not _STREAM_ID.fullmatch(stream):
+            raise ConfigError(
+                f"stream id {stream!r} is not usable in a URL path; use letters, digits, '_', '.' and '-'"
+            )
+        if taken:
+            raise ConfigError(f"a {what} for stream {stream!r} already exists on this server; use another id")
+
+    # HTTP handlers
+
+    async def _view(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text=self._viewer,
+            content_type="text/html",
+            headers={
+                "Content-Security-Policy": (
+                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                    "connect-src 'self'; media-src 'self' blob:"
+                ),
+                "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-store",
+            },
+        )
+
+    async def _whip(self, request: web.Request) -> web.Response:
+        stream = request.match_info["stream"]
+        self._authorize(request)
+        ingest = self._ingests.get(stream)
+        if ingest is None:
+            raise self._unknown("WHIP source", stream, self._ingests)
+        offer = await self._read_offer(request, "whip")
+        held = self._publishers.get(stream)
+        if held is not None:
+            raise web.HTTPConflict(
+                text=f"stream {stream!r} already has a publisher; it must leave (DELETE its session URL) or "
+                "disconnect first\n"
+            )
+        session = self._open_session("whip", stream)
+        self._publishers[stream] = session
+        answer, video = await self._negotiate(session, offer, "recvonly")
+        ingest = self._ingests.get(stream)
+        if ingest is None or session.ended:  # the source was closed while the offer was being answered
+            await self._end(session)
+            raise self._unknown("WHIP source", stream, self._ingests)
+        ingest.attach(video.receiver.track)
+        session.attached = True
+        return self._created(session, answer)
+
+    async def _whep(self, request: web.Request) -> web.Response:
+        stream = request.match_info["stream"]
+        self._authorize(request)
+        hub = self._hubs.get(stream)
+        if hub is None:
+            raise self._unknown("WHEP stream", stream, self._hubs)
+        offer = await self._read_offer(request, "whep")
+        session = self._open_session("whep", stream)
+        session.track = hub.subscribe()
+        answer, _ = await self._negotiate(session, offer, "sendonly")
+        if session.ended:  # the stream was released while the offer was being answered
+            raise self._unknown("WHEP stream", stream, self._hubs)
+        return self._created(session, answer)
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        session = self._session_of(request)
+        await self._end(session)
+        return web.Response(text="session ended\n")
+
+    async def _patch(self, request: web.Request) -> web.Response:
+        self._session_of(request)
+        raise web.HTTPMethodNotAllowed(
+            "PATCH",
+            ["DELETE"],
+            text="trickle ICE is not supported; send the offer once ICE gathering is complete\n",
+        )
+
+    # helpers
+
+    def _authorize(self, request: web.Request) -> None:
+        if self._token is None:
+            return
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+        given = credentials.strip().encode()
+        if scheme.lower() == "bearer" and hmac.compare_digest(given, self._token.encode()):
+            return
+        error = ', error="invalid_token"' if scheme else ""
+        raise web.HTTPUnauthorized(
+            headers={"WWW-Authenticate": f'Bearer realm="streamer"{error}'},
+            text="missing or wrong bearer token; send 'Authorization: Bearer <token>'\n",
+        )
+
+    def _unknown(self, what: str, stream: str, known: Iterable[str]) -> web.HTTPNotFound:
+        names = ", ".join(sorted(known)) or "none"
+        return web.HTTPNotFound(text=f"no {what} for stream {stream!r}; this server has: {names}\n")
+
+    def _session_of(self, request: web.Request) -> _Session:
+        self._authorize(request)
+        kind, stream, sid = (request.match_info[k] for k in ("kind", "stream", "session"))
+        session = self._sessions.get(sid)
+        if session is None or session.kind != kind or session.stream != stream:
+            raise web.HTTPNotFound(text=f"no {kind.upper()} session {sid!r} on stream {stream!r}\n")
+        return session
+
+    async def _read_offer(self, request: web.Request, kind: _Kind) -> str:
+        if request.content_type != "application/sdp":
+            raise web.HTTPUnsupportedMediaType(
+                text=f"expected Content-Type: application/sdp, got {request.content_type!r}\n"
+            )
+        too_large = web.HTTPRequestEntityTooLarge(
+            self._max_body,
+            request.content_length or self._max_body + 1,
+            text=f"the offer is larger than {self._max_body} bytes; an SDP offer is a few KiB\n",
+        )
+        if request.content_length is not None and request.content_length > self._max_body:
+            raise too_large
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large from None
+        try:
+            sdp = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise web.HTTPBadRequest(text="the body is not UTF-8 text; send an SDP offer\n") from None
+        problem = _offer_problem(sdp, kind)
+        if problem is not None:
+            raise web.HTTPBadRequest(text=problem + "\n")
+        return sdp
+
+    def _open_session(self, kind: _Kind, stream: str) -> _Session:
+        pc = RTCPeerConnection(rtc_configuration(self._stun))
+        session = _Session(secrets.token_urlsafe(16), kind, stream, pc)
+        self._sessions[session.id] = session
+        session.timer = asyncio.get_running_loop().call_later(self._connect_timeout, self._expire, session)
+
+        @session.pc.on("connectionstatechange")
+        def changed() -> None:
+            state = session.pc.connectionState
+            if state == "connected" and session.timer is not None:
+                session.timer.cancel()
+            elif state in ("failed", "closed"):
+                self._end_soon(session)
+
+        return session
+
+    def _expire(self, session: _Session) -> None:
+        if session.pc.connectionState != "connected":
+            log.info("%s session %s on %s did not connect in time", session.kind, session.id, session.stream)
+            self._end_soon(session)
+
+    def _end_soon(self, session: _Session) -> None:
+        """End a session from a callback; the task is kept until done so it is neither lost nor leaked."""
+        task = asyncio.get_running_loop().create_task(self._end(session))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    async def _negotiate(
+        self, session: _Session, offer: str, direction: Literal["recvonly", "sendonly"]
+    ) -> tuple[str, RTCRtpTransceiver]:
+        """Answer ``offer`` with its first video m-line ``direction`` and every other one inactive.
+
+        Any failure ends the session and becomes a 400 carrying aiortc's reason.
+        """
+        pc = session.pc
+        try:
+            with restrict_host_addresses(self._ice):
+                await pc.setRemoteDescription(RTCSessionDescription(sdp=offer, type="offer"))
+                transceivers = pc.getTransceivers()
+                video = next((t for t in transceivers if t.kind == "video"), None)
+                if video is None:
+                    raise ValueError("aiortc found no video m-line it can answer")
+                for other in transceivers:
+                    other.direction = direction if other is video else "inactive"
+                if session.track is not None:
+                    video.sender.replaceTrack(session.track)
+                await pc.setLocalDescription(await pc.createAnswer())
+        except Exception as exc:  # aiortc reports malformed SDP with many exception types
+            await self._end(session)
+            reason = _one_line(str(exc) or type(exc).__name__)
+            raise web.HTTPBadRequest(text=f"cannot answer the offer: {reason}\n") from None
+        return pc.localDescription.sdp, video
+
+    def _created(self, session: _Session, answer: str) -> web.Response:
+        log.info("%s session %s on stream %s", session.kind.upper(), session.id, session.stream)
+        return web.Response(
+            status=201,
+            text=answer,
+            content_type="application/sdp",
+            headers={"Location": f"/{session.kind}/{session.stream}/{session.id}"},
+        )
+
+    async def _end(self, session: _Session) -> None:
+        if session.ended:
+            return
+        session.ended = True
+        if session.timer is not None:
+            session.timer.cancel()
+        self._sessions.pop(session.id, None)
+        if session.kind == "whip" and self._publishers.get(session.stream) is session:
+            del self._publishers[session.stream]
+            ingest = self._ingests.get(session.stream)
+            if ingest is not None and session.attached:
+                ingest.detach()
+        if session.track is not None:
+            session.track.stop()
+        await session.pc.close()
+        log.info("%s session %s on stream %s ended", session.kind.upper(), session.id, session.stream)
+
+    async def _end_all(self) -> None:
+        await asyncio.gather(*(self._end(s) for s in tuple(self._sessions.values())), *self._ending)
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await self._end_all()

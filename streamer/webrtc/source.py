@@ -1,0 +1,203 @@
+"""WHIP ingest: the video track a WebRTC publisher sends to ``POST /whip/{stream}``, as Frames.
+
+aiortc decodes into an unbounded queue per track, so a reader task drains the publisher's track as
+fast as frames come and hands them to a bounded DROP_OLDEST channel: a pipeline that falls behind loses
+the oldest frames, counted, instead of growing memory and latency. The YUV -> RGB conversion happens
+in a worker thread in :meth:`WhipSource.recv`, only for frames the pipeline takes.
+
+A publisher may leave and another come: the source keeps waiting (the next frame is flagged as a
+discontinuity, so no window spans the two) unless built with ``end_on_unpublish=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+import av
+import numpy as np
+from aiortc import MediaStreamTrack
+from aiortc.mediastreams import MediaStreamError
+
+from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.errors import EndOfStream, SourceError
+from streamer.frame import Frame, Pixels, StreamInfo
+from streamer.sources.base import Source
+from streamer.webrtc.sink import FrameHub
+
+if TYPE_CHECKING:
+    from streamer.webrtc.server import WebRtcServer
+
+__all__ = ["ORIGINAL_SUFFIX", "WhipSource"]
+
+log = logging.getLogger(__name__)
+
+ORIGINAL_SUFFIX = ".original"
+"""``/whep/{stream}.original`` plays the frames as they entered the pipeline, for side-by-side views."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrival:
+    video: av.VideoFrame
+    arrival: float
+    publisher: int
+    """Which publisher (counted from 0 for this source) sent it; a change is a discontinuity."""
+
+
+def _fraction(time_base: Fraction | None) -> Fraction:
+    """aiortc stamps received video in 1/90000; a frame without a time base is taken to be so too."""
+    return Fraction(1, 90000) if time_base is None else Fraction(time_base.numerator, time_base.denominator)
+
+
+def _rgb(video: av.VideoFrame) -> Pixels:
+    pixels: Pixels = np.ascontiguousarray(video.to_ndarray(format="rgb24"), dtype=np.uint8)
+    return pixels
+
+
+class WhipSource(Source):
+    """Frames published to ``stream_id`` on ``server``; ``open`` waits for the first one.
+
+    ``open_timeout_s`` bounds that wait (None: wait forever). ``relay_original`` also makes the frames
+    playable, unenhanced, at ``/whep/{stream_id}.original``.
+    """
+
+    def __init__(
+        self,
+        server: WebRtcServer,
+        stream_id: str = "0",
+        *,
+        open_timeout_s: float | None = 30.0,
+        end_on_unpublish: bool = False,
+        capacity: int = 8,
+        fps: Fraction = Fraction(30),
+        relay_original: bool = True,
+    ) -> None:
+        self.stream_id = stream_id
+        self._server = server
+        self._open_timeout = open_timeout_s
+        self._end_on_unpublish = end_on_unpublish
+        self._fps = fps
+        self._channel: Channel[_Arrival] = Channel(capacity, DropPolicy.DROP_OLDEST, name=f"whip:{stream_id}")
+        self._reader: asyncio.Task[None] | None = None
+        self._publishers = 0
+        self._first: _Arrival | None = None
+        self._last: tuple[int, int, int] | None = None
+        """(publisher, width, height) of the last frame delivered."""
+        self._index = 0
+        self._info: StreamInfo | None = None
+        self._closed = False
+        server.declare_ingest(stream_id, self)
+        self._original: FrameHub | None = (
+            server.declare_playback(stream_id + ORIGINAL_SUFFIX) if relay_original else None
+        )
+
+    @property
+    def info(self) -> StreamInfo:
+        if self._info is None:
+            raise RuntimeError(f"source {self.stream_id!r} is not open; await open() first")
+        return self._info
+
+    def attach(self, track: MediaStreamTrack) -> None:
+        """Called by the server with a new publisher's video track; replaces any previous reader."""
+        if self._reader is not None:
+            self._reader.cancel()
+        publisher = self._publishers
+        self._publishers += 1
+        self._reader = asyncio.get_running_loop().create_task(
+            self._read(track, publisher), name=f"whip-reader-{self.stream_id}"
+        )
+
+    def detach(self) -> None:
+        """Called by the server when the publisher left; frames already in the channel are still read."""
+        if self._reader is not None:
+            self._reader.cancel()
+            self._reader = None
+        if self._end_on_unpublish:
+            self.interrupt()
+
+    def interrupt(self) -> None:
+        """Stop waiting for publishers: ``recv`` returns what is queued, then raises EndOfStream.
+
+        This is how a pipeline blocked on a stream nobody publishes to is stopped (SIGINT, tests).
+        """
+        self._channel.close()
+
+    async def _read(self, track: MediaStreamTrack, publisher: int) -> None:
+        try:
+            while True:
+                video = await track.recv()
+                if not isinstance(video, av.VideoFrame):
+                    continue
+                if self._channel.closed:
+                    return
+                self._channel.put_nowait(_Arrival(video, time.monotonic(), publisher))
+        except MediaStreamError:
+            log.info("stream %s: publisher %d's track ended", self.stream_id, publisher)
+
+    async def open(self) -> StreamInfo:
+        if self._info is not None:
+            return self._info
+        try:
+            first = await asyncio.wait_for(self._channel.get(), self._open_timeout)
+        except TimeoutError:
+            raise SourceError(
+                f"no publisher sent video to WHIP stream {self.stream_id!r} "
+                f"({self._server.url}/whip/{self.stream_id}) within {self._open_timeout} s; start the "
+                "publisher first or raise the open timeout"
+            ) from None
+        except EndOfStream:
+            raise SourceError(f"WHIP stream {self.stream_id!r} ended before any frame arrived") from None
+        self._first = first
+        self._info = StreamInfo(
+            width=first.video.width,
+            height=first.video.height,
+            fps=self._fps,
+            time_base=_fraction(first.video.time_base),
+            live=True,
+        )
+        return self._info
+
+    async def recv(self) -> Frame:
+        if self._info is None:
+            raise RuntimeError(f"source {self.stream_id!r} is not open; await open() first")
+        item = self._first if self._first is not None else await self._channel.get()
+        self._first = None
+        video = item.video
+        pixels = await asyncio.to_thread(_rgb, video)
+        shape = (item.publisher, video.width, video.height)
+        frame = Frame(
+            pixels=pixels,
+            index=self._index,
+            pts=video.pts,
+            time_base=_fraction(video.time_base),
+            arrival=item.arrival,
+            stream_id=self.stream_id,
+            discontinuity=self._last is not None and shape != self._last,
+        )
+        self._last = shape
+        self._index += 1
+        if self._original is not None:
+            self._original.publish(frame)
+        return frame
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.interrupt()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        await self._server.release_ingest(self.stream_id)
+        if self._original is not None:
+            await self._server.release_playback(self.stream_id + ORIGINAL_SUFFIX)
+
+    def stats(self) -> ChannelStats:
+        return self._channel.stats()

@@ -1,0 +1,107 @@
+"""The built-in viewer in a real headless Chromium: publish its fake camera over WHIP, play both panes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from playwright.async_api import async_playwright
+
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.core.gate import MotionGate
+from streamer.core.windower import Windower
+from streamer.frame import Frame
+from streamer.pipeline import Outcome, Pipeline
+from streamer.webrtc import WebRtcServer, WhepSink, WhipSource
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+CHROMIUM = "/usr/bin/chromium"
+TOKEN = "browser-test-token"
+# RECIPES.md: what Debian's Chromium needs here, plus a fake camera and loopback ICE candidates.
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--use-fake-device-for-media-stream",
+    "--use-fake-ui-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+    "--allow-loopback-in-peer-connection",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"{CHROMIUM} is missing; CI installs it with: apt-get install chromium fonts-liberation")
+    return CHROMIUM
+
+
+def test_viewer_publishes_the_camera_and_plays_the_enhanced_stream(chromium: str, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        server = WebRtcServer(port=0, token=TOKEN, connect_timeout_s=15.0)
+        await server.start()
+        source = WhipSource(server, "cam", open_timeout_s=30.0)
+        sink = WhepSink(server, "cam")
+        outcomes: list[Outcome] = []
+
+        def keep(src: Frame, out: Frame, outcome: Outcome) -> None:
+            outcomes.append(outcome)
+
+        pipeline = Pipeline(
+            source, sink, OnnxBackend(DEFAULT_MODEL, threads=1), Windower(5), MotionGate(), on_output=keep
+        )
+        running = asyncio.create_task(pipeline.run())
+        console: list[str] = []
+        try:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch_persistent_context(
+                    str(tmp_path / "profile"), executable_path=chromium, headless=True, args=FLAGS
+                )
+                page = browser.pages[0] if browser.pages else await browser.new_page()
+                page.on("console", lambda message: console.append(message.text))
+                await page.goto(f"{server.url}/view/cam?token={TOKEN}&width=320&height=240")
+                assert await page.input_value("#token") == TOKEN
+                assert "token" not in page.url
+                await page.click("#publish")
+                await page.click("#play")
+                await page.wait_for_function(  # enough frames in both panes, or the page reported an error
+                    "() => (window.viewerStats.enhanced >= 30 && window.viewerStats.original >= 30)"
+                    " || document.querySelector('#status .error')",
+                    timeout=45_000,
+                )
+                size = await page.evaluate(
+                    "() => ['original', 'enhanced'].map(id => [document.getElementById(id).videoWidth,"
+                    " document.getElementById(id).videoHeight])"
+                )
+                errors = await page.eval_on_selector_all(
+                    "#status .error", "lines => lines.map(l => l.textContent)"
+                )
+                await page.click("#stop")
+                await page.wait_for_function(
+                    "() => document.getElementById('status').innerText.includes('stopped')"
+                )
+                await browser.close()
+            assert errors == [], console
+        except BaseException:
+            running.cancel()
+            with contextlib.suppress(BaseException):
+                await running
+            await server.stop()
+            raise
+        source.interrupt()
+        report = await asyncio.wait_for(running, 30)
+        await server.stop()
+
+        assert size == [[source.info.width, source.info.height]] * 2, (size, console)
+        assert report.frames_out >= 30
+        assert report.model_calls > 0
+        assert outcomes.count(Outcome.ENHANCED) > 0
+
+    asyncio.run(scenario())

@@ -1,0 +1,316 @@
+"""RTSP in and out with real peers: GStreamer's RTSP server, a PyAV camera and an independent PyAV player.
+
+camera (testsrc2 640x360 @ 30 fps, frame number stamped in) -> server /cam -> RtspSource -> Pipeline
+(shipped model, T=5, gate on) -> RtspSink -> server /out -> reader, which decodes the frame numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+import traceback
+from fractions import Fraction
+
+import pytest
+
+from streamer import framecode
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.core.gate import MotionGate
+from streamer.core.windower import Windower
+from streamer.errors import SinkError, SourceError
+from streamer.frame import StreamInfo
+from streamer.pipeline import Pipeline, PipelineReport, SkipAction
+from streamer.sinks.rtsp import RtspSink, RtspSinkState
+from streamer.sources.rtsp import RtspSource, RtspState
+from tests.factories import make_frame
+from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, free_port, until
+
+pytestmark = pytest.mark.slow
+
+FRAMES = 300
+SECRET = "s3cret-pw"
+
+
+def build(source: RtspSource, sink: RtspSink) -> Pipeline:
+    # Gate on, but a skipped window passes its own frame through: reusing the last enhanced frame would
+    # also reuse its stamped number, and the reader could not tell order from repetition.
+    return Pipeline(
+        source,
+        sink,
+        OnnxBackend(DEFAULT_MODEL),
+        Windower(5),
+        MotionGate(),
+        on_skip=SkipAction.PASSTHROUGH,
+        max_batch=4,
+    )
+
+
+async def start(
+    server: RtspServer, reader: Reader, pipeline: Pipeline, camera: Publisher
+) -> asyncio.Task[PipelineReport]:
+    """Player, streamer and camera up in that order, each waiting at the server for the one before.
+
+    A player that arrives before its publisher gets the stream from its first frame; one that arrives
+    later waits for the next keyframe and misses the frames before it. Starting downstream first is
+    what makes 'every frame' an exact expectation.
+    """
+    reader.start()
+    await asyncio.to_thread(server.wait_for, "play out")
+    running = asyncio.create_task(pipeline.run())
+    await asyncio.to_thread(server.wait_for, "play cam")
+    camera.start()
+    return running
+
+
+async def finish(
+    pipeline: Pipeline, source: RtspSource, running: asyncio.Task[PipelineReport]
+) -> PipelineReport:
+    """A live source never ends by itself: stop ingest, close the source, let what is in flight drain."""
+    pipeline.stop()
+    await source.aclose()
+    return await asyncio.wait_for(running, 20)
+
+
+def codes_of(reader: Reader) -> list[int | None]:
+    return [code for code, _ in reader.snapshot()]
+
+
+def test_every_camera_frame_reaches_an_independent_reader_in_order(rtsp_server: RtspServer) -> None:
+    reader = Reader(rtsp_server.url("out"), reconnect=False)
+    camera = Publisher(rtsp_server.publish_url("cam"), frames=FRAMES)
+    source = RtspSource(rtsp_server.url("cam"), capacity=64)
+    sink = RtspSink(rtsp_server.publish_url("out"), bitrate=2_000_000, gop=30)
+    pipeline = build(source, sink)
+
+    async def scenario() -> PipelineReport:
+        running = await start(rtsp_server, reader, pipeline, camera)
+        await until(lambda: pipeline.counters()["in"] >= FRAMES or running.done(), 40, "300 frames in")
+        report = await finish(pipeline, source, running)
+        # The sink's TEARDOWN ends the relay's /out session: the reader has seen everything once it ends.
+        await until(lambda: reader.ends >= 1, 10, "the reader's session to end")
+        return report
+
+    try:
+        report = asyncio.run(scenario())
+    finally:
+        reader.stop()
+        camera.stop()
+    assert camera.error is None
+    assert camera.skipped == 0
+    assert source.info.live
+    assert (source.info.width, source.info.height) == (640, 360)
+    assert report.source_dropped == 0
+    assert report.frames_in == report.frames_out == FRAMES
+    assert report.model_calls > 0
+    assert sink.frames_written == FRAMES
+    assert sink.frames_dropped == 0
+    codes = codes_of(reader)
+    assert None not in codes
+    assert codes == list(range(FRAMES))  # all of them, strictly increasing
+    latency = [arrival - camera.sent[code] for code, arrival in reader.snapshot() if code is not None]
+    print(
+        f"camera -> relay -> streamer -> relay -> reader: p50 {statistics.median(latency) * 1000:.0f} ms; "
+        f"inside the pipeline (arrival -> sent) p50 {report.latency_p50_ms:.0f} ms"
+    )
+
+
+def test_server_restart_mid_stream_reconnects_and_frames_flow_again(rtsp_server: RtspServer) -> None:
+    reader = Reader(rtsp_server.url("out"))
+    camera = Publisher(rtsp_server.publish_url("cam"))
+    source = RtspSource(rtsp_server.url("cam"), stall_timeout_s=3.0, backoff_initial_s=0.2, backoff_max_s=1.0)
+    sink = RtspSink(rtsp_server.publish_url("out"), backoff_initial_s=0.2, backoff_max_s=1.0)
+    pipeline = build(source, sink)
+    measured: dict[str, float] = {}
+
+    async def scenario() -> PipelineReport:
+        running = await start(rtsp_server, reader, pipeline, camera)
+        await until(lambda: len(reader.snapshot()) >= 30, 20, "30 frames at the reader")
+        rtsp_server.kill()
+        await until(lambda: reader.ends >= 1, 10, "the reader to lose the server")
+        await until(lambda: source.rtsp_stats().state is not RtspState.LIVE, 10, "the source to notice")
+        before = max(code for code in codes_of(reader) if code is not None)
+        await asyncio.to_thread(rtsp_server.restart)
+        back = time.monotonic()
+        flowing = await until(
+            lambda: any(code is not None and code > before for code in codes_of(reader)) or running.done(),
+            15,
+            "new frames at the reader after the restart",
+        )
+        assert not running.done(), "the pipeline stopped when the server went away"
+        measured["resume_s"] = flowing - back
+        resumed = len(reader.snapshot())
+        await until(lambda: len(reader.snapshot()) >= resumed + 15, 10, "frames to keep coming")
+        return await finish(pipeline, source, running)
+
+    try:
+        report = asyncio.run(scenario())
+    finally:
+        reader.stop()
+        camera.stop()
+    print(f"frames at the reader again {measured['resume_s']:.2f} s after the server was back")
+    assert measured["resume_s"] < 5.0
+    stats = source.rtsp_stats()
+    assert stats.reconnects >= 1
+    assert stats.connects == stats.reconnects + 1
+    assert stats.state is RtspState.CLOSED
+    assert sink.rtsp_stats().reconnects >= 1
+    assert camera.connects >= 2
+    assert report.discontinuities >= 1  # the first frame after the reconnect started a new run
+    codes = [code for code in codes_of(reader) if code is not None]
+    assert None not in codes_of(reader)
+    assert codes == sorted(set(codes))  # strictly increasing across both server lifetimes
+
+
+def test_a_hung_server_is_detected_as_a_stall_and_reconnected(rtsp_server: RtspServer) -> None:
+    camera = Publisher(rtsp_server.publish_url("cam"))
+    source = RtspSource(rtsp_server.url("cam"), stall_timeout_s=1.0, backoff_initial_s=0.2, backoff_max_s=1.0)
+    seen: dict[str, str | None] = {}
+
+    async def scenario() -> None:
+        opening = asyncio.create_task(source.open())
+        await asyncio.to_thread(rtsp_server.wait_for, "play cam")
+        camera.start()
+        await opening
+        for _ in range(15):
+            await source.recv()
+        rtsp_server.pause()  # sockets open, nothing said: only the watchdog can tell
+        try:
+            await until(lambda: source.rtsp_stats().last_error is not None, 10, "the stall watchdog")
+            seen["error"] = source.rtsp_stats().last_error
+        finally:
+            rtsp_server.resume()
+        while not (frame := await source.recv()).discontinuity:
+            pass
+        seen["after"] = str(frame.index)
+        await source.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        camera.stop()
+    assert seen["error"] == "no data for 1.0 s"
+    assert source.rtsp_stats().reconnects >= 1
+
+
+def test_udp_transport_plays_the_same_stream(rtsp_server: RtspServer) -> None:
+    camera = Publisher(rtsp_server.publish_url("cam"), frames=60)
+    source = RtspSource(rtsp_server.url("cam"), transport="udp")
+
+    async def scenario() -> list[int | None]:
+        opening = asyncio.create_task(source.open())
+        await asyncio.to_thread(rtsp_server.wait_for, "play cam")
+        camera.start()
+        await opening
+        try:
+            return [framecode.read((await source.recv()).pixels) for _ in range(30)]
+        finally:
+            await source.aclose()
+
+    try:
+        codes = asyncio.run(scenario())
+    finally:
+        camera.stop()
+    assert codes == list(range(30))
+    assert source.info.fps == 30
+
+
+def test_sink_without_reconnect_fails_when_the_server_goes_away(rtsp_server: RtspServer) -> None:
+    sink = RtspSink(rtsp_server.publish_url("out"), reconnect=False)
+    info = StreamInfo(width=64, height=64, fps=Fraction(30), time_base=Fraction(1, 30), live=True)
+
+    async def scenario() -> None:
+        await sink.open(info)
+        try:
+            for i in range(5):
+                await sink.send(make_frame(i, size=(64, 64)))
+            rtsp_server.kill()
+            with pytest.raises(SinkError, match="lost the server: writing frame 5 failed"):
+                await sink.send(make_frame(5, size=(64, 64)))
+        finally:
+            await sink.aclose()
+
+    asyncio.run(scenario())
+    assert (sink.frames_written, sink.frames_dropped) == (5, 1)
+
+
+def test_closed_port_without_reconnect_fails_at_once_naming_the_redacted_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    port = free_port()
+    source = RtspSource(f"rtsp://admin:{SECRET}@127.0.0.1:{port}/cam", reconnect=False)
+
+    async def scenario() -> None:
+        try:
+            await source.open()
+        finally:
+            await source.aclose()
+
+    with caplog.at_level(logging.DEBUG), pytest.raises(SourceError) as raised:
+        asyncio.run(scenario())
+    message = str(raised.value)
+    assert f"rtsp://***@127.0.0.1:{port}/cam" in message
+    assert "Connection refused" in message
+    assert "set reconnect" in message
+    assert source.rtsp_stats().attempts == 1
+    assert_secret_hidden(raised.value, caplog, source.rtsp_stats())
+
+
+def test_closed_port_with_max_attempts_gives_up_after_that_many(caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    url = f"rtsp://admin:{SECRET}@127.0.0.1:{port}/cam"
+    source = RtspSource(url, max_attempts=3, backoff_initial_s=0.05, backoff_max_s=0.1)
+
+    async def scenario() -> None:
+        try:
+            await source.open()
+        finally:
+            await source.aclose()
+
+    with (
+        caplog.at_level(logging.DEBUG),
+        pytest.raises(SourceError, match="gave up after 3 attempts") as raised,
+    ):
+        asyncio.run(scenario())
+    stats = source.rtsp_stats()
+    assert stats.attempts == 3
+    assert stats.connects == 0
+    assert stats.state is RtspState.CLOSED
+    assert stats.last_error == "Connection refused"
+    assert f"rtsp://***@127.0.0.1:{port}/cam" in str(raised.value)
+    assert_secret_hidden(raised.value, caplog, stats)
+
+
+def test_sink_to_a_closed_port_fails_without_reconnect_and_drops_frames_with_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    port = free_port()
+    url = f"rtsp://admin:{SECRET}@127.0.0.1:{port}/out"
+    info = StreamInfo(width=64, height=64, fps=Fraction(30), time_base=Fraction(1, 30))
+    strict = RtspSink(url, reconnect=False)
+    with caplog.at_level(logging.DEBUG), pytest.raises(SinkError, match="Connection refused") as raised:
+        asyncio.run(strict.open(info))
+    assert f"rtsp://***@127.0.0.1:{port}/out" in str(raised.value)
+
+    patient = RtspSink(url, backoff_initial_s=5.0)
+
+    async def send_some() -> None:
+        await patient.open(info)
+        for i in range(3):
+            await patient.send(make_frame(i, size=(64, 64)))
+        await patient.aclose()
+
+    with caplog.at_level(logging.DEBUG):
+        asyncio.run(send_some())
+    stats = patient.rtsp_stats()
+    assert (stats.frames_written, stats.frames_dropped) == (0, 3)
+    assert stats.state is RtspSinkState.CLOSED
+    assert_secret_hidden(raised.value, caplog, stats)
+
+
+def assert_secret_hidden(error: BaseException, caplog: pytest.LogCaptureFixture, stats: object) -> None:
+    shown = "".join(traceback.format_exception(error)) + caplog.text + repr(stats)
+    assert SECRET not in shown
+    assert "admin" not in shown

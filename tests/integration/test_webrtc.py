@@ -1,0 +1,264 @@
+"""WHIP in, WHEP out, with real aiortc peers on loopback: publish, enhance, play back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+import av
+import numpy as np
+import numpy.typing as npt
+import pytest
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
+from aiortc.mediastreams import MediaStreamError
+
+from streamer import framecode
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.core.gate import MotionGate
+from streamer.core.windower import Windower
+from streamer.frame import Frame
+from streamer.pipeline import Outcome, Pipeline
+from streamer.webrtc import ORIGINAL_SUFFIX, WebRtcServer, WhepSink, WhipSource
+from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+WIDTH, HEIGHT = 320, 240
+BAND = framecode.ROWS * framecode.CELL
+"""The top rows, where the frame's number is drawn; brightness is measured below them."""
+TOKEN = "test-token"
+LOOPBACK = ["127.0.0.1"]
+
+
+def level(pixels: npt.NDArray[np.uint8]) -> float:
+    """Mean brightness below the frame code: what flicker moves and a temporal denoiser steadies."""
+    return float(pixels[BAND:].mean())
+
+
+class CountingCamera(VideoStreamTrack):
+    """A 30 fps camera on a static scene whose exposure flickers from frame to frame.
+
+    Flicker is the noise a temporal denoiser removes that survives WebRTC's codecs: VP8's own
+    denoiser wipes out fine per-pixel noise, but keeps each frame's brightness. Each frame also
+    carries its number, and the camera records when each was captured.
+    """
+
+    def __init__(self, first_code: int = 0, seed: int = 0) -> None:
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        ramp = np.linspace(60, 190, WIDTH, dtype=np.float32)[None, :, None]
+        self._scene = np.broadcast_to(ramp, (HEIGHT, WIDTH, 3))
+        self._flicker = rng.uniform(-10, 10, 64).astype(np.float32)
+        self.code = first_code
+        self.captured: dict[int, float] = {}
+
+    async def recv(self) -> av.VideoFrame:
+        pts, time_base = await self.next_timestamp()
+        scene = (self._scene + self._flicker[self.code % 64]).astype(np.uint8)
+        frame = av.VideoFrame.from_ndarray(framecode.stamp(scene, self.code), format="rgb24")
+        frame.pts, frame.time_base = pts, time_base
+        self.captured[self.code] = time.monotonic()
+        self.code += 1
+        return frame
+
+
+@dataclass
+class Peer:
+    pc: RTCPeerConnection
+    location: str
+    received: list[tuple[int | None, float, npt.NDArray[np.uint8]]] = field(default_factory=list)
+    """(frame code, None if unreadable; monotonic arrival; pixels) of each decoded frame, for a player."""
+    enough: asyncio.Event = field(default_factory=asyncio.Event)
+    reader: asyncio.Task[None] | None = None
+
+
+async def negotiate(http: aiohttp.ClientSession, url: str, pc: RTCPeerConnection) -> str:
+    """Offer (all candidates included, on loopback only), post it, apply the answer; returns Location."""
+    with restrict_host_addresses(LOOPBACK):
+        await pc.setLocalDescription(await pc.createOffer())
+    headers = {"Content-Type": "application/sdp", "Authorization": f"Bearer {TOKEN}"}
+    async with http.post(url, data=pc.localDescription.sdp, headers=headers) as response:
+        assert response.status == 201, await response.text()
+        answer, location = await response.text(), response.headers["Location"]
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+    return location
+
+
+async def publish(
+    http: aiohttp.ClientSession, server: WebRtcServer, stream: str, track: MediaStreamTrack
+) -> Peer:
+    pc = RTCPeerConnection(rtc_configuration())
+    pc.addTransceiver(track, direction="sendonly")
+    return Peer(pc, await negotiate(http, f"{server.url}/whip/{stream}", pc))
+
+
+async def play(http: aiohttp.ClientSession, server: WebRtcServer, name: str, wanted: int) -> Peer:
+    pc = RTCPeerConnection(rtc_configuration())
+    pc.addTransceiver("video", direction="recvonly")
+    tracks: asyncio.Queue[MediaStreamTrack] = asyncio.Queue(maxsize=1)
+    pc.on("track", tracks.put_nowait)
+    peer = Peer(pc, await negotiate(http, f"{server.url}/whep/{name}", pc))
+    track = await tracks.get()
+
+    async def read() -> None:
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:  # the player left
+                return
+            arrived = time.monotonic()
+            assert isinstance(frame, av.VideoFrame)
+            pixels = np.asarray(await asyncio.to_thread(frame.to_ndarray, format="rgb24"), dtype=np.uint8)
+            peer.received.append((framecode.read(pixels), arrived, pixels))
+            if len(peer.received) >= wanted:
+                peer.enough.set()
+
+    peer.reader = asyncio.create_task(read())
+    return peer
+
+
+async def leave(http: aiohttp.ClientSession, server: WebRtcServer, peer: Peer) -> None:
+    async with http.delete(server.url + peer.location, headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+        assert r.status == 200, await r.text()
+    await peer.pc.close()
+    if peer.reader is not None:
+        await peer.reader
+
+
+@contextlib.asynccontextmanager
+async def serving() -> AsyncIterator[tuple[WebRtcServer, aiohttp.ClientSession]]:
+    server = WebRtcServer(port=0, token=TOKEN, connect_timeout_s=10.0)
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield server, http
+    finally:
+        await server.stop()
+
+
+def test_published_video_comes_back_enhanced(record_property: Callable[[str, object], None]) -> None:
+    """aiortc -> WHIP -> pipeline (shipped temporal denoiser) -> WHEP -> aiortc, both panes played."""
+
+    async def scenario() -> None:
+        async with serving() as (server, http):
+            source = WhipSource(server, "cam", open_timeout_s=20.0)
+            sink = WhepSink(server, "cam")
+            seen: dict[int, tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]] = {}
+
+            def keep(src: Frame, out: Frame, outcome: Outcome) -> None:
+                code = framecode.read(src.pixels)
+                if code is not None:
+                    seen[code] = (src.pixels, out.pixels)
+
+            pipeline = Pipeline(
+                source,
+                sink,
+                OnnxBackend(DEFAULT_MODEL, threads=1),
+                Windower(5),
+                MotionGate(enabled=False),
+                queue_size=4,
+                on_output=keep,
+            )
+            running = asyncio.create_task(pipeline.run())
+            enhanced = await play(http, server, "cam", wanted=45)
+            original = await play(http, server, "cam" + ORIGINAL_SUFFIX, wanted=20)
+            camera = CountingCamera()
+            publisher = await publish(http, server, "cam", camera)
+            await asyncio.wait_for(asyncio.gather(enhanced.enough.wait(), original.enough.wait()), 60)
+            for peer in (publisher, enhanced, original):
+                await leave(http, server, peer)
+            source.interrupt()
+            report = await asyncio.wait_for(running, 20)
+
+        assert source.info.width == WIDTH
+        assert source.info.height == HEIGHT
+        assert source.info.live
+        assert report.frames_in >= 45
+        assert report.model_calls > 0
+        assert sink.frames_written == report.frames_out
+        assert report.outcomes["enhanced"] == report.frames_out  # gate off, no budget: all through the model
+        shapes = {pixels.shape for _, _, pixels in enhanced.received + original.received}
+        assert shapes == {(HEIGHT, WIDTH, 3)}
+        codes = [code for code, _, _ in enhanced.received if code is not None]
+        assert len(codes) >= 0.9 * len(enhanced.received)
+        assert codes == sorted(codes)
+        assert len(set(codes)) == len(codes)
+
+        def closer_to_output(peer: Peer) -> list[bool]:
+            """Per decoded frame, whether its brightness is the model's output's rather than the input's.
+
+            Frames the model barely changed (under 2 levels) cannot tell and are left out.
+            """
+            matched = [(level(pixels), seen[code]) for code, _, pixels in peer.received if code in seen]
+            assert len(matched) >= 0.9 * len(peer.received)
+            told = [
+                (got, level(src), level(out))
+                for got, (src, out) in matched
+                if abs(level(src) - level(out)) > 2
+            ]
+            assert len(told) >= 0.3 * len(matched)
+            return [abs(got - out) < abs(got - src) for got, src, out in told]
+
+        # The enhanced player decodes what the model made, the original player what came in.
+        verdicts = closer_to_output(enhanced)
+        assert sum(verdicts) >= 0.9 * len(verdicts)
+        verdicts = closer_to_output(original)
+        assert sum(verdicts) <= 0.1 * len(verdicts)
+        latencies = [
+            (at - camera.captured[code]) * 1000 for code, at, _ in enhanced.received if code is not None
+        ]
+        record_property("latency_p50_ms", round(statistics.median(latencies), 1))
+        record_property("frames", (report.frames_in, len(enhanced.received), report.source_dropped))
+
+    asyncio.run(scenario())
+
+
+def test_a_new_publisher_after_the_first_left_starts_a_new_run() -> None:
+    async def scenario() -> None:
+        async with serving() as (server, http):
+            source = WhipSource(server, "cam", open_timeout_s=20.0)
+            first = await publish(http, server, "cam", CountingCamera(first_code=0))
+            await source.open()
+            before = [await source.recv() for _ in range(10)]
+            await leave(http, server, first)
+            second = await publish(http, server, "cam", CountingCamera(first_code=500, seed=1))
+            after = [await source.recv()]
+            while not after[-1].discontinuity:
+                after.append(await source.recv())
+            after += [await source.recv() for _ in range(5)]
+            await leave(http, server, second)
+            await source.aclose()
+
+        frames = before + after
+        assert [f.index for f in frames] == list(range(len(frames)))
+        flagged = [f for f in frames if f.discontinuity]
+        assert len(flagged) == 1
+        codes = [framecode.read(f.pixels) for f in frames]
+        assert None not in codes
+        assert all(code < 500 for code in codes[: flagged[0].index] if code is not None)
+        assert all(code >= 500 for code in codes[flagged[0].index :] if code is not None)  # the second's
+        assert all(f.time_base == before[0].time_base for f in frames)
+
+    asyncio.run(scenario())
+
+
+def test_with_end_on_unpublish_the_publisher_leaving_ends_the_stream() -> None:
+    async def scenario() -> list[Frame]:
+        async with serving() as (server, http):
+            source = WhipSource(server, "cam", open_timeout_s=20.0, end_on_unpublish=True)
+            publisher = await publish(http, server, "cam", CountingCamera())
+            await source.open()
+            frames = [await source.recv()]
+            await leave(http, server, publisher)
+            frames += [frame async for frame in source]  # iteration stops at EndOfStream
+            await source.aclose()
+            return frames
+
+    frames = asyncio.run(scenario())
+    assert [f.index for f in frames] == list(range(len(frames)))

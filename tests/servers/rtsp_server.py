@@ -1,0 +1,160 @@
+"""A small RTSP relay for the integration tests, on GStreamer's RTSP server (Debian's packages).
+
+Run by Debian's system interpreter, which has ``gi`` (the venv does not)::
+
+    /usr/bin/python3 tests/servers/rtsp_server.py PORT [NAME ...]
+
+For each NAME (default: ``cam out``) it serves two mounts on 127.0.0.1:PORT:
+
+- ``/NAME/publish``: RECORD. A client ANNOUNCEs H.264 and RECORDs (PyAV's ``rtsp`` muxer does);
+- ``/NAME``: PLAY. Any number of players get what is published on ``/NAME/publish``, each from the next
+  keyframe; a player that comes before any publisher waits in DESCRIBE for the first keyframe. When the
+  publisher leaves (TEARDOWN), what it sent drains to the players, then they get end of stream (an RTCP
+  BYE, which FFmpeg reads as EOF). A publisher that vanishes without TEARDOWN leaves its players waiting.
+
+It prints ``ready`` once listening, then one line per event for tests to wait on: ``play NAME`` (a
+player's media is set up), ``publish NAME`` and ``unpublish NAME``. Three settings, each found
+necessary by trial, keep it reliable: unshared media (shared media failed reopening right after a
+close), a thread pool of 16 (a relay deadlocks the main loop without it; it also lets one client wait in
+DESCRIBE without stalling the others), and players kept when a push returns FLUSHING.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import gi
+
+gi.require_version("Gst", "1.0")
+gi.require_version("GstRtspServer", "1.0")
+from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
+
+H264_AU = "video/x-h264,stream-format=byte-stream,alignment=au"
+RECORD_LAUNCH = (
+    "( rtph264depay name=depay0 ! h264parse config-interval=-1 ! " + H264_AU + " ! "
+    "appsink name=sink sync=false emit-signals=true max-buffers=64 )"
+)
+# h264parse upstream already puts SPS/PPS before every IDR; rtph264pay's config-interval would add them
+# before each slice of it too, and FFmpeg's parser then splits one sliced (zerolatency) frame into two.
+PLAY_LAUNCH = (
+    "( appsrc name=src is-live=true format=time do-timestamp=true max-bytes=8000000 leaky-type=downstream "
+    'caps="' + H264_AU + '" ! h264parse ! rtph264pay name=pay0 pt=96 )'
+)
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+class Player:
+    """One playing client's appsrc; it starts at a keyframe so its decoder never sees a broken GOP."""
+
+    def __init__(self, appsrc: Gst.Element) -> None:
+        self.appsrc = appsrc
+        self.keyed = False
+
+
+class Relay:
+    """What is published on each name, pushed to that name's players (from GStreamer's threads)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.players: dict[str, list[Player]] = {}
+
+    def add(self, name: str, player: Player) -> None:
+        with self.lock:
+            self.players.setdefault(name, []).append(player)
+
+    def remove(self, name: str, player: Player) -> None:
+        with self.lock:
+            if player in self.players.get(name, []):
+                self.players[name].remove(player)
+
+    def push(self, name: str, sample: Gst.Sample) -> None:
+        buffer = sample.get_buffer()
+        key = not buffer.has_flags(Gst.BufferFlags.DELTA_UNIT)
+        with self.lock:
+            players = list(self.players.get(name, []))
+        for player in players:
+            if not player.keyed and not key:
+                continue
+            player.keyed = True
+            out = buffer.copy()  # the player's appsrc stamps it with its own running time
+            out.pts = out.dts = Gst.CLOCK_TIME_NONE
+            player.appsrc.emit("push-buffer", out)  # FLUSHING before PLAY: keep the player anyway
+
+    def end(self, name: str) -> None:
+        with self.lock:
+            players = list(self.players.get(name, []))
+        for player in players:
+            player.appsrc.emit("end-of-stream")
+
+
+def record_factory(relay: Relay, name: str) -> GstRtspServer.RTSPMediaFactory:
+    factory = GstRtspServer.RTSPMediaFactory()
+    factory.set_launch(RECORD_LAUNCH)
+    factory.set_transport_mode(GstRtspServer.RTSPTransportMode.RECORD)
+    factory.set_shared(False)
+    factory.set_latency(0)
+    # At TEARDOWN, EOS drains what the publisher sent just before it, so the last frames reach players.
+    factory.set_eos_shutdown(True)
+
+    def on_sample(sink: Gst.Element) -> Gst.FlowReturn:
+        sample = sink.emit("pull-sample")
+        if sample is not None:
+            relay.push(name, sample)
+        return Gst.FlowReturn.OK
+
+    def configure(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
+        sink = media.get_element().get_by_name("sink")
+        sink.connect("new-sample", on_sample)
+        sink.connect("eos", lambda _sink: relay.end(name))
+        media.connect("unprepared", lambda _media: say(f"unpublish {name}"))
+        say(f"publish {name}")
+
+    factory.connect("media-configure", configure)
+    return factory
+
+
+def play_factory(relay: Relay, name: str) -> GstRtspServer.RTSPMediaFactory:
+    factory = GstRtspServer.RTSPMediaFactory()
+    factory.set_launch(PLAY_LAUNCH)
+    factory.set_shared(False)
+    factory.set_latency(0)
+
+    def configure(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
+        player = Player(media.get_element().get_by_name("src"))
+        relay.add(name, player)
+        media.connect("unprepared", lambda _media: relay.remove(name, player))
+        say(f"play {name}")
+
+    factory.connect("media-configure", configure)
+    return factory
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or not argv[1].isdigit():
+        print(f"usage: {argv[0]} PORT [NAME ...]", file=sys.stderr)
+        return 2
+    names = argv[2:] or ["cam", "out"]
+    Gst.init(None)
+    relay = Relay()
+    server = GstRtspServer.RTSPServer()
+    server.set_address("127.0.0.1")
+    server.set_service(argv[1])
+    server.get_thread_pool().set_max_threads(16)
+    mounts = server.get_mount_points()
+    for name in names:
+        mounts.add_factory(f"/{name}/publish", record_factory(relay, name))
+        mounts.add_factory(f"/{name}", play_factory(relay, name))
+    if server.attach(None) == 0:
+        print(f"cannot listen on 127.0.0.1:{argv[1]}", file=sys.stderr)
+        return 1
+    say("ready")
+    GLib.MainLoop().run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
