@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from streamer.errors import ConfigError, StreamerError
+from streamer.backend.base import Layout
+from streamer.core.windower import OutputPosition
+from streamer.errors import ConfigError, ModelError, StreamerError
 
 __all__ = ["main", "parse_model_args", "register"]
 
@@ -86,7 +88,7 @@ def _add_train(subparsers: Any) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from export.train import TrainConfig, train  # noqa: PLC0415  # torch stays out of the runtime CLI
+    from export.train import TrainConfig, train  # torch stays out of the runtime CLI
 
     config = TrainConfig(
         arch=args.arch,
@@ -116,9 +118,156 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_export(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "export",
+        help="export a trained checkpoint, a registry architecture or your own model to ONNX",
+        description=(
+            "Export a PyTorch model to an ONNX file the runtime loads, check it against PyTorch "
+            "(max abs error <= 1e-4 on random and real frames) and write a JSON model card next to it."
+        ),
+    )
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--checkpoint", type=Path, help="a checkpoint.pt written by streamer train")
+    what.add_argument("--arch", choices=_ARCHS, help="a registry architecture, untrained (or --weights)")
+    what.add_argument(
+        "--factory",
+        metavar="MODULE:CALLABLE",
+        help="your model: a callable returning an nn.Module, importable from the current directory",
+    )
+    p.add_argument("--weights", type=Path, help="a state_dict .pt to load into --arch or --factory models")
+    _add_model_flags(p)
+    p.add_argument(
+        "--layout", choices=("NTCHW", "NCTHW"), help="input layout, for models that do not declare it"
+    )
+    p.add_argument("--pad-multiple", type=int, help="H/W multiple, for models that do not declare it")
+    p.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
+    p.add_argument("--name", help="model name in the metadata and card (default: the file's stem)")
+    p.add_argument("--description", default="", help="one paragraph for the model card")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset, 17 or newer (default: 17)")
+    p.add_argument(
+        "--fp16", action="store_true", help="also write <stem>.fp16.onnx (needs onnxconverter-common)"
+    )
+    p.add_argument("--card", type=Path, help="model card path (default: next to --out, .json)")
+    p.add_argument("--no-bench", action="store_true", help="skip the CPU speed measurement in the card")
+    p.set_defaults(handler=_run_export)
+
+
+def _load_factory(spec: str) -> Any:
+    """``module:callable``, imported with the current directory on the path as a user's script sees it."""
+    import importlib
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"--factory takes MODULE:CALLABLE (e.g. mymodels:make_model), got {spec!r}")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"--factory {spec!r}: cannot import module {module_name!r}: {err}") from err
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"--factory {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigError(f"--factory {spec!r} is not callable; point it at a function or class")
+    return target
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    # torch and everything importing it stay out of the runtime CLI.
+    import torch
+    from torch import nn
+
+    from export.onnx_export import export_with_card
+    from export.train import load_checkpoint
+    from streamer.models.registry import build
+
+    overrides: dict[str, Any] = {}
+    card: dict[str, Any] = {}
+    if args.checkpoint is not None:
+        if args.weights is not None or args.model_arg:
+            raise ConfigError("--checkpoint carries its architecture and weights; drop --weights/--model-arg")
+        payload = load_checkpoint(args.checkpoint)
+        config = dict(payload["model_config"])
+        for key in ("t", "position"):
+            given = getattr(args, key)
+            if given is not None and key in config and given != config[key]:
+                raise ConfigError(
+                    f"--{key} {given} disagrees with the checkpoint's {key}={config[key]}; "
+                    f"drop --{key} (the checkpoint decides)"
+                )
+        module: nn.Module = build(payload["architecture"], **config)
+        module.load_state_dict(payload["model"])
+        card["training"] = {
+            "checkpoint": str(args.checkpoint),
+            "step": payload["step"],
+            "seconds": payload.get("seconds"),
+            "threads": payload.get("threads"),
+            "config": payload["train_config"],
+            "final_validation": payload.get("validation"),
+            "validation_data": "pan over the held-out 'chelsea' photo, 8 frames 128x192, Gaussian noise",
+            "history": payload.get("history", []),
+        }
+    else:
+        if args.arch is not None:
+            module = build(args.arch, **_model_kwargs(args))
+        else:
+            made = _load_factory(args.factory)(**parse_model_args(args.model_arg))
+            if not isinstance(made, nn.Module):
+                raise ModelError(
+                    f"--factory {args.factory!r} returned {type(made).__name__}, not a torch nn.Module"
+                )
+            module = made
+            if args.t is not None:
+                overrides["t"] = args.t
+            if args.position is not None:
+                overrides["output_position"] = OutputPosition(args.position)
+        if args.weights is not None:
+            _load_weights(module, args.weights)
+    if args.layout is not None:
+        overrides["layout"] = Layout(args.layout)
+    if args.pad_multiple is not None:
+        overrides["pad_multiple"] = args.pad_multiple
+    torch.manual_seed(0)
+    report, card_path = export_with_card(
+        module,
+        args.out,
+        name=args.name or args.out.stem,
+        description=args.description,
+        card_path=args.card,
+        card=card,
+        bench=not args.no_bench,
+        opset=args.opset,
+        fp16=args.fp16,
+        **overrides,
+    )
+    real = report.parity_real_max_abs_error
+    parity = f"{report.parity_max_abs_error:.2g} random, {'n/a' if real is None else f'{real:.2g}'} real"
+    print(f"wrote {report.path} ({report.size_bytes} bytes; parity max abs error {parity})")
+    if report.fp16_path is not None:
+        print(f"wrote {report.fp16_path} (fp16, max abs error {report.fp16_max_abs_error:.2g})")
+    print(f"wrote {card_path}")
+    return 0
+
+
+def _load_weights(module: Any, path: Path) -> None:
+    import torch
+
+    if not path.is_file():
+        raise ConfigError(f"--weights {str(path)!r} does not exist; pass a state_dict saved with torch.save")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        module.load_state_dict(state)
+    except Exception as err:
+        raise ModelError(f"cannot load --weights {str(path)!r} into {type(module).__name__}: {err}") from err
+
+
 def register(subparsers: Any) -> None:
     """Adds ``train`` and ``export`` to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
     _add_train(subparsers)
+    _add_export(subparsers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

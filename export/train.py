@@ -116,12 +116,13 @@ def _window_input(frames: torch.Tensor, layout: Layout) -> torch.Tensor:
     return frames if layout is Layout.NTCHW else frames.transpose(1, 2)
 
 
-def _forward(module: nn.Module, noisy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(model: nn.Module, noisy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Model outputs and the matching clean-frame indices for a (B, L, 3, H, W) sequence batch.
 
     Window models see the first T frames and enhance their output slot; recurrent models enhance every
     frame of the sequence, unrolled from a zero state.
     """
+    module: Any = model  # the registry's attributes (t, layout, initial_state) are not nn.Module's
     if _is_recurrent(module):
         state = module.initial_state(noisy[:, :1])
         outputs = []
@@ -136,7 +137,7 @@ def _forward(module: nn.Module, noisy: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def _sequence_length(module: nn.Module, config: TrainConfig) -> int:
-    return config.seq_len if _is_recurrent(module) else int(module.t)
+    return config.seq_len if _is_recurrent(module) else int(getattr(module, "t", 1))
 
 
 def validate(module: nn.Module, config: TrainConfig, clean: np.ndarray | None = None) -> dict[str, float]:
@@ -160,8 +161,9 @@ def validate(module: nn.Module, config: TrainConfig, clean: np.ndarray | None = 
     return result
 
 
-def _enhance_clip(module: nn.Module, noisy: torch.Tensor) -> torch.Tensor:
+def _enhance_clip(model: nn.Module, noisy: torch.Tensor) -> torch.Tensor:
     """(N, 3, H, W) -> (N, 3, H, W) enhanced; H and W must already fit the model's pad multiple."""
+    module: Any = model
     n = noisy.shape[0]
     if _is_recurrent(module):
         state = module.initial_state(noisy[None, :1])
@@ -196,7 +198,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     missing = {"format", "architecture", "model_config", "model", "step", "train_config"} - set(payload)
     if missing or payload.get("format") != _FORMAT:
         raise ModelError(
-            f"{str(file)!r} is not a streamer training checkpoint (format {_FORMAT}); missing {sorted(missing)}"
+            f"{str(file)!r} is not a streamer training checkpoint (format {_FORMAT}); "
+            f"missing {sorted(missing)}"
         )
     return payload
 
@@ -257,7 +260,7 @@ def train(
         target = clean[:, index]
         loss = _loss(config.loss, output, target)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(module.parameters(), config.grad_clip)
         optimizer.step()
@@ -277,7 +280,7 @@ def train(
                 {
                     "format": _FORMAT,
                     "architecture": config.arch,
-                    "model_config": module.config(),
+                    "model_config": module.config(),  # type: ignore[operator]
                     "model": module.state_dict(),
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
@@ -323,7 +326,7 @@ def _check_config(config: TrainConfig) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m export.train ...``: the same flags as ``streamer train``."""
-    from export.cli import main as cli_main  # noqa: PLC0415  # the CLI module owns the flags
+    from export.cli import main as cli_main  # the CLI module owns the flags
 
     return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
 

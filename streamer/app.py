@@ -12,6 +12,8 @@ from streamer.config import (
     Config,
     FileSinkConfig,
     FileSourceConfig,
+    RtspSinkConfig,
+    RtspSourceConfig,
     SinkConfig,
     SourceConfig,
     WhepSinkConfig,
@@ -22,8 +24,10 @@ from streamer.pipeline import OutputHook, Pipeline
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.null import NullSink
+from streamer.sinks.rtsp import RtspSink
 from streamer.sources.base import Source
 from streamer.sources.file import FileSource
+from streamer.sources.rtsp import RtspSource
 from streamer.sources.synthetic import SyntheticSource
 from streamer.webrtc.server import WebRtcServer
 from streamer.webrtc.sink import WhepSink
@@ -57,6 +61,20 @@ def _need(server: WebRtcServer | None, what: str) -> WebRtcServer:
 def build_source(config: SourceConfig, queue_size: int, server: WebRtcServer | None = None) -> Source:
     if isinstance(config, FileSourceConfig):
         return FileSource(config.path, capacity=queue_size, policy=DropPolicy.BLOCK)
+    if isinstance(config, RtspSourceConfig):
+        return RtspSource(
+            config.url,
+            transport=config.transport,
+            open_timeout_s=config.open_timeout_s,
+            read_timeout_s=config.read_timeout_s,
+            stall_timeout_s=config.stall_timeout_s,
+            reconnect=config.reconnect,
+            max_attempts=config.max_attempts,
+            backoff_initial_s=config.backoff_initial_s,
+            backoff_max_s=config.backoff_max_s,
+            jitter=config.jitter,
+            capacity=queue_size,
+        )
     if isinstance(config, WhipSourceConfig):
         return WhipSource(
             _need(server, "source.kind whip"),
@@ -89,6 +107,21 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
             crf=config.crf,
             bitrate=config.bitrate,
             gop=config.gop,
+        )
+    if isinstance(config, RtspSinkConfig):
+        return RtspSink(
+            config.url,
+            bitrate=config.bitrate,
+            gop=config.gop,
+            preset=config.preset,
+            tune=config.tune,
+            transport=config.transport,
+            reconnect=config.reconnect,
+            max_attempts=config.max_attempts,
+            backoff_initial_s=config.backoff_initial_s,
+            backoff_max_s=config.backoff_max_s,
+            jitter=config.jitter,
+            timeout_s=config.timeout_s,
         )
     if isinstance(config, WhepSinkConfig):
         return WhepSink(_need(server, "sink.kind whep"), config.stream)

@@ -27,6 +27,7 @@ from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["main"]
 
+_RTSP = ("rtsp://", "rtsps://")
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -46,8 +47,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--config", type=Path, help="YAML config (see configs/default.yaml); defaults if omitted"
     )
-    run.add_argument("--input", type=Path, help="read this video file (replaces the config's source)")
-    run.add_argument("--output", type=Path, help="write an H.264 mp4 here (sets sink.kind=file, sink.path)")
+    run.add_argument(
+        "--input",
+        help="read this video file or rtsp:// URL (replaces the config's source)",
+        metavar="PATH|URL",
+    )
+    run.add_argument(
+        "--output",
+        help="write an H.264 mp4 here, or publish to this rtsp:// URL (replaces the config's sink)",
+        metavar="PATH|URL",
+    )
     run.add_argument("--model", type=Path, help="ONNX model to run (model.path); default: the shipped one")
     run.add_argument(
         "--set",
@@ -78,14 +87,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    pairs: dict[str, Any] = dict(parse_override(text) for text in args.overrides)
+    """--input/--output/--model first, so that --set can refine the sections they replace."""
+    pairs: dict[str, Any] = {}
     if args.input is not None:
-        pairs["source"] = {"kind": "file", "path": str(args.input)}
+        rtsp = args.input.startswith(_RTSP)
+        pairs["source"] = (
+            {"kind": "rtsp", "url": args.input} if rtsp else {"kind": "file", "path": args.input}
+        )
     if args.output is not None:
-        pairs["sink.kind"] = "file"
-        pairs["sink.path"] = str(args.output)
+        if args.output.startswith(_RTSP):
+            pairs["sink"] = {"kind": "rtsp", "url": args.output}
+        else:
+            pairs["sink.kind"] = "file"
+            pairs["sink.path"] = args.output
     if args.model is not None:
         pairs["model.path"] = str(args.model)
+    pairs.update(parse_override(text) for text in args.overrides)
     return pairs
 
 

@@ -26,6 +26,8 @@ __all__ = [
     "LatencyConfig",
     "ModelConfig",
     "NullSinkConfig",
+    "RtspSinkConfig",
+    "RtspSourceConfig",
     "RuntimeConfig",
     "SyntheticSourceConfig",
     "WebRtcConfig",
@@ -61,6 +63,30 @@ class SyntheticSourceConfig(_Strict):
 _STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
+class _Backoff(_Strict):
+    reconnect: bool = True
+    """Reconnect after a failure, a stall or the end; false: the first failure stops the run."""
+    max_attempts: int | None = Field(None, ge=1)
+    """Consecutive failed attempts before giving up; null retries for ever."""
+    backoff_initial_s: float = Field(0.5, gt=0.0)
+    """First retry delay; doubles after each failure."""
+    backoff_max_s: float = Field(10.0, gt=0.0)
+    """Cap on the retry delay."""
+    jitter: float = Field(0.2, ge=0.0, lt=1.0)
+    """Each delay varies by +/- this fraction, so many clients do not retry in lockstep."""
+
+
+class RtspSourceConfig(_Backoff):
+    kind: Literal["rtsp"] = "rtsp"
+    url: str
+    """rtsp:// or rtsps:// URL; inline credentials are fine, they are never logged."""
+    transport: Literal["tcp", "udp"] = "tcp"
+    open_timeout_s: float = Field(5.0, gt=0.0)
+    read_timeout_s: float = Field(5.0, gt=0.0)
+    stall_timeout_s: float = Field(5.0, gt=0.0)
+    """No frame for this long: drop the connection and reconnect."""
+
+
 class WhipSourceConfig(_Strict):
     kind: Literal["whip"] = "whip"
     stream: str = Field("0", pattern=_STREAM_ID)
@@ -84,6 +110,18 @@ class FileSinkConfig(_Strict):
 
 class NullSinkConfig(_Strict):
     kind: Literal["null"] = "null"
+
+
+class RtspSinkConfig(_Backoff):
+    kind: Literal["rtsp"] = "rtsp"
+    url: str
+    """rtsp:// or rtsps:// URL to publish to (ANNOUNCE/RECORD)."""
+    bitrate: int = Field(2_000_000, ge=1)
+    gop: int = Field(30, ge=1)
+    preset: str = "ultrafast"
+    tune: str = "zerolatency"
+    transport: Literal["tcp", "udp"] = "tcp"
+    timeout_s: float = Field(5.0, gt=0.0)
 
 
 class WhepSinkConfig(_Strict):
@@ -172,9 +210,12 @@ class RuntimeConfig(_Strict):
 
 
 SourceConfig = Annotated[
-    FileSourceConfig | SyntheticSourceConfig | WhipSourceConfig, Field(discriminator="kind")
+    FileSourceConfig | SyntheticSourceConfig | RtspSourceConfig | WhipSourceConfig,
+    Field(discriminator="kind"),
 ]
-SinkConfig = Annotated[FileSinkConfig | NullSinkConfig | WhepSinkConfig, Field(discriminator="kind")]
+SinkConfig = Annotated[
+    FileSinkConfig | NullSinkConfig | RtspSinkConfig | WhepSinkConfig, Field(discriminator="kind")
+]
 
 
 class Config(_Strict):

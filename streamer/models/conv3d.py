@@ -10,7 +10,7 @@ the identity instead of inventing pixels.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -25,7 +25,8 @@ __all__ = ["Conv3dEnhancer", "ResidualBlock", "activation"]
 
 def activation(x: torch.Tensor) -> torch.Tensor:
     """Leaky ReLU: with plain ReLU, training at lr 1e-3 stalled as units died."""
-    return F.leaky_relu(x, 0.1)
+    out: torch.Tensor = F.leaky_relu(x, 0.1)
+    return out
 
 
 class ResidualBlock(nn.Module):
@@ -37,7 +38,8 @@ class ResidualBlock(nn.Module):
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv2(activation(self.conv1(x)))
+        out: torch.Tensor = x + self.conv2(activation(self.conv1(x)))
+        return out
 
 
 class Conv3dEnhancer(nn.Module):
@@ -87,7 +89,7 @@ class Conv3dEnhancer(nn.Module):
         self.head = nn.Conv2d(features, 12, 3, padding=1)
         # A near-zero head makes the untrained model (almost) the identity on the target frame.
         nn.init.normal_(self.head.weight, std=1e-3)
-        nn.init.zeros_(self.head.bias)
+        nn.init.zeros_(cast(torch.Tensor, self.head.bias))
 
     def config(self) -> dict[str, int | str]:
         """The constructor's arguments, for checkpoints and model cards."""

@@ -11,7 +11,7 @@ discontinuity (see ``state_specs``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -79,7 +79,7 @@ class ConvGRUEnhancer(nn.Module):
         self.head = nn.Conv2d(features, 12, 3, padding=1)
         # A near-zero head makes the untrained model (almost) the identity on the frame.
         nn.init.normal_(self.head.weight, std=1e-3)
-        nn.init.zeros_(self.head.bias)
+        nn.init.zeros_(cast(torch.Tensor, self.head.bias))
 
     def config(self) -> dict[str, int]:
         """The constructor's arguments, for checkpoints and model cards."""

@@ -34,7 +34,7 @@ MODEL_ATTRIBUTES = ("t", "output_position", "layout", "pad_multiple", "value_ran
 
 
 def build(name: str, **kwargs: Any) -> nn.Module:
-    """A fresh module of architecture ``name``; ``position`` may be given as an OutputPosition or its value."""
+    """A fresh module of architecture ``name``; ``position`` may be an OutputPosition or its value."""
     factory = ARCHITECTURES.get(name)
     if factory is None:
         raise ConfigError(f"unknown architecture {name!r}; choose one of {sorted(ARCHITECTURES)}")

@@ -107,7 +107,18 @@ def test_real_process_exits_2_with_no_traceback(tmp_path: Path) -> None:
     assert "latency.budget_ms" in result.stderr
 
 
-def test_webrtc_on_a_public_address_without_a_token_refuses_to_start(capsys: pytest.CaptureFixture[str]) -> None:
+def test_webrtc_on_a_public_address_without_a_token_refuses_to_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     config = Path(__file__).parents[2] / "configs" / "webrtc.yaml"
     err = error_of(["run", "--config", str(config), "--set", "webrtc.host=0.0.0.0"], capsys)
     assert "token" in err
+
+
+def test_rtsp_url_that_refuses_connection_is_one_line_without_the_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = "rtsp://viewer:s3cret@127.0.0.1:9/cam"
+    err = error_of(["run", "--input", url, "--set", "source.reconnect=false", "--no-progress"], capsys)
+    assert "rtsp://***@127.0.0.1:9/cam" in err
+    assert "s3cret" not in err
