@@ -103,5 +103,5 @@ def test_webrtc_example_builds_a_server_with_whip_in_and_whep_out() -> None:
 
 
 def test_webrtc_token_may_not_be_empty(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="webrtc.token"):
+    with pytest.raises(ConfigError, match=r"webrtc\.token"):
         load_config(write(tmp_path, "webrtc:\n  token: ''\n"))
