@@ -23,7 +23,7 @@ import re
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -136,6 +136,14 @@ def metadata_props(
 
 def _state_json(spec: StateLike) -> dict[str, str | int]:
     return {"input": spec.input, "output": spec.output, "channels": spec.channels, "scale": spec.scale}
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    input: str
+    output: str
+    channels: int
+    scale: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,10 +464,16 @@ def _find_op_user(module: nn.Module, example: tuple[torch.Tensor, ...], op: str)
                 found.append(stack[-1] if stack else "")
             return func(*args, **(kwargs or {}))
 
+    def enter(path: str) -> Callable[..., None]:
+        return lambda *_: stack.append(path)
+
+    def leave(*_: Any) -> None:
+        stack.pop()  # a hook returning a value would replace the module's output
+
     handles = []
     for path, sub in module.named_modules():
-        handles.append(sub.register_forward_pre_hook(lambda _m, _a, p=path: stack.append(p)))
-        handles.append(sub.register_forward_hook(lambda _m, _a, _o: stack.pop()))
+        handles.append(sub.register_forward_pre_hook(enter(path)))
+        handles.append(sub.register_forward_hook(leave))
     try:
         with torch.no_grad(), Spy():  # type: ignore[no-untyped-call]
             module(*example)
@@ -733,15 +747,24 @@ def export_with_card(
 
     report = export_onnx(module, path, name=name, **export_args)
     config = getattr(module, "config", None)
-    contract = _describe(
-        module, name, {"t": report.t, "layout": report.layout, "pad_multiple": report.pad_multiple}
+    states = tuple(
+        _State(str(s["input"]), str(s["output"]), int(s["channels"]), int(s["scale"])) for s in report.states
+    )
+    contract = _Contract(
+        name=name,
+        t=report.t,
+        layout=report.layout,
+        position=report.output_position,
+        value_range=report.value_range,
+        pad_multiple=report.pad_multiple,
+        states=states,
     )
     hw = _parity_sizes((360, 640), report.pad_multiple)[0]
     body: dict[str, Any] = {
         "description": description,
         "architecture": architecture_of(module) or f"{type(module).__module__}.{type(module).__qualname__}",
-        "config": config() if callable(config) else None,
-        "parameters": sum(p.numel() for p in module.parameters()),
+        "parameters": config() if callable(config) else None,
+        "parameter_count": sum(p.numel() for p in module.parameters()),
         "macs_per_frame_640x360": count_macs(module, _inputs(contract, 1, hw, seed=0, random_state=False)),
     }
     if bench:

@@ -268,13 +268,12 @@ def train(
         step += 1
         bar.update(1)
         seconds += time.perf_counter() - started
-        bar.set_postfix(loss=f"{float(loss):.4f}", psnr=f"{psnr(output.detach(), target):.2f}")
+        loss_value = float(loss.detach())
+        bar.set_postfix(loss=f"{loss_value:.4f}", psnr=f"{psnr(output.detach(), target):.2f}")
         if step % config.checkpoint_every == 0 or step == end:
             validation = validate(module, config)
-            history.append({"step": step, "loss": float(loss), **validation})
-            bar.write(
-                f"step {step}/{config.steps} loss {float(loss):.4f} validation {json.dumps(validation)}"
-            )
+            history.append({"step": step, "loss": loss_value, **validation})
+            bar.write(f"step {step}/{config.steps} loss {loss_value:.4f} validation {json.dumps(validation)}")
             _save(
                 path,
                 {

@@ -1,8 +1,9 @@
 """A real RTSP server for integration tests, and real PyAV peers to publish to it and play from it.
 
-The server is ``tests/servers/rtsp_server.py`` (GStreamer's RTSP server) run by Debian's system
-``/usr/bin/python3``, which has ``gi``; the venv does not. Publish on ``publish_url(name)``, play
-``url(name)``: a relay. The fixture skips only when that interpreter cannot import GstRtspServer.
+The server is ``streamer/bench/rtsp_relay.py`` (GStreamer's RTSP server, which ``streamer bench latency``
+runs too) started with Debian's system ``/usr/bin/python3``, which has ``gi``; the venv does not. Publish
+on ``publish_url(name)``, play ``url(name)``: a relay. The fixture skips only when that interpreter cannot
+import GstRtspServer.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from pathlib import Path
 
 import av
 import av.error
@@ -24,16 +24,10 @@ import numpy as np
 import pytest
 
 from streamer import framecode
+from streamer.bench import rtsp_relay
 
 __all__ = ["Publisher", "Reader", "RtspServer", "camera_frames", "free_port", "rtsp_server", "until"]
 
-SYSTEM_PYTHON = "/usr/bin/python3"
-SERVER_SCRIPT = Path(__file__).resolve().parents[1] / "servers" / "rtsp_server.py"
-_PROBE = "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer"
-_INSTALL = (
-    "apt-get install --no-install-recommends gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base "
-    "gstreamer1.0-plugins-good gstreamer1.0-plugins-bad python3-gi"
-)
 READER_OPTIONS = {"rtsp_transport": "tcp", "analyzeduration": "100000", "timeout": "2000000"}
 
 
@@ -67,7 +61,7 @@ class RtspServer:
     def start(self, timeout: float = 10.0) -> None:
         ready = self.count("ready")
         process = subprocess.Popen(
-            [SYSTEM_PYTHON, str(SERVER_SCRIPT), str(self.port)],
+            rtsp_relay.command(self.port),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -115,24 +109,12 @@ class RtspServer:
                 self._changed.notify_all()
 
 
-def _gst_rtsp_available() -> str | None:
-    """None when the system interpreter imports GstRtspServer, else why not."""
-    try:
-        done = subprocess.run([SYSTEM_PYTHON, "-c", _PROBE], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{SYSTEM_PYTHON} cannot run: {exc}"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"{SYSTEM_PYTHON} cannot import GstRtspServer ({last})"
-    return None
-
-
 @pytest.fixture
 def rtsp_server() -> Iterator[RtspServer]:
     """A running relay on a free loopback port, always stopped afterwards."""
-    missing = _gst_rtsp_available()
+    missing = rtsp_relay.unavailable()
     if missing is not None:
-        pytest.skip(f"{missing}; install it with: {_INSTALL}")
+        pytest.skip(f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
     server = RtspServer(free_port())
     try:
         server.start()

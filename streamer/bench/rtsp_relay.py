@@ -1,8 +1,13 @@
-"""A small RTSP relay for the integration tests, on GStreamer's RTSP server (Debian's packages).
+"""A small RTSP relay on GStreamer's RTSP server (Debian's packages), for the latency benchmark and tests.
 
-Run by Debian's system interpreter, which has ``gi`` (the venv does not)::
+GStreamer's Python bindings (``gi``) live in Debian's system interpreter, not in the venv, so the relay
+runs as a process of its own::
 
-    /usr/bin/python3 tests/servers/rtsp_server.py PORT [NAME ...]
+    /usr/bin/python3 streamer/bench/rtsp_relay.py PORT [NAME ...]
+
+and this module imports nothing but the standard library at module level: the venv imports it for
+:data:`SYSTEM_PYTHON`, :func:`command` and :func:`unavailable`, and only :func:`serve`, run by the
+system interpreter, imports ``gi``.
 
 For each NAME (default: ``cam out``) it serves two mounts on 127.0.0.1:PORT:
 
@@ -12,23 +17,30 @@ For each NAME (default: ``cam out``) it serves two mounts on 127.0.0.1:PORT:
   publisher leaves (TEARDOWN), what it sent drains to the players, then they get end of stream (an RTCP
   BYE, which FFmpeg reads as EOF). A publisher that vanishes without TEARDOWN leaves its players waiting.
 
-It prints ``ready`` once listening, then one line per event for tests to wait on: ``play NAME`` (a
-player's media is set up), ``publish NAME`` and ``unpublish NAME``. Three settings, each found
-necessary by trial, keep it reliable: unshared media (shared media failed reopening right after a
-close), a thread pool of 16 (a relay deadlocks the main loop without it; it also lets one client wait in
-DESCRIBE without stalling the others), and players kept when a push returns FLUSHING.
+It prints ``ready`` once listening, then one line per event to wait on: ``play NAME`` (a player's media
+is set up), ``publish NAME`` and ``unpublish NAME``. Three settings, each found necessary by trial, keep
+it reliable: unshared media (shared media failed reopening right after a close), a thread pool of 16 (a
+relay deadlocks the main loop without it; it also lets one client wait in DESCRIBE without stalling the
+others), and players kept when a push returns FLUSHING.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
+from pathlib import Path
+from typing import Any
 
-import gi
+__all__ = ["INSTALL_HINT", "SYSTEM_PYTHON", "command", "serve", "unavailable"]
 
-gi.require_version("Gst", "1.0")
-gi.require_version("GstRtspServer", "1.0")
-from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""Debian's interpreter, which has ``gi`` and GstRtspServer once the packages below are installed."""
+INSTALL_HINT = (
+    "apt-get install --no-install-recommends gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base "
+    "gstreamer1.0-plugins-good gstreamer1.0-plugins-bad python3-gi"
+)
+_PROBE = "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer"
 
 H264_AU = "video/x-h264,stream-format=byte-stream,alignment=au"
 RECORD_LAUNCH = (
@@ -43,6 +55,23 @@ PLAY_LAUNCH = (
 )
 
 
+def command(port: int, names: tuple[str, ...] = ()) -> list[str]:
+    """The command line that runs the relay on 127.0.0.1:``port``."""
+    return [SYSTEM_PYTHON, str(Path(__file__).resolve()), str(port), *names]
+
+
+def unavailable() -> str | None:
+    """None when the system interpreter imports GstRtspServer, else why not (for a skip message)."""
+    try:
+        done = subprocess.run([SYSTEM_PYTHON, "-c", _PROBE], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{SYSTEM_PYTHON} cannot run: {exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"{SYSTEM_PYTHON} cannot import GstRtspServer ({last})"
+    return None
+
+
 def say(line: str) -> None:
     print(line, flush=True)
 
@@ -50,15 +79,19 @@ def say(line: str) -> None:
 class Player:
     """One playing client's appsrc; it starts at a keyframe so its decoder never sees a broken GOP."""
 
-    def __init__(self, appsrc: Gst.Element) -> None:
+    def __init__(self, appsrc: Any) -> None:
         self.appsrc = appsrc
         self.keyed = False
 
 
 class Relay:
-    """What is published on each name, pushed to that name's players (from GStreamer's threads)."""
+    """What is published on each name, pushed to that name's players (from GStreamer's threads).
 
-    def __init__(self) -> None:
+    ``gst`` is the ``Gst`` module, handed in because only :func:`serve` may import it.
+    """
+
+    def __init__(self, gst: Any) -> None:
+        self.gst = gst
         self.lock = threading.Lock()
         self.players: dict[str, list[Player]] = {}
 
@@ -71,9 +104,9 @@ class Relay:
             if player in self.players.get(name, []):
                 self.players[name].remove(player)
 
-    def push(self, name: str, sample: Gst.Sample) -> None:
+    def push(self, name: str, sample: Any) -> None:
         buffer = sample.get_buffer()
-        key = not buffer.has_flags(Gst.BufferFlags.DELTA_UNIT)
+        key = not buffer.has_flags(self.gst.BufferFlags.DELTA_UNIT)
         with self.lock:
             players = list(self.players.get(name, []))
         for player in players:
@@ -81,7 +114,7 @@ class Relay:
                 continue
             player.keyed = True
             out = buffer.copy()  # the player's appsrc stamps it with its own running time
-            out.pts = out.dts = Gst.CLOCK_TIME_NONE
+            out.pts = out.dts = self.gst.CLOCK_TIME_NONE
             player.appsrc.emit("push-buffer", out)  # FLUSHING before PLAY: keep the player anyway
 
     def end(self, name: str) -> None:
@@ -91,22 +124,23 @@ class Relay:
             player.appsrc.emit("end-of-stream")
 
 
-def record_factory(relay: Relay, name: str) -> GstRtspServer.RTSPMediaFactory:
-    factory = GstRtspServer.RTSPMediaFactory()
+def record_factory(rtsp: Any, relay: Relay, name: str) -> Any:
+    """The RECORD mount of ``name``; ``rtsp`` is the ``GstRtspServer`` module."""
+    factory = rtsp.RTSPMediaFactory()
     factory.set_launch(RECORD_LAUNCH)
-    factory.set_transport_mode(GstRtspServer.RTSPTransportMode.RECORD)
+    factory.set_transport_mode(rtsp.RTSPTransportMode.RECORD)
     factory.set_shared(False)
     factory.set_latency(0)
     # At TEARDOWN, EOS drains what the publisher sent just before it, so the last frames reach players.
     factory.set_eos_shutdown(True)
 
-    def on_sample(sink: Gst.Element) -> Gst.FlowReturn:
+    def on_sample(sink: Any) -> Any:
         sample = sink.emit("pull-sample")
         if sample is not None:
             relay.push(name, sample)
-        return Gst.FlowReturn.OK
+        return relay.gst.FlowReturn.OK
 
-    def configure(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
+    def configure(_factory: Any, media: Any) -> None:
         sink = media.get_element().get_by_name("sink")
         sink.connect("new-sample", on_sample)
         sink.connect("eos", lambda _sink: relay.end(name))
@@ -117,13 +151,14 @@ def record_factory(relay: Relay, name: str) -> GstRtspServer.RTSPMediaFactory:
     return factory
 
 
-def play_factory(relay: Relay, name: str) -> GstRtspServer.RTSPMediaFactory:
-    factory = GstRtspServer.RTSPMediaFactory()
+def play_factory(rtsp: Any, relay: Relay, name: str) -> Any:
+    """The PLAY mount of ``name``; ``rtsp`` is the ``GstRtspServer`` module."""
+    factory = rtsp.RTSPMediaFactory()
     factory.set_launch(PLAY_LAUNCH)
     factory.set_shared(False)
     factory.set_latency(0)
 
-    def configure(_factory: GstRtspServer.RTSPMediaFactory, media: GstRtspServer.RTSPMedia) -> None:
+    def configure(_factory: Any, media: Any) -> None:
         player = Player(media.get_element().get_by_name("src"))
         relay.add(name, player)
         media.connect("unprepared", lambda _media: relay.remove(name, player))
@@ -133,21 +168,28 @@ def play_factory(relay: Relay, name: str) -> GstRtspServer.RTSPMediaFactory:
     return factory
 
 
-def main(argv: list[str]) -> int:
+def serve(argv: list[str]) -> int:
+    """The relay's main: listens until killed. Only Debian's system interpreter can run it."""
     if len(argv) < 2 or not argv[1].isdigit():
         print(f"usage: {argv[0]} PORT [NAME ...]", file=sys.stderr)
         return 2
+    import gi  # type: ignore[import-not-found]
+
+    gi.require_version("Gst", "1.0")
+    gi.require_version("GstRtspServer", "1.0")
+    from gi.repository import GLib, Gst, GstRtspServer  # type: ignore[import-not-found]
+
     names = argv[2:] or ["cam", "out"]
     Gst.init(None)
-    relay = Relay()
+    relay = Relay(Gst)
     server = GstRtspServer.RTSPServer()
     server.set_address("127.0.0.1")
     server.set_service(argv[1])
     server.get_thread_pool().set_max_threads(16)
     mounts = server.get_mount_points()
     for name in names:
-        mounts.add_factory(f"/{name}/publish", record_factory(relay, name))
-        mounts.add_factory(f"/{name}", play_factory(relay, name))
+        mounts.add_factory(f"/{name}/publish", record_factory(GstRtspServer, relay, name))
+        mounts.add_factory(f"/{name}", play_factory(GstRtspServer, relay, name))
     if server.attach(None) == 0:
         print(f"cannot listen on 127.0.0.1:{argv[1]}", file=sys.stderr)
         return 1
@@ -157,4 +199,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(serve(sys.argv))

@@ -1,0 +1,140 @@
+"""Training on the bundled data: a few real steps, bit-exact resume, and the checkpoint the exporter reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from export.cli import main
+from export.data import HELDOUT_CLIP, TRAIN_CLIPS, TrainingData, heldout_clip
+from export.train import CHECKPOINT, TrainConfig, load_checkpoint, train
+from streamer.errors import ConfigError, ModelError
+
+pytestmark = pytest.mark.slow
+
+TINY = TrainConfig(
+    arch="conv3d",
+    model={"t": 3, "position": "center", "embed": 4, "features": 8, "channels": 8, "blocks": 1},
+    steps=4,
+    batch=2,
+    crop=32,
+    lr=1e-3,
+    checkpoint_every=2,
+    clip_frames=8,
+    photo_frames=8,
+    val_frames=2,
+)
+
+
+def test_batches_are_a_pure_function_of_seed_and_step() -> None:
+    data = TrainingData(seed=3, clip_frames=8, photo_frames=8)
+    a, b = data.batch(7, 3, 5, 24), data.batch(7, 3, 5, 24)
+    np.testing.assert_array_equal(a.noisy, b.noisy)
+    np.testing.assert_array_equal(a.clean, b.clean)
+    assert a.clean.shape == a.noisy.shape == (3, 5, 3, 24, 24)
+    assert not np.array_equal(data.batch(8, 3, 5, 24).clean, a.clean)
+    assert a.noisy.min() >= 0.0
+    assert a.noisy.max() <= 1.0
+    assert np.abs(a.noisy - a.clean).mean() > 0.005  # degraded, not a copy
+
+
+def test_the_heldout_clip_is_not_trained_on() -> None:
+    assert HELDOUT_CLIP not in TRAIN_CLIPS
+    frames = heldout_clip(max_frames=3)
+    assert frames.shape == (3, 272, 640, 3)
+    assert frames.dtype == np.uint8
+
+
+def test_resume_continues_bit_for_bit(tmp_path: Path) -> None:
+    straight = train(TINY, tmp_path / "straight", progress=False)
+    first = train(TINY, tmp_path / "resumed", stop_after=2, progress=False)
+    assert first.step == 2
+    resumed = train(TINY, tmp_path / "resumed", resume=True, progress=False)
+    assert straight.step == resumed.step == 4
+    a = load_checkpoint(straight.checkpoint)
+    b = load_checkpoint(resumed.checkpoint)
+    assert a["model"].keys() == b["model"].keys()
+    for key, value in a["model"].items():
+        assert torch.equal(value, b["model"][key]), key
+    assert a["scheduler"] == b["scheduler"]
+    assert a["validation"] == b["validation"]
+    assert a["train_config"] == dataclasses.asdict(TINY)
+    assert [h["step"] for h in a["history"]] == [2, 4]
+
+
+def test_resume_keeps_the_stored_config_and_refuses_a_missing_checkpoint(tmp_path: Path) -> None:
+    train(TINY, tmp_path, stop_after=2, progress=False)
+    other = dataclasses.replace(TINY, lr=0.5)
+    result = train(other, tmp_path, resume=True, progress=False)
+    assert load_checkpoint(result.checkpoint)["train_config"]["lr"] == TINY.lr
+    with pytest.raises(ConfigError, match=r"does not exist; train first"):
+        train(TINY, tmp_path / "none", resume=True, progress=False)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelError, match=r"cannot read checkpoint"):
+        load_checkpoint(tmp_path / "junk.pt")
+
+
+def test_convgru_trains_unrolled_and_exports_from_its_checkpoint(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        TINY,
+        arch="convgru",
+        model={"features": 4, "channels": 8, "hidden": 4, "blocks": 0},
+        steps=2,
+        seq_len=3,
+    )
+    result = train(config, tmp_path, progress=False)
+    checkpoint = load_checkpoint(result.checkpoint)
+    assert checkpoint["architecture"] == "convgru"
+    assert checkpoint["model_config"] == config.model
+    out = tmp_path / "gru.onnx"
+    assert main(["export", "--checkpoint", str(tmp_path / CHECKPOINT), "--out", str(out), "--no-bench"]) == 0
+    meta = {p.key: p.value for p in onnx.load(out).metadata_props}
+    assert json.loads(meta["streamer.state"])[0]["channels"] == 4
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["training"]["config"] == dataclasses.asdict(config)
+    assert card["training"]["step"] == 2
+    assert card["training"]["final_validation"] == result.validation
+    assert card["parameters"] == config.model
+
+
+def test_cli_train_runs_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "train",
+        "--arch",
+        "conv3d",
+        "--t",
+        "1",
+        "--model-arg",
+        "embed=4",
+        "--model-arg",
+        "features=4",
+        "--model-arg",
+        "channels=4",
+        "--steps",
+        "2",
+        "--batch",
+        "1",
+        "--crop",
+        "16",
+        "--clip-frames",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    assert "trained to step 2" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / CHECKPOINT)["model_config"]["t"] == 1
+    assert (
+        main(["train", "--arch", "conv3d", "--steps", "0", "--out", str(tmp_path / "x"), "--no-progress"])
+        == 2
+    )
+    assert "steps, batch and checkpoint_every must be >= 1" in capsys.readouterr().err

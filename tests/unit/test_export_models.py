@@ -1,0 +1,272 @@
+"""Exporting the trainable models and users' own: parity, recurrent state metadata, clear failures, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+from export.cli import _ARCHS, main
+from export.onnx_export import PARITY_TOLERANCE, benchmark_cpu, export_onnx
+from streamer.backend.base import Layout
+from streamer.core.windower import OutputPosition
+from streamer.errors import ConfigError, ModelError
+from streamer.models import ARCHITECTURES, Conv3dEnhancer, ConvGRUEnhancer
+
+TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}
+TINY_GRU = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
+
+
+class TinyUserModel(nn.Module):
+    """A user's model with none of the registry's attributes: the CLI flags describe it."""
+
+    def __init__(self, width: int = 4) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 3, padding=1)
+        self.out = nn.Conv2d(width, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, 3, H, W)
+        last = x[:, -1]
+        return last + self.out(torch.relu(self.conv(last)))
+
+
+def make_tiny(width: int = 4) -> nn.Module:
+    torch.manual_seed(0)
+    return TinyUserModel(width)
+
+
+class _Decomposes(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = torch.linalg.svd(x).S
+        return x - 1e-3 * s[..., :1, None]
+
+
+class UsesSvd(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 3, 1)
+        self.whitening = _Decomposes()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.whitening(self.stem(x[:, :, 0]))
+
+
+def _meta(path: Path) -> dict[str, str]:
+    return {p.key: p.value for p in onnx.load(path).metadata_props}
+
+
+@pytest.mark.parametrize("t", [5, 1])
+def test_conv3d_exports_with_parity_and_its_own_metadata(tmp_path: Path, t: int) -> None:
+    torch.manual_seed(0)
+    model = Conv3dEnhancer(t=t, **TINY_CONV3D)
+    report = export_onnx(model, tmp_path / "c.onnx", name=f"c{t}")
+    assert report.parity_max_abs_error <= PARITY_TOLERANCE
+    assert report.parity_real_max_abs_error is not None
+    assert report.parity_real_max_abs_error <= PARITY_TOLERANCE
+    assert _meta(report.path) == {
+        "streamer.name": f"c{t}",
+        "streamer.t": str(t),
+        "streamer.layout": "NCTHW",
+        "streamer.output_position": "center",
+        "streamer.value_range": "0,1",
+        "streamer.pad_multiple": "4",
+    }
+    session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).uniform(0, 1, (3, 3, t, 20, 36)).astype(np.float32)
+    (y,) = session.run(None, {"frames": x})
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(y, expected, atol=1e-5)
+
+
+def test_convgru_exports_its_state_as_named_inputs_and_outputs_with_metadata(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = ConvGRUEnhancer(**TINY_GRU).eval()
+    report = export_onnx(model, tmp_path / "g.onnx", name="g")
+    assert report.parity_max_abs_error <= PARITY_TOLERANCE
+    assert report.parity_real_max_abs_error is not None
+    meta = _meta(report.path)
+    assert json.loads(meta["streamer.state"]) == [
+        {"input": "state", "output": "state_next", "channels": 6, "scale": 4}
+    ]
+    assert (meta["streamer.t"], meta["streamer.layout"], meta["streamer.output_position"]) == (
+        "1",
+        "NTCHW",
+        "last",
+    )
+    session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["frames", "state"]
+    assert [o.name for o in session.get_outputs()] == ["enhanced", "state_next"]
+    state_input = session.get_inputs()[1]
+    assert isinstance(state_input.shape[0], str)
+    assert state_input.shape[1] == 6
+    # The runtime's loop: zeros first, then each output state into the next call; odd padded sizes.
+    frames = np.random.default_rng(1).uniform(0, 1, (4, 2, 1, 3, 20, 28)).astype(np.float32)
+    state = np.zeros((2, 6, 5, 7), np.float32)
+    torch_state = torch.from_numpy(state)
+    for x in frames:
+        y, state = session.run(None, {"frames": x, "state": state})
+        with torch.no_grad():
+            expected, torch_state = model(torch.from_numpy(x), torch_state)
+        np.testing.assert_allclose(y, expected.numpy(), atol=1e-5)
+        np.testing.assert_allclose(state, torch_state.numpy(), atol=1e-5)
+
+
+def test_unsupported_op_error_names_the_op_and_the_module_using_it(tmp_path: Path) -> None:
+    with pytest.raises(ModelError) as caught:
+        export_onnx(
+            UsesSvd(),
+            tmp_path / "s.onnx",
+            name="svd",
+            t=1,
+            layout=Layout.NCTHW,
+            output_position=OutputPosition.CENTER,
+        )
+    message = str(caught.value)
+    assert "torch could not export 'svd'" in message
+    assert "linalg_svd" in message
+    assert "module 'whitening' (_Decomposes)" in message
+    assert not (tmp_path / "s.onnx").exists()
+
+
+def test_wrong_output_shape_says_what_the_runtime_expected(tmp_path: Path) -> None:
+    class Downscales(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[:, :, 0, ::2, ::2]
+
+    with pytest.raises(
+        ModelError, match=r"returns shape \(1, 3, 32, 48\) .*needs \(B, 3, H, W\) = \(1, 3, 64, 96\)"
+    ):
+        export_onnx(
+            Downscales(),
+            tmp_path / "d.onnx",
+            name="d",
+            t=3,
+            layout=Layout.NCTHW,
+            output_position=OutputPosition.CENTER,
+        )
+
+
+def test_recurrent_model_returning_a_wrong_state_says_which_shape_was_expected(tmp_path: Path) -> None:
+    class BadState(ConvGRUEnhancer):
+        def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out, nxt = super().forward(x, h)
+            return out, nxt[:, :, :1]
+
+    with pytest.raises(
+        ModelError, match=r"then 'state_next' \(B, 6, H/4, W/4\) = \[\(1, 3, 64, 96\), \(1, 6, 16, 24\)\]"
+    ):
+        export_onnx(BadState(**TINY_GRU), tmp_path / "b.onnx", name="b")
+
+
+def test_arguments_that_contradict_the_module_are_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot export 'c': t=3 was given but the module's t is 5"):
+        export_onnx(Conv3dEnhancer(**TINY_CONV3D), tmp_path / "c.onnx", name="c", t=3)
+    with pytest.raises(ConfigError, match=r"no attribute 't' and none was given"):
+        export_onnx(TinyUserModel(), tmp_path / "u.onnx", name="u")
+    with pytest.raises(ConfigError, match=r"opset 13; the runtime needs opset 17"):
+        export_onnx(Conv3dEnhancer(**TINY_CONV3D), tmp_path / "c.onnx", name="c", opset=13)
+
+
+def test_fp16_export_keeps_float32_inputs_and_stays_close(tmp_path: Path) -> None:
+    pytest.importorskip("onnxconverter_common")
+    torch.manual_seed(0)
+    report = export_onnx(Conv3dEnhancer(t=3, **TINY_CONV3D), tmp_path / "c.onnx", name="c", fp16=True)
+    assert report.fp16_path == tmp_path / "c.fp16.onnx"
+    assert report.fp16_max_abs_error is not None
+    assert report.fp16_max_abs_error < 2e-2
+    session = ort.InferenceSession(str(report.fp16_path), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(float)"
+    assert session.get_outputs()[0].type == "tensor(float)"
+    weights = onnx.load(report.fp16_path).graph.initializer
+    assert any(w.data_type == onnx.TensorProto.FLOAT16 for w in weights)
+
+
+def test_factory_model_with_weights_exports_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    weights = tmp_path / "w.pt"
+    trained = make_tiny(width=5)
+    with torch.no_grad():
+        trained.out.bias.fill_(0.25)
+    torch.save(trained.state_dict(), weights)
+    out = tmp_path / "user.onnx"
+    code = main(
+        [
+            "export",
+            "--factory",
+            "tests.unit.test_export_models:make_tiny",
+            "--model-arg",
+            "width=5",
+            "--weights",
+            str(weights),
+            "--t",
+            "3",
+            "--position",
+            "last",
+            "--layout",
+            "NTCHW",
+            "--out",
+            str(out),
+            "--no-bench",
+        ]
+    )
+    assert code == 0
+    assert "wrote" in capsys.readouterr().out
+    meta = _meta(out)
+    assert (meta["streamer.t"], meta["streamer.output_position"], meta["streamer.layout"]) == (
+        "3",
+        "last",
+        "NTCHW",
+    )
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["architecture"] == "tests.unit.test_export_models.TinyUserModel"
+    assert card["parameter_count"] == sum(p.numel() for p in trained.parameters())
+    assert card["parameters"] is None  # a user's model without config() has no constructor record
+    assert card["parity_max_abs_error"] <= PARITY_TOLERANCE
+    # The weights were loaded: a zero input comes out as the trained bias, not the factory's.
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"frames": np.zeros((1, 3, 3, 8, 8), np.float32)})
+    with torch.no_grad():
+        expected = trained(torch.zeros(1, 3, 3, 8, 8)).numpy()
+    np.testing.assert_allclose(y, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--factory", "no_such_module:make"], "cannot import module 'no_such_module'"),
+        (["--factory", "tests.unit.test_export_models:nothing"], "has no attribute 'nothing'"),
+        (["--factory", "justaname"], "--factory takes MODULE:CALLABLE"),
+        (["--arch", "conv3d", "--opset", "11"], "opset 11; the runtime needs opset 17"),
+        (["--checkpoint", "missing.pt"], "checkpoint 'missing.pt' does not exist"),
+    ],
+)
+def test_cli_export_errors_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code = main(["export", *argv, "--out", str(tmp_path / "x.onnx"), "--no-bench"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_cli_lists_the_registry_architectures() -> None:
+    assert sorted(_ARCHS) == sorted(ARCHITECTURES)
+
+
+def test_cpu_benchmark_measures_each_size_with_machine_info(tmp_path: Path) -> None:
+    report = export_onnx(ConvGRUEnhancer(**TINY_GRU), tmp_path / "g.onnx", name="g", real_frames=False)
+    bench = benchmark_cpu(report.path, sizes=((64, 36), (30, 20)), seconds=0.01)
+    assert bench["64x36"]["fps"] > 0
+    assert bench["30x20"]["runs"] >= 5
+    assert bench["fps"] == bench["64x36"]["fps"]
+    assert bench["machine"]["cpu_count"] >= 1

@@ -1,0 +1,124 @@
+"""The trainable models and the registry: shapes the runtime relies on, identity at init, state shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from streamer.backend.base import Layout
+from streamer.core.windower import OutputPosition
+from streamer.errors import ConfigError
+from streamer.models import (
+    ARCHITECTURES,
+    MODEL_ATTRIBUTES,
+    Conv3dEnhancer,
+    ConvGRUEnhancer,
+    MotionAdaptiveTemporalFilter,
+    architecture_of,
+    build,
+)
+
+TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}
+TINY_GRU = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
+
+
+def padded(v: int, m: int) -> int:
+    return -(-v // m) * m
+
+
+@pytest.mark.parametrize("t", [1, 3, 5])
+@pytest.mark.parametrize(("h", "w"), [(17, 23), (36, 52), (5, 9)])
+def test_conv3d_returns_the_target_frame_shape_for_padded_odd_sizes(t: int, h: int, w: int) -> None:
+    model = Conv3dEnhancer(t=t, **TINY_CONV3D)
+    hp, wp = padded(h, model.pad_multiple), padded(w, model.pad_multiple)
+    out = model(torch.rand(2, 3, t, hp, wp))
+    assert out.shape == (2, 3, hp, wp)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize(("position", "slot"), [(OutputPosition.CENTER, 2), (OutputPosition.LAST, 4)])
+def test_untrained_conv3d_is_close_to_the_identity_on_its_output_slot(
+    position: OutputPosition, slot: int
+) -> None:
+    torch.manual_seed(0)
+    model = Conv3dEnhancer(t=5, position=position).eval()
+    x = torch.rand(1, 3, 5, 32, 48)
+    with torch.no_grad():
+        out = model(x)
+    assert (out - x[:, :, slot]).abs().max() < 0.05
+    # Far from the other slots: the residual is on the right frame.
+    other = 0 if slot else 4
+    assert (out - x[:, :, other]).abs().mean() > 0.2
+
+
+def test_conv3d_uses_the_other_frames_of_the_window() -> None:
+    torch.manual_seed(0)
+    model = Conv3dEnhancer(t=5, **TINY_CONV3D).eval()
+    x = torch.rand(1, 3, 5, 16, 16)
+    y = x.clone()
+    y[:, :, 0] = 0.0
+    with torch.no_grad():
+        assert not torch.equal(model(x), model(y))
+
+
+@pytest.mark.parametrize(("h", "w"), [(16, 24), (36, 52), (4, 4)])
+def test_convgru_state_has_the_declared_shape_and_feeds_the_next_call(h: int, w: int) -> None:
+    torch.manual_seed(0)
+    model = ConvGRUEnhancer(**TINY_GRU).eval()
+    (spec,) = model.state_specs
+    x = torch.rand(2, 1, 3, h, w)
+    state = model.initial_state(x)
+    assert state.shape == (2, spec.channels, -(-h // spec.scale), -(-w // spec.scale))
+    assert not state.any()
+    with torch.no_grad():
+        out, nxt = model(x, state)
+        again, _ = model(x, nxt)
+    assert out.shape == (2, 3, h, w)
+    assert nxt.shape == state.shape
+    assert nxt.abs().max() > 0
+    assert not torch.equal(out, again)  # the state carries something from one frame to the next
+
+
+def test_untrained_convgru_is_close_to_the_identity() -> None:
+    torch.manual_seed(0)
+    model = ConvGRUEnhancer().eval()
+    x = torch.rand(1, 1, 3, 32, 48)
+    with torch.no_grad():
+        out, _ = model(x, model.initial_state(x))
+    assert (out - x[:, 0]).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_every_architecture_exposes_what_the_exporter_reads(name: str) -> None:
+    model = build(name)
+    for attr in MODEL_ATTRIBUTES:
+        assert hasattr(model, attr), attr
+    assert isinstance(model.layout, Layout)
+    assert isinstance(model.output_position, OutputPosition)
+    assert model.value_range == (0.0, 1.0)
+    assert architecture_of(model) == name
+    rebuilt = build(name, **model.config())
+    assert rebuilt.config() == model.config()
+
+
+def test_registry_builds_with_string_positions_and_records_them() -> None:
+    model = build("conv3d", t=3, position="last", **TINY_CONV3D)
+    assert model.output_position is OutputPosition.LAST
+    assert model.config()["position"] == "last"
+    assert MotionAdaptiveTemporalFilter(t=3).state_specs == ()
+    assert ConvGRUEnhancer().t == 1
+    assert ConvGRUEnhancer().output_position is OutputPosition.LAST
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "match"),
+    [
+        ("resnet", {}, r"unknown architecture 'resnet'; choose one of \['conv3d', 'convgru'"),
+        ("conv3d", {"position": "middle"}, r"position 'middle' is not one of center \| last"),
+        ("conv3d", {"widht": 3}, r"architecture 'conv3d' does not take arguments \['widht'\]"),
+        ("conv3d", {"t": 0}, r"Conv3dEnhancer needs t, embed, features, channels >= 1"),
+    ],
+)
+def test_registry_errors_name_the_bad_input(name: str, kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        build(name, **kwargs)
