@@ -1,5 +1,5 @@
-"""Turns PyTorch modules into ONNX files the streamer runtime accepts; the only code that imports torch."""
+"""Turns PyTorch modules into ONNX files the streamer runtime accepts; the only code that imports torch.
 
-from export.onnx_export import ExportReport, export_onnx
-
-__all__ = ["ExportReport", "export_onnx"]
+Import ``export.onnx_export`` (or ``export.train``) for the tooling itself: this package module stays
+free of torch, because ``streamer``'s CLI imports ``export.cli`` just to list the subcommands.
+"""

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from export.onnx_export import ExportReport, export_onnx, export_with_card
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import TEMPORAL_FILTER
 from streamer.core.windower import OutputPosition
 from streamer.models import MotionAdaptiveTemporalFilter
 
 __all__ = ["DEFAULT_NAME", "DESCRIPTION", "export_default", "main"]
 
-DEFAULT_NAME = DEFAULT_MODEL.stem
+DEFAULT_NAME = TEMPORAL_FILTER.stem
 _T = 5
 _POSITION = OutputPosition.CENTER
 DESCRIPTION = (
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=Path,
-        default=DEFAULT_MODEL.parent,
+        default=TEMPORAL_FILTER.parent,
         help="folder to write into (default: the package's assets)",
     )
     args = parser.parse_args(argv)

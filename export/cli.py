@@ -78,13 +78,15 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--checkpoint-every", type=int, default=500, help="steps between checkpoints (default: 500)"
     )
-    p.add_argument("--clip-frames", type=int, help="decode only this many frames per clip (quick runs)")
+    p.add_argument(
+        "--clip-frames", type=int, help="use only this many frames per clip and photo pan (quick runs)"
+    )
     p.add_argument("--out", type=Path, required=True, help="run folder; holds checkpoint.pt")
     p.add_argument("--resume", action="store_true", help="continue OUT/checkpoint.pt with its stored config")
     p.add_argument("--stop-after", type=int, help="stop at this step (the schedule still spans --steps)")
     p.add_argument("--threads", type=int, help="torch intra-op threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(handler=_run_train)
+    p.set_defaults(func=_run_train)
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -150,7 +152,7 @@ def _add_export(subparsers: Any) -> None:
     )
     p.add_argument("--card", type=Path, help="model card path (default: next to --out, .json)")
     p.add_argument("--no-bench", action="store_true", help="skip the CPU speed measurement in the card")
-    p.set_defaults(handler=_run_export)
+    p.set_defaults(func=_run_export)
 
 
 def _load_factory(spec: str) -> Any:
@@ -207,14 +209,21 @@ def _run_export(args: argparse.Namespace) -> int:
             "threads": payload.get("threads"),
             "config": payload["train_config"],
             "final_validation": payload.get("validation"),
-            "validation_data": "pan over the held-out 'chelsea' photo, 8 frames 128x192, Gaussian noise",
+            "validation_data": (
+                f"pan over the held-out 'chelsea' photo, {payload['train_config'].get('val_frames')} frames "
+                f"128x192, Gaussian noise sigma 15 and 25"
+            ),
             "history": payload.get("history", []),
         }
     else:
         if args.arch is not None:
             module = build(args.arch, **_model_kwargs(args))
         else:
-            made = _load_factory(args.factory)(**parse_model_args(args.model_arg))
+            factory, kwargs = _load_factory(args.factory), parse_model_args(args.model_arg)
+            try:
+                made = factory(**kwargs)
+            except Exception as err:
+                raise ModelError(f"--factory {args.factory!r} raised {type(err).__name__}: {err}") from err
             if not isinstance(made, nn.Module):
                 raise ModelError(
                     f"--factory {args.factory!r} returned {type(made).__name__}, not a torch nn.Module"
@@ -276,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:
-        code: int = args.handler(args)
+        code: int = args.func(args)
     except StreamerError as err:
         print(f"streamer {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -235,7 +235,8 @@ class TrainingData:
             [cv2.resize(f, (f.shape[1] // 2, f.shape[0] // 2), interpolation=cv2.INTER_AREA) for f in bunny]
         )
         clips = [bunny, half, load_clip("carphone_pristine.mp4", clip_frames)]
-        photos = [pan_sequence(_photo(name), photo_frames, (256, 256), rng) for name in TRAIN_PHOTOS]
+        pan = photo_frames if clip_frames is None else min(photo_frames, clip_frames)
+        photos = [pan_sequence(_photo(name), pan, (256, 256), rng) for name in TRAIN_PHOTOS]
         self.sources = [_Source(c) for c in clips + photos]
         self.weights = np.array([2.0, 2.0, 1.0] + [1.0] * len(photos))
         self.weights /= self.weights.sum()

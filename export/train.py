@@ -72,7 +72,7 @@ class TrainConfig:
     checkpoint_every: int = 500
     grad_clip: float = 1.0
     clip_frames: int | None = None
-    """Frames decoded from each training clip; None is all of them (tests use a few)."""
+    """Frames decoded from each training clip, and at most the frames of each photo pan; None is all."""
     photo_frames: int = 48
     val_frames: int = 8
 

@@ -60,7 +60,14 @@ def _need(server: WebRtcServer | None, what: str) -> WebRtcServer:
 
 def build_source(config: SourceConfig, queue_size: int, server: WebRtcServer | None = None) -> Source:
     if isinstance(config, FileSourceConfig):
-        return FileSource(config.path, capacity=queue_size, policy=DropPolicy.BLOCK)
+        return FileSource(
+            config.path,
+            capacity=queue_size,
+            policy=DropPolicy.BLOCK,
+            max_frames=config.max_frames,
+            noise_sigma=config.noise_sigma,
+            seed=config.seed,
+        )
     if isinstance(config, RtspSourceConfig):
         return RtspSource(
             config.url,
@@ -152,6 +159,7 @@ def build_pipeline(
             queue_size=config.runtime.queue_size,
             ring_capacity=config.runtime.ring_capacity,
             on_output=on_output,
+            scene_cuts=config.window.build_cuts(),
         )
     except BaseException:
         backend.close()

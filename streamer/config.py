@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from streamer.core.gate import MotionGate
+from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.latency import LatencyBudget, MissAction
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
 from streamer.pipeline import SkipAction
+from streamer.samples import resolve_sample
 
 __all__ = [
     "Config",
@@ -45,7 +46,17 @@ class _Strict(BaseModel):
 class FileSourceConfig(_Strict):
     kind: Literal["file"] = "file"
     path: Path
-    """Any file PyAV reads; its first video stream is used."""
+    """Any file PyAV reads (its first video stream is used), or ``sample:NAME`` for a sample clip."""
+    max_frames: int | None = Field(None, ge=1)
+    """Stop after this many frames; None reads the whole file."""
+    noise_sigma: float = Field(0.0, ge=0.0, le=128.0)
+    """Gaussian noise added on read (0..255 units): a known degradation for demos and benchmarks."""
+    seed: int = 0
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _sample(cls, value: Any) -> Any:
+        return resolve_sample(value) if isinstance(value, str) else value
 
 
 class SyntheticSourceConfig(_Strict):
@@ -155,6 +166,8 @@ class WindowConfig(_Strict):
     """None: the model's output position."""
     edge: EdgePolicy = EdgePolicy.REPLICATE
     max_gap_s: float | None = Field(1.0, gt=0.0)
+    scene_cut: float | None = Field(40.0, gt=0.0, le=255.0)
+    """Mean luma change (0..255) between frames that counts as an editing cut and ends the run."""
 
     def build(self, t: int, position: OutputPosition) -> Windower:
         return Windower(
@@ -164,6 +177,9 @@ class WindowConfig(_Strict):
             edge=self.edge,
             max_gap=self.max_gap_s,
         )
+
+    def build_cuts(self) -> SceneCutDetector:
+        return SceneCutDetector(self.scene_cut)
 
 
 class GateConfig(_Strict):

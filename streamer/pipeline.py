@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import enum
 import logging
 import time
@@ -30,7 +31,7 @@ import numpy.typing as npt
 
 from streamer.backend.base import Backend, State
 from streamer.channel import Channel, DropPolicy
-from streamer.core.gate import GateReason, MotionGate
+from streamer.core.gate import GateReason, MotionGate, SceneCutDetector
 from streamer.core.latency import Admission, LatencyBudget
 from streamer.core.ring import RingBuffer
 from streamer.core.stats import DurationRecorder
@@ -135,6 +136,7 @@ class Pipeline:
         queue_size: int = 8,
         ring_capacity: int | None = None,
         on_output: OutputHook | None = None,
+        scene_cuts: SceneCutDetector | None = None,
     ) -> None:
         model = backend.info
         if windower.t != model.t:
@@ -155,6 +157,7 @@ class Pipeline:
         self.gate = gate if gate is not None else MotionGate(enabled=False)
         self.budget = budget if budget is not None else LatencyBudget()
         self.on_skip = on_skip
+        self.cuts = scene_cuts if scene_cuts is not None else SceneCutDetector(None)
         self.max_batch = max(1, max_batch)
         if ring_capacity is not None and ring_capacity < windower.history:
             raise ConfigError(
@@ -223,6 +226,8 @@ class Pipeline:
                     break
                 self._frames_in += 1
                 self.ring.push(frame)
+                if self.cuts.is_cut(frame.pixels):
+                    frame = dataclasses.replace(frame, discontinuity=True)
                 for task in self.windower.push(frame):
                     await self._work.put(self._plan(task, info))
                 self.ring.release_before(self.windower.oldest_needed)

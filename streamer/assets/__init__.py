@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_MODEL_CARD"]
+__all__ = ["ASSETS", "DEFAULT_MODEL", "DEFAULT_MODEL_CARD", "TEMPORAL_FILTER"]
 
-DEFAULT_MODEL: Path = Path(__file__).resolve().parent / "temporal_filter_t5.onnx"
-"""The temporal denoiser (T=5, center, NCTHW); ``python -m export.build_default`` rebuilds it."""
+ASSETS: Path = Path(__file__).resolve().parent
+"""Where the shipped models and their JSON model cards lie."""
+
+DEFAULT_MODEL: Path = ASSETS / "conv3d_t5.onnx"
+"""The trained default: Conv3dEnhancer, T=5, center, NCTHW (``streamer train`` + ``streamer export``)."""
 
 DEFAULT_MODEL_CARD: Path = DEFAULT_MODEL.with_suffix(".json")
-"""What the default model is and how it measured when it was built."""
+"""What the default model is, how it was trained and how it measured when exported."""
+
+TEMPORAL_FILTER: Path = ASSETS / "temporal_filter_t5.onnx"
+"""A fixed-weight motion-adaptive temporal denoiser (T=5, center): tiny and fast, nothing learned."""

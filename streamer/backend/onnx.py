@@ -83,7 +83,7 @@ class OnnxBackend(Backend):
         if not self.path.is_file():
             raise ModelError(
                 f"model file {str(self.path)!r} does not exist or is not a file; pass the path of an "
-                f".onnx file (streamer.assets.DEFAULT_MODEL is the shipped one)"
+                f".onnx file (streamer.assets.DEFAULT_MODEL is the shipped default)"
             )
         if threads is not None and threads < 1:
             raise ConfigError(

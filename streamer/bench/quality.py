@@ -37,7 +37,7 @@ import numpy as np
 import onnxruntime as ort
 from tqdm import tqdm
 
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import ASSETS
 from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
@@ -536,7 +536,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         if len(set(names)) != len(names):
             raise ConfigError(f"--model names {names} repeat; give each model its own NAME")
     else:
-        models, notes = default_models(DEFAULT_MODEL.parent)
+        models, notes = default_models(ASSETS)
     clips = [Path(p) for p in args.clip] if args.clip else [default_clip()]
     progress = not args.no_progress and sys.stderr.isatty()
     report = run_quality(clips, args.frames, size, models, args.threads, args.seed, progress, notes)

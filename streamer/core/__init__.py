@@ -1,6 +1,13 @@
 """The pure core: no asyncio, no sockets, no codecs; time and frames are passed in, decisions come out."""
 
-from streamer.core.gate import GateDecision, GateReason, GateStats, MotionGate, luma_thumbnail
+from streamer.core.gate import (
+    GateDecision,
+    GateReason,
+    GateStats,
+    MotionGate,
+    SceneCutDetector,
+    luma_thumbnail,
+)
 from streamer.core.latency import Admission, LatencyBudget, LatencyStats, MissAction
 from streamer.core.ring import RingBuffer, RingStats
 from streamer.core.stats import DurationRecorder
@@ -20,6 +27,7 @@ __all__ = [
     "OutputPosition",
     "RingBuffer",
     "RingStats",
+    "SceneCutDetector",
     "WindowTask",
     "Windower",
     "luma_thumbnail",

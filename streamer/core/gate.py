@@ -17,7 +17,7 @@ import numpy.typing as npt
 from streamer.errors import ConfigError
 from streamer.frame import Hyperframe, Pixels
 
-__all__ = ["GateDecision", "GateReason", "GateStats", "MotionGate", "luma_thumbnail"]
+__all__ = ["GateDecision", "GateReason", "GateStats", "MotionGate", "SceneCutDetector", "luma_thumbnail"]
 
 _LUMA = np.array([77, 150, 29], dtype=np.uint16)
 """BT.601 luma weights scaled by 256: Y = (77 R + 150 G + 29 B) >> 8."""
@@ -153,3 +153,32 @@ class MotionGate:
         self._reference = thumb
         self._reference_time = now
         return GateDecision(True, score, reason)
+
+
+class SceneCutDetector:
+    """Flags a frame whose luma thumbnail differs from the previous frame's by more than ``threshold``.
+
+    A temporal model fed frames from both sides of an editing cut blends two scenes; marking the cut a
+    discontinuity makes the windower end the run there, as it does at a reconnect. The threshold is
+    the mean absolute luma change (0..255): fast pans measure about 15-25, cuts 50 and more.
+    """
+
+    def __init__(self, threshold: float | None = 40.0, downscale_width: int = 64) -> None:
+        if threshold is not None and not 0.0 < threshold <= 255.0:
+            raise ConfigError(f"window.scene_cut must be in (0, 255] or null, got {threshold}")
+        self.threshold = threshold
+        self.downscale_width = downscale_width
+        self._previous: npt.NDArray[np.float32] | None = None
+        self.cuts = 0
+
+    def is_cut(self, pixels: Pixels) -> bool:
+        """Whether this frame starts a new scene; the first frame of a stream is not a cut."""
+        if self.threshold is None:
+            return False
+        thumb = luma_thumbnail(pixels, self.downscale_width)
+        previous, self._previous = self._previous, thumb
+        if previous is None or previous.shape != thumb.shape:
+            return False
+        cut = float(np.mean(np.abs(thumb - previous))) > self.threshold
+        self.cuts += cut
+        return cut

@@ -108,7 +108,7 @@ class Conv3dEnhancer(nn.Module):
         # Centred input: on raw [0, 1] input, training at lr 1e-3 stalled.
         y = (x - 0.5).reshape(b, c, t, h // 2, 2, w // 2, 2).permute(0, 1, 4, 6, 2, 3, 5)
         y = y.reshape(b, c * 4, t, h // 2, w // 2)
-        half = activation(self.fuse(self.embed(y))).squeeze(2)
+        half = activation(self.fuse(self.embed(y))[:, :, 0])  # T collapsed to 1: drop the axis
         quarter = self.body(activation(self.down(half)))
         y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
         y = self.head(activation(self.refine(y)))

@@ -20,9 +20,10 @@ from av.container import InputContainer
 from av.video.stream import VideoStream
 
 from streamer.channel import DropPolicy
-from streamer.errors import SourceError, SourceNotFoundError
+from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
 from streamer.sources.base import ThreadedSource
+from streamer.sources.noise import GaussianNoise
 
 __all__ = ["FileSource"]
 
@@ -45,9 +46,17 @@ class FileSource(ThreadedSource):
         stream_id: str = "0",
         capacity: int = 8,
         policy: DropPolicy = DropPolicy.BLOCK,
+        *,
+        max_frames: int | None = None,
+        noise_sigma: float = 0.0,
+        seed: int = 0,
     ) -> None:
+        if max_frames is not None and max_frames < 1:
+            raise ConfigError(f"max_frames must be at least 1 or None (the whole file), got {max_frames}")
         super().__init__(stream_id, capacity, policy)
         self.path = Path(path)
+        self.max_frames = max_frames
+        self._noise = GaussianNoise(noise_sigma, seed)
         self._container: InputContainer | None = None
         self._stream: VideoStream | None = None
         self._time_base = Fraction(0)
@@ -79,7 +88,7 @@ class FileSource(ThreadedSource):
             height=stream.height,
             fps=Fraction(fps),
             time_base=self._time_base,
-            frame_count=stream.frames if stream.frames > 0 else None,
+            frame_count=_expected(stream.frames, self.max_frames),
             live=False,
         )
 
@@ -90,9 +99,12 @@ class FileSource(ThreadedSource):
         index = 0
         try:
             for av_frame in container.decode(stream):
-                pixels = np.ascontiguousarray(av_frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                rgb = av_frame.to_ndarray(format="rgb24")
+                pixels = self._noise(np.ascontiguousarray(rgb, dtype=np.uint8))
                 yield Frame(pixels, index, av_frame.pts, self._time_base, time.monotonic(), self.stream_id)
                 index += 1
+                if index == self.max_frames:
+                    return
         except av.error.FFmpegError as exc:
             raise SourceError(
                 f"decoding '{self.path}' failed after {index} frames: {_reason(exc)}; "
@@ -104,3 +116,10 @@ class FileSource(ThreadedSource):
             self._container.close()
             self._container = None
             self._stream = None
+
+
+def _expected(in_file: int, limit: int | None) -> int | None:
+    """Frames the source will deliver, when the file says (0 means it does not)."""
+    if in_file <= 0:
+        return None
+    return in_file if limit is None else min(in_file, limit)

@@ -13,7 +13,7 @@ import av
 import numpy as np
 import pytest
 
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench import register
 from streamer.bench.metrics import psnr
@@ -70,7 +70,7 @@ def test_bench_prints_and_writes_every_method_for_every_degradation(
 ) -> None:
     json_path, md_path = tmp_path / "q.json", tmp_path / "q.md"
     # The shipped model also stands in for conv3d_t5, so the targets are checked and printed.
-    models = ["--model", f"tf={DEFAULT_MODEL}", "--model", f"conv3d_t5={DEFAULT_MODEL}"]
+    models = ["--model", f"tf={TEMPORAL_FILTER}", "--model", f"conv3d_t5={TEMPORAL_FILTER}"]
     argv = ["--clip", str(grey_clip), *models, "--no-progress"]
     assert _bench([*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
 
@@ -111,7 +111,7 @@ def test_bench_prints_and_writes_every_method_for_every_degradation(
 
 
 def test_default_models_skip_what_is_missing_with_a_note(tmp_path: Path) -> None:
-    (tmp_path / "conv3d_t5.onnx").write_bytes(DEFAULT_MODEL.read_bytes())
+    (tmp_path / "conv3d_t5.onnx").write_bytes(TEMPORAL_FILTER.read_bytes())
     found, notes = default_models(tmp_path)
     assert [(m.name, m.label) for m in found] == [("conv3d_t5", "ours Conv3d T=5")]
     assert len(notes) == 3
@@ -120,7 +120,7 @@ def test_default_models_skip_what_is_missing_with_a_note(tmp_path: Path) -> None
 
 def test_model_frames_gives_one_output_per_frame_through_the_windower() -> None:
     clip = np.repeat(_grey_frames(1), 7, axis=0)
-    backend = OnnxBackend(DEFAULT_MODEL)
+    backend = OnnxBackend(TEMPORAL_FILTER)
     out = np.stack(list(model_frames(backend, clip)))
     assert out.shape == clip.shape
     # A static clip is left as it is by a temporal filter.
@@ -179,7 +179,7 @@ def test_flicker_target_is_skipped_without_the_t1_ablation() -> None:
 
 def test_missing_clip_is_source_not_found(tmp_path: Path) -> None:
     with pytest.raises(SourceNotFoundError, match="does not exist"):
-        _bench(["--clip", str(tmp_path / "nope.mp4"), "--model", f"tf={DEFAULT_MODEL}", "--no-progress"])
+        _bench(["--clip", str(tmp_path / "nope.mp4"), "--model", f"tf={TEMPORAL_FILTER}", "--no-progress"])
 
 
 @pytest.mark.parametrize("spec", ["conv3d_t5", "=model.onnx", "name=", "a=x.onnx --model a=y.onnx"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import async_playwright
 
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
@@ -55,7 +55,7 @@ def test_viewer_publishes_the_camera_and_plays_the_enhanced_stream(chromium: str
             outcomes.append(outcome)
 
         pipeline = Pipeline(
-            source, sink, OnnxBackend(DEFAULT_MODEL, threads=1), Windower(5), MotionGate(), on_output=keep
+            source, sink, OnnxBackend(TEMPORAL_FILTER, threads=1), Windower(5), MotionGate(), on_output=keep
         )
         running = asyncio.create_task(pipeline.run())
         console: list[str] = []

@@ -23,7 +23,7 @@ def test_demo_writes_mp4_with_source_frame_count_and_size_and_a_png(
     assert main(["demo", "--output-dir", str(tmp_path), "--frames", "30", "--no-progress"]) == 0
     out = capsys.readouterr().out
     written = probe(tmp_path / "enhanced.mp4")
-    assert (written.frames, written.width, written.height) == (30, 640, 360)
+    assert (written.frames, written.width, written.height) == (30, 640, 272)
     assert (tmp_path / "before_after.png").read_bytes().startswith(PNG_SIGNATURE)
     assert "30 in, 30 out" in out
     assert "p99" in out

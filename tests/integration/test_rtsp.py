@@ -16,7 +16,7 @@ from fractions import Fraction
 import pytest
 
 from streamer import framecode
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
@@ -42,7 +42,7 @@ def build(source: RtspSource, sink: RtspSink) -> Pipeline:
     return Pipeline(
         source,
         sink,
-        OnnxBackend(DEFAULT_MODEL),
+        OnnxBackend(TEMPORAL_FILTER),
         Windower(5),
         MotionGate(),
         on_skip=SkipAction.PASSTHROUGH,

@@ -18,7 +18,7 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription, V
 from aiortc.mediastreams import MediaStreamError
 
 from streamer import framecode
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
@@ -159,7 +159,7 @@ def test_published_video_comes_back_enhanced(record_property: Callable[[str, obj
             pipeline = Pipeline(
                 source,
                 sink,
-                OnnxBackend(DEFAULT_MODEL, threads=1),
+                OnnxBackend(TEMPORAL_FILTER, threads=1),
                 Windower(5),
                 MotionGate(enabled=False),
                 queue_size=4,

@@ -244,6 +244,10 @@ def test_factory_model_with_weights_exports_from_the_cli(
         (["--factory", "no_such_module:make"], "cannot import module 'no_such_module'"),
         (["--factory", "tests.unit.test_export_models:nothing"], "has no attribute 'nothing'"),
         (["--factory", "justaname"], "--factory takes MODULE:CALLABLE"),
+        (
+            ["--factory", "tests.unit.test_export_models:make_tiny", "--model-arg", "depth=2"],
+            "raised TypeError: make_tiny() got an unexpected keyword argument 'depth'",
+        ),
         (["--arch", "conv3d", "--opset", "11"], "opset 11; the runtime needs opset 17"),
         (["--checkpoint", "missing.pt"], "checkpoint 'missing.pt' does not exist"),
     ],

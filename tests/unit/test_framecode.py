@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from streamer import framecode
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.errors import FrameError
 
@@ -88,7 +88,7 @@ def test_codes_survive_libx264_at_a_low_bitrate_in_4_2_0() -> None:
 
 
 def test_codes_survive_the_shipped_denoiser() -> None:
-    backend = OnnxBackend(DEFAULT_MODEL)
+    backend = OnnxBackend(TEMPORAL_FILTER)
     t, center = backend.info.t, backend.info.t // 2
     # Neighbours whose codes differ from the center's in many bits, and in one bit.
     for values in ([0, framecode.MAX_VALUE, 0x555555, 0xAAAAAA, 7], [40, 41, 42, 43, 44]):

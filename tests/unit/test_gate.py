@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamer.core.gate import GateReason, MotionGate, luma_thumbnail
+from streamer.core.gate import GateReason, MotionGate, SceneCutDetector, luma_thumbnail
 from streamer.errors import ConfigError
 from streamer.frame import Hyperframe
 from tests.factories import make_frame
@@ -94,3 +94,21 @@ def test_thumbnail_is_downscaled_luma() -> None:
 def test_bad_settings(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         MotionGate(**kwargs)  # type: ignore[arg-type]
+
+
+def test_scene_cut_is_flagged_and_a_pan_is_not() -> None:
+    detector = SceneCutDetector(40.0, downscale_width=32)
+    y, x = np.mgrid[0:H, 0 : W + 64].astype(np.float32)
+    texture = 128 + 60 * np.sin(x / 9) + 60 * np.cos(y / 7)
+    wide = np.repeat(texture[..., None], 3, axis=2).astype(np.uint8)
+    pan = [wide[:, x0 : x0 + W] for x0 in range(0, 40, 4)]
+    other = 255 - pan[-1]
+    flags = [detector.is_cut(np.ascontiguousarray(p)) for p in [*pan, other]]
+    assert flags == [False] * len(pan) + [True]
+    assert detector.cuts == 1
+
+
+def test_scene_cut_detection_can_be_off() -> None:
+    detector = SceneCutDetector(None)
+    assert not detector.is_cut(np.zeros((8, 8, 3), np.uint8))
+    assert not detector.is_cut(np.full((8, 8, 3), 255, np.uint8))

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend, resolve_providers
 from streamer.core.windower import OutputPosition
@@ -87,7 +87,7 @@ def _meta(**overrides: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def shipped() -> OnnxBackend:
-    return OnnxBackend(DEFAULT_MODEL, providers=["CPUExecutionProvider"])
+    return OnnxBackend(TEMPORAL_FILTER, providers=["CPUExecutionProvider"])
 
 
 def test_shipped_model_info(shipped: OnnxBackend) -> None:
@@ -113,13 +113,13 @@ def test_batch_of_two_equals_two_single_calls(shipped: OnnxBackend) -> None:
 
 def test_auto_providers_end_with_cpu_and_run_an_available_one() -> None:
     assert resolve_providers("auto")[-1] == "CPUExecutionProvider"
-    backend = OnnxBackend(DEFAULT_MODEL)
+    backend = OnnxBackend(TEMPORAL_FILTER)
     assert backend.info.provider in ort.get_available_providers()
 
 
 def test_chosen_provider_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="streamer.backend.onnx"):
-        OnnxBackend(DEFAULT_MODEL, providers=["CPUExecutionProvider"])
+        OnnxBackend(TEMPORAL_FILTER, providers=["CPUExecutionProvider"])
     assert "temporal_filter_t5 runs on CPUExecutionProvider" in caplog.text
 
 
@@ -258,18 +258,18 @@ def test_unparseable_file_is_a_model_error_with_onnxruntimes_reason(tmp_path: Pa
 
 def test_unavailable_provider_is_a_config_error_listing_available() -> None:
     with pytest.raises(ConfigError, match=r"NoSuchExecutionProvider.*CPUExecutionProvider"):
-        OnnxBackend(DEFAULT_MODEL, providers=["NoSuchExecutionProvider", "CPUExecutionProvider"])
+        OnnxBackend(TEMPORAL_FILTER, providers=["NoSuchExecutionProvider", "CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("providers", ["fastest", []])
 def test_providers_must_be_auto_or_a_list_of_names(providers: str | list[str]) -> None:
     with pytest.raises(ConfigError, match="auto"):
-        OnnxBackend(DEFAULT_MODEL, providers=providers)
+        OnnxBackend(TEMPORAL_FILTER, providers=providers)
 
 
 def test_zero_threads_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="threads"):
-        OnnxBackend(DEFAULT_MODEL, threads=0)
+        OnnxBackend(TEMPORAL_FILTER, threads=0)
 
 
 def test_pad_multiple_accepts_any_size_and_crops_back(tmp_path: Path) -> None:

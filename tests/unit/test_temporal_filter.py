@@ -13,7 +13,7 @@ import torch
 
 from export.build_default import export_default
 from export.onnx_export import PARITY_TOLERANCE, export_onnx
-from streamer.assets import DEFAULT_MODEL, DEFAULT_MODEL_CARD
+from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import OutputPosition
@@ -83,7 +83,7 @@ def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
 
 @pytest.fixture(scope="module")
 def backend() -> OnnxBackend:
-    return OnnxBackend(DEFAULT_MODEL, providers=["CPUExecutionProvider"])
+    return OnnxBackend(TEMPORAL_FILTER, providers=["CPUExecutionProvider"])
 
 
 @pytest.fixture(scope="module")
@@ -138,15 +138,15 @@ def test_exported_file_has_dynamic_batch_height_width(tmp_path: Path) -> None:
 
 def test_shipped_asset_is_what_the_code_exports_now(tmp_path: Path) -> None:
     fresh, module = export_default(tmp_path)
-    shipped = onnx.load(DEFAULT_MODEL)
+    shipped = onnx.load(TEMPORAL_FILTER)
     assert {p.key: p.value for p in shipped.metadata_props} == fresh.metadata
     x = np.random.default_rng(5).uniform(0, 1, size=(2, 3, T, 40, 56)).astype(np.float32)
     runs = [
         ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"frames": x})[0]
-        for p in (DEFAULT_MODEL, fresh.path)
+        for p in (TEMPORAL_FILTER, fresh.path)
     ]
     np.testing.assert_allclose(runs[0], runs[1], atol=1e-6)
-    card = json.loads(DEFAULT_MODEL_CARD.read_text())
+    card = json.loads(TEMPORAL_FILTER.with_suffix(".json").read_text())
     assert card["parameters"] == module.config()
     assert (card["t"], card["layout"], card["output_position"]) == (T, "NCTHW", "center")
     assert card["cpu_benchmark"]["fps"] > 0
