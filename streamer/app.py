@@ -137,7 +137,8 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
 
 def build_backend(config: Config) -> Backend:
     path = config.model.path if config.model.path is not None else DEFAULT_MODEL
-    return OnnxBackend(path, providers=config.model.providers, threads=config.model.threads)
+    model = config.model
+    return OnnxBackend(path, providers=model.providers, threads=model.threads, spin=model.spin)
 
 
 def build_pipeline(

@@ -187,7 +187,9 @@ def format_report(report: PipelineReport, output: Path | None) -> str:
         f"{report.lookahead_frames} frames)",
     ]
     if report.discontinuities:
-        lines.append(f"runs        {report.discontinuities} discontinuities")
+        lines.append(
+            f"runs        {report.discontinuities} new runs (scene cuts, reconnects, timestamp jumps)"
+        )
     if output is not None:
         lines.append(f"output      {output}")
     return "\n".join(lines)

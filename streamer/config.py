@@ -156,6 +156,8 @@ class ModelConfig(_Strict):
     """None: the model shipped inside the package."""
     providers: Literal["auto"] | list[str] = "auto"
     threads: int | None = Field(None, ge=1)
+    spin: bool = False
+    """Let onnxruntime's threads spin between ops: faster alone, slower beside decode and encode."""
 
 
 class WindowConfig(_Strict):

@@ -78,6 +78,7 @@ class OnnxBackend(Backend):
         path: str | os.PathLike[str],
         providers: str | Sequence[str] = "auto",
         threads: int | None = None,
+        spin: bool = False,
     ) -> None:
         self.path = Path(path)
         if not self.path.is_file():
@@ -91,8 +92,9 @@ class OnnxBackend(Backend):
             )
         requested = resolve_providers(providers)
         options = ort.SessionOptions()
-        # Spinning intra-op threads would burn the cores the decode and encode threads need.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Spinning intra-op threads wait faster between ops but burn the cores that decode and encode
+        # threads need: on for a process that only infers, off (the default) inside a pipeline.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         if threads is not None:
             options.intra_op_num_threads = threads
         try:

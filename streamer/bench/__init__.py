@@ -9,6 +9,7 @@ without loading the latency benchmark's peers.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from streamer.errors import ConfigError
 
@@ -82,6 +83,15 @@ def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]
         action=argparse.BooleanOptionalAction,
         default=True,
         help="the motion gate, as gate.enabled (on; a skipped window reuses the last enhanced frame)",
+    )
+    latency.add_argument(
+        "--model", type=Path, metavar="ONNX", help="the model to run (default: the shipped default model)"
+    )
+    latency.add_argument(
+        "--budget-ms",
+        type=float,
+        metavar="MS",
+        help="latency.budget_ms: frames that would miss it leave unenhanced (default: no budget)",
     )
     latency.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     latency.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")

@@ -63,6 +63,8 @@ from streamer.bench import rtsp_relay
 from streamer.config import (
     Config,
     GateConfig,
+    LatencyConfig,
+    ModelConfig,
     RtspSinkConfig,
     RtspSourceConfig,
     WebRtcConfig,
@@ -107,6 +109,19 @@ class Settings:
     warmup: int = 60
     gate: bool = True
     paths: tuple[str, ...] = PATHS
+    model: Path | None = None
+    """The ONNX model; None is the shipped default."""
+    budget_ms: float | None = None
+    """latency.budget_ms of the pipeline; None enhances every frame however late."""
+
+    def config(self, **sections: Any) -> Config:
+        """The pipeline's config for one path: its source and sink plus this run's model, gate, budget."""
+        return Config(
+            model=ModelConfig(path=self.model),
+            gate=GateConfig(enabled=self.gate),
+            latency=LatencyConfig(budget_ms=self.budget_ms),
+            **sections,
+        )
 
     @property
     def tail(self) -> int:
@@ -460,10 +475,9 @@ async def _rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     sender = _RtspCamera(relay.publish_url("cam"), camera)
     player = _RtspPlayer(relay.url("out"), settings.total * 2, open_timeout_s=SETUP_S)
     recorder = _Recorder(measured)
-    config = Config(
+    config = settings.config(
         source=RtspSourceConfig(url=relay.url("cam"), reconnect=False),
         sink=RtspSinkConfig(url=relay.publish_url("out"), reconnect=False),
-        gate=GateConfig(enabled=settings.gate),
     )
     pipeline = build_pipeline(config, on_output=recorder)
     running: asyncio.Task[PipelineReport] | None = None
@@ -661,12 +675,11 @@ class _WebRtcPeers(threading.Thread):
 
 async def _webrtc(settings: Settings, measured: range) -> PathResult:
     deadline = time.monotonic() + settings.cap_s
-    config = Config(
+    config = settings.config(
         source=WhipSourceConfig(
             stream=STREAM, open_timeout_s=SETUP_S, end_on_unpublish=True, relay_original=False
         ),
         sink=WhepSinkConfig(stream=STREAM),
-        gate=GateConfig(enabled=settings.gate),
         webrtc=WebRtcConfig(port=0),
     )
     server = build_server(config)
@@ -741,7 +754,7 @@ def run_latency(settings: Settings) -> LatencyReport:
     """Runs each path of ``settings`` in turn on loopback; see the module docstring."""
     started = time.monotonic()
     load_before = _load()
-    config = Config(gate=GateConfig(enabled=settings.gate))
+    config = settings.config()
     backend = build_backend(config)
     model = backend.info
     backend.close()
@@ -814,9 +827,10 @@ _COLUMNS: tuple[tuple[str, str, Callable[[PathResult], str]], ...] = (
 def _header(report: LatencyReport) -> str:
     s = report.settings
     gate = f"gate on (on_skip {report.on_skip})" if s.gate else "gate off"
+    budget = "no latency budget" if s.budget_ms is None else f"budget {s.budget_ms:g} ms"
     return (
         f"streamer bench latency: {s.width}x{s.height} @ {s.fps} fps, {s.frames} frames per path after "
-        f"{s.warmup} warm-up; {report.model} on {report.provider}; {gate}; {report.machine}"
+        f"{s.warmup} warm-up; {report.model} on {report.provider}; {gate}; {budget}; {report.machine}"
     )
 
 
@@ -921,8 +935,18 @@ def run_from_args(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--warmup + --frames must stay below {framecode.MAX_VALUE}, the largest frame number"
         )
+    if args.budget_ms is not None and args.budget_ms <= 0:
+        raise ConfigError(f"--budget-ms must be positive, got {args.budget_ms}")
     settings = Settings(
-        width, height, args.fps, args.frames, args.warmup, args.gate, _parse_paths(args.paths)
+        width,
+        height,
+        args.fps,
+        args.frames,
+        args.warmup,
+        args.gate,
+        _parse_paths(args.paths),
+        model=args.model,
+        budget_ms=args.budget_ms,
     )
     report = run_latency(settings)
     print(format_table(report))

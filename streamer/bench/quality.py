@@ -392,7 +392,8 @@ def run_quality(
     """Degrades each clip every way, runs every method on it, and scores them; see the module docstring."""
     started = time.perf_counter()
     loaded = [(path, *load_clip(path, frames, size)) for path in clips]
-    backends = [(spec, OnnxBackend(spec.path, threads=threads)) for spec in models]
+    # The models run alone here, as OpenCV does: onnxruntime's threads may spin (model.spin).
+    backends = [(spec, OnnxBackend(spec.path, threads=threads, spin=True)) for spec in models]
     sections: list[Section] = []
     runs = len(DEGRADATIONS) * (2 + len(backends))
     try:
@@ -410,7 +411,8 @@ def run_quality(
         f"NLMeans h = hColor = {nlm}; templateWindowSize {NLM_TEMPLATE}, searchWindowSize {NLM_SEARCH} "
         f"(OpenCV defaults); multi: temporalWindowSize {NLM_WINDOW}, centre frame, indices clamped at the "
         "ends",
-        "fps: frames per second of wall clock for the method alone (models after one warm-up call)",
+        "fps: frames per second of wall clock for the method alone (models after one warm-up call, "
+        "onnxruntime threads spinning as in a process that only infers)",
         "flicker: mean |out_t - out_t-1| minus the clean clip's (0 = as steady as the clean video)",
         *notes,
     ]
