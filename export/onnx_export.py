@@ -588,7 +588,7 @@ def _to_fp16(
 ) -> tuple[bytes, float]:
     """float16 weights and activations with float32 inputs and outputs, checked against PyTorch."""
     try:
-        from onnxconverter_common import float16  # type: ignore[import-untyped]  # optional: only --fp16 needs it
+        from onnxconverter_common import float16  # optional: only --fp16 needs it
     except ImportError as err:
         raise ConfigError(
             f"cannot write an fp16 model of {name!r}: the onnxconverter-common package is not installed; "
