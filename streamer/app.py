@@ -75,12 +75,8 @@ def build_source(config: SourceConfig, queue_size: int, server: WebRtcServer | N
             open_timeout_s=config.open_timeout_s,
             read_timeout_s=config.read_timeout_s,
             stall_timeout_s=config.stall_timeout_s,
-            reconnect=config.reconnect,
-            max_attempts=config.max_attempts,
-            backoff_initial_s=config.backoff_initial_s,
-            backoff_max_s=config.backoff_max_s,
-            jitter=config.jitter,
             capacity=queue_size,
+            **config.backoff(),
         )
     if isinstance(config, WhipSourceConfig):
         return WhipSource(
@@ -123,12 +119,8 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
             preset=config.preset,
             tune=config.tune,
             transport=config.transport,
-            reconnect=config.reconnect,
-            max_attempts=config.max_attempts,
-            backoff_initial_s=config.backoff_initial_s,
-            backoff_max_s=config.backoff_max_s,
-            jitter=config.jitter,
             timeout_s=config.timeout_s,
+            **config.backoff(),
         )
     if isinstance(config, WhepSinkConfig):
         return WhepSink(_need(server, "sink.kind whep"), config.stream)

@@ -86,6 +86,10 @@ class _Backoff(_Strict):
     jitter: float = Field(0.2, ge=0.0, lt=1.0)
     """Each delay varies by +/- this fraction, so many clients do not retry in lockstep."""
 
+    def backoff(self) -> dict[str, Any]:
+        """These settings as keyword arguments of RtspSource and RtspSink."""
+        return self.model_dump(include=set(_Backoff.model_fields))
+
 
 class RtspSourceConfig(_Backoff):
     kind: Literal["rtsp"] = "rtsp"
