@@ -72,13 +72,13 @@ def test_conv3d_exports_with_parity_and_its_own_metadata(tmp_path: Path, t: int)
     assert _meta(report.path) == {
         "streamer.name": f"c{t}",
         "streamer.t": str(t),
-        "streamer.layout": "NCTHW",
+        "streamer.layout": "NTCHW",
         "streamer.output_position": "center",
         "streamer.value_range": "0,1",
         "streamer.pad_multiple": "4",
     }
     session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(0).uniform(0, 1, (3, 3, t, 20, 36)).astype(np.float32)
+    x = np.random.default_rng(0).uniform(0, 1, (3, t, 3, 20, 36)).astype(np.float32)
     (y,) = session.run(None, {"frames": x})
     with torch.no_grad():
         expected = model(torch.from_numpy(x)).numpy()

@@ -31,7 +31,7 @@ def padded(v: int, m: int) -> int:
 def test_conv3d_returns_the_target_frame_shape_for_padded_odd_sizes(t: int, h: int, w: int) -> None:
     model = Conv3dEnhancer(t=t, **TINY_CONV3D)
     hp, wp = padded(h, model.pad_multiple), padded(w, model.pad_multiple)
-    out = model(torch.rand(2, 3, t, hp, wp))
+    out = model(torch.rand(2, t, 3, hp, wp))
     assert out.shape == (2, 3, hp, wp)
     assert torch.isfinite(out).all()
 
@@ -42,21 +42,21 @@ def test_untrained_conv3d_is_close_to_the_identity_on_its_output_slot(
 ) -> None:
     torch.manual_seed(0)
     model = Conv3dEnhancer(t=5, position=position).eval()
-    x = torch.rand(1, 3, 5, 32, 48)
+    x = torch.rand(1, 5, 3, 32, 48)
     with torch.no_grad():
         out = model(x)
-    assert (out - x[:, :, slot]).abs().max() < 0.05
+    assert (out - x[:, slot]).abs().max() < 0.05
     # Far from the other slots: the residual is on the right frame.
     other = 0 if slot else 4
-    assert (out - x[:, :, other]).abs().mean() > 0.2
+    assert (out - x[:, other]).abs().mean() > 0.2
 
 
 def test_conv3d_uses_the_other_frames_of_the_window() -> None:
     torch.manual_seed(0)
     model = Conv3dEnhancer(t=5, **TINY_CONV3D).eval()
-    x = torch.rand(1, 3, 5, 16, 16)
+    x = torch.rand(1, 5, 3, 16, 16)
     y = x.clone()
-    y[:, :, 0] = 0.0
+    y[:, 0] = 0.0
     with torch.no_grad():
         assert not torch.equal(model(x), model(y))
 
