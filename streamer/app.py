@@ -12,15 +12,19 @@ from streamer.config import (
     Config,
     FileSinkConfig,
     FileSourceConfig,
+    ModelConfig,
     RtspSinkConfig,
     RtspSourceConfig,
+    RuntimeConfig,
     SinkConfig,
     SourceConfig,
+    StreamConfig,
     WhepSinkConfig,
     WhipSourceConfig,
 )
 from streamer.errors import ConfigError
 from streamer.pipeline import OutputHook, Pipeline
+from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.null import NullSink
@@ -29,11 +33,12 @@ from streamer.sources.base import Source
 from streamer.sources.file import FileSource
 from streamer.sources.rtsp import RtspSource
 from streamer.sources.synthetic import SyntheticSource
+from streamer.telemetry import StageObserver, ignore
 from streamer.webrtc.server import WebRtcServer
 from streamer.webrtc.sink import WhepSink
 from streamer.webrtc.source import WhipSource
 
-__all__ = ["build_backend", "build_pipeline", "build_server", "build_sink", "build_source"]
+__all__ = ["build_backend", "build_pipeline", "build_server", "build_sink", "build_source", "build_stream"]
 
 
 def build_server(config: Config) -> WebRtcServer | None:
@@ -58,10 +63,13 @@ def _need(server: WebRtcServer | None, what: str) -> WebRtcServer:
     return server
 
 
-def build_source(config: SourceConfig, queue_size: int, server: WebRtcServer | None = None) -> Source:
+def build_source(
+    config: SourceConfig, queue_size: int, server: WebRtcServer | None = None, stream_id: str = "0"
+) -> Source:
     if isinstance(config, FileSourceConfig):
         return FileSource(
             config.path,
+            stream_id,
             capacity=queue_size,
             policy=DropPolicy.BLOCK,
             max_frames=config.max_frames,
@@ -71,6 +79,7 @@ def build_source(config: SourceConfig, queue_size: int, server: WebRtcServer | N
     if isinstance(config, RtspSourceConfig):
         return RtspSource(
             config.url,
+            stream_id,
             transport=config.transport,
             open_timeout_s=config.open_timeout_s,
             read_timeout_s=config.read_timeout_s,
@@ -97,6 +106,7 @@ def build_source(config: SourceConfig, queue_size: int, server: WebRtcServer | N
         noise_sigma=config.noise_sigma,
         seed=config.seed,
         realtime=config.realtime,
+        stream_id=stream_id,
         capacity=queue_size,
     )
 
@@ -127,33 +137,55 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
     return NullSink()
 
 
-def build_backend(config: Config) -> Backend:
-    path = config.model.path if config.model.path is not None else DEFAULT_MODEL
-    model = config.model
+def build_backend(model: ModelConfig) -> Backend:
+    path = model.path if model.path is not None else DEFAULT_MODEL
     return OnnxBackend(path, providers=model.providers, threads=model.threads, spin=model.spin)
+
+
+def build_stream(
+    stream: StreamConfig,
+    runtime: RuntimeConfig,
+    backend: Backend,
+    *,
+    scheduler: InferenceScheduler | None = None,
+    server: WebRtcServer | None = None,
+    on_output: OutputHook | None = None,
+    observe: StageObserver = ignore,
+) -> Pipeline:
+    """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
+    model = backend.info
+    return Pipeline(
+        build_source(stream.source, runtime.queue_size, server, stream.id),
+        build_sink(stream.sink, server),
+        backend,
+        stream.window.build(model.t, model.output_position),
+        stream.gate.build(),
+        stream.latency.build(),
+        on_skip=stream.gate.on_skip,
+        max_batch=runtime.max_batch,
+        queue_size=runtime.queue_size,
+        ring_capacity=runtime.ring_capacity,
+        on_output=on_output,
+        scene_cuts=stream.window.build_cuts(),
+        scheduler=scheduler,
+        observe=observe,
+    )
 
 
 def build_pipeline(
     config: Config, on_output: OutputHook | None = None, server: WebRtcServer | None = None
 ) -> Pipeline:
-    """Raises ModelError/ModelMismatchError before any source is opened, so bad setups fail fast."""
-    backend = build_backend(config)
-    model = backend.info
-    try:
-        return Pipeline(
-            build_source(config.source, config.runtime.queue_size, server),
-            build_sink(config.sink, server),
-            backend,
-            config.window.build(model.t, model.output_position),
-            config.gate.build(),
-            config.latency.build(),
-            on_skip=config.gate.on_skip,
-            max_batch=config.runtime.max_batch,
-            queue_size=config.runtime.queue_size,
-            ring_capacity=config.runtime.ring_capacity,
-            on_output=on_output,
-            scene_cuts=config.window.build_cuts(),
+    """The single stream of ``config``, with a backend of its own; raises ModelError/ModelMismatchError
+    before any source is opened, so bad setups fail fast."""
+    streams = config.stream_configs()
+    if len(streams) != 1:
+        raise ConfigError(
+            f"build_pipeline builds one stream and the config has {len(streams)}; run them with "
+            "streamer.service.Service"
         )
+    backend = build_backend(streams[0].model)
+    try:
+        return build_stream(streams[0], config.runtime, backend, server=server, on_output=on_output)
     except BaseException:
         backend.close()
         raise

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -18,17 +18,19 @@ from typing import Any
 from tqdm import tqdm
 
 from export.cli import register as register_export
-from streamer.app import build_pipeline, build_server
 from streamer.bench import register as register_bench
 from streamer.config import Config, load_config, parse_override
+from streamer.control import ControlServer
 from streamer.errors import StreamerError
 from streamer.frame import Frame
+from streamer.logs import configure_logging
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
-from streamer.webrtc.server import WebRtcServer
+from streamer.service import Service, StreamResult
 
 __all__ = ["main"]
 
 _RTSP = ("rtsp://", "rtsps://")
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -135,34 +137,65 @@ class _Progress:
             self._bar.close()
 
 
-async def _run_pipeline(pipeline: Pipeline, server: WebRtcServer | None) -> PipelineReport:
+async def _serve(service: Service, control: ControlServer | None) -> list[StreamResult]:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, pipeline.stop)
+        loop.add_signal_handler(sig, service.request_stop)
     try:
-        if server is None:
-            return await pipeline.run()
-        await server.start()
-        print(f"streamer: WHIP/WHEP on {server.url}, viewer {server.url}/view/<stream>", file=sys.stderr)
+        text = service.config.runtime.log_format == "text"
+        if service.server is not None:
+            await service.server.start()
+            if text:
+                url = service.server.url
+                print(f"streamer: WHIP/WHEP on {url}, viewer {url}/view/<stream>", file=sys.stderr)
+        if control is not None:
+            await control.start()
+            if text:
+                where = f"{control.url} (/healthz /readyz /metrics /streams)"
+                print(f"streamer: operations endpoint {where}", file=sys.stderr)
         try:
-            return await pipeline.run()
+            results = await service.run()
         finally:
-            await server.stop()
+            if control is not None:
+                await control.stop()
+        if service.abandoned:
+            # A thread stuck in a write cannot be joined, and asyncio.run would wait for it for ever.
+            print(
+                f"streamer: error: sinks of {sorted(service.abandoned)} are stuck; exiting", file=sys.stderr
+            )
+            sys.stderr.flush()
+            os._exit(EXIT_FAILED)
+        return results
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
 
-def run_config(config: Config, progress: bool) -> PipelineReport:
-    """Build and run; the progress bar's total comes from the source once it is open."""
-    bar = _Progress(progress)
-    server = build_server(config)
-    pipeline = build_pipeline(config, on_output=bar, server=server)
-    bar.pipeline = pipeline
+def run_streams(config: Config, progress: bool, log_failures: bool = True) -> list[StreamResult]:
+    """Build every stream (failing fast on a bad one), serve until they end or a signal stops them."""
+    single = len(config.stream_configs()) == 1
+    bar = _Progress(progress and single)
+    service = Service(config, on_output=bar, log_failures=log_failures)
+    service.prepare()
+    if single:
+        bar.pipeline = next(iter(service.runners.values())).pipeline
+    control = ControlServer(service, config.http) if config.http.port is not None else None
     try:
-        return asyncio.run(_run_pipeline(pipeline, server))
+        return asyncio.run(_serve(service, control))
     finally:
         bar.close()
+
+
+def run_config(config: Config, progress: bool) -> PipelineReport:
+    """Run a one-stream config; its report, or the error that stopped it raised."""
+    results = run_streams(config, progress, log_failures=False)
+    if len(results) != 1:
+        raise StreamerError(f"expected one stream, {len(results)} ran; use run_streams for several")
+    result = results[0]
+    if result.error is not None:
+        raise result.error
+    assert result.report is not None
+    return result.report
 
 
 def format_report(report: PipelineReport, output: Path | None) -> str:
@@ -197,11 +230,28 @@ def format_report(report: PipelineReport, output: Path | None) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config, _overrides(args))
-    logging.basicConfig(level=config.runtime.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    report = run_config(config, progress=not args.no_progress and sys.stderr.isatty())
-    output = config.sink.path if config.sink.kind == "file" else None
-    print(format_report(report, output))
-    return 0
+    configure_logging(config.runtime.log_level, config.runtime.log_format)
+    progress = not args.no_progress and sys.stderr.isatty()
+    if config.streams is None and config.http.port is None:
+        report = run_config(config, progress)
+        output = config.sink.path if config.sink.kind == "file" else None
+        print(format_report(report, output))
+        return 0
+    results = run_streams(config, progress)
+    sinks = {s.id: s.sink for s in config.stream_configs()}
+    for result in results:
+        print(f"stream {result.stream_id}")
+        if result.report is None:
+            print(
+                f"failed      {result.error}" if result.error is not None else "stopped     before it opened"
+            )
+            continue
+        sink = sinks.get(result.stream_id)
+        output = sink.path if sink is not None and sink.kind == "file" else None
+        print(format_report(result.report, output))
+        if result.error is not None:
+            print(f"failed      {result.error}")
+    return EXIT_FAILED if any(r.error is not None for r in results) else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -24,18 +24,21 @@ __all__ = [
     "FileSinkConfig",
     "FileSourceConfig",
     "GateConfig",
+    "HttpConfig",
     "LatencyConfig",
     "ModelConfig",
     "NullSinkConfig",
     "RtspSinkConfig",
     "RtspSourceConfig",
     "RuntimeConfig",
+    "StreamConfig",
     "SyntheticSourceConfig",
     "WebRtcConfig",
     "WhepSinkConfig",
     "WhipSourceConfig",
     "WindowConfig",
     "load_config",
+    "stream_config",
 ]
 
 
@@ -226,9 +229,29 @@ class LatencyConfig(_Strict):
 
 class RuntimeConfig(_Strict):
     max_batch: int = Field(4, ge=1, le=256)
+    """Windows in one model call, from one stream or several that share the model."""
+    max_wait_ms: float = Field(5.0, ge=0.0, le=1000.0)
+    """How long a window may wait for windows of other streams to join its batch."""
     queue_size: int = Field(8, ge=1, le=1024)
     ring_capacity: int | None = Field(None, ge=1)
+    drain_timeout_s: float = Field(10.0, gt=0.0)
+    """On SIGTERM/SIGINT or removal, how long in-flight frames may take to drain before sinks are closed."""
+    stall_after_s: float = Field(5.0, gt=0.0)
+    """No frame from a source for this long: the stream reports ``stalled``."""
+    sink_blocked_after_s: float = Field(2.0, gt=0.0)
+    """One sink write taking longer than this: the stream reports ``sink_blocked``."""
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    log_format: Literal["text", "json"] = "text"
+
+
+class HttpConfig(_Strict):
+    """The operations endpoint: /healthz, /readyz, /metrics, /streams (aiohttp)."""
+
+    host: str = "127.0.0.1"
+    port: int | None = Field(None, ge=0, le=65535)
+    """None: no HTTP endpoint; 0: any free port."""
+    token: str | None = Field(None, min_length=1)
+    """Bearer token for adding and removing streams; without one, only loopback clients may."""
 
 
 SourceConfig = Annotated[
@@ -240,6 +263,46 @@ SinkConfig = Annotated[
 ]
 
 
+def _default_kinds(data: Any) -> Any:
+    """A source or sink section without ``kind`` is of the default kind (synthetic, null); so is a
+    sink of ``kind: null``, which YAML reads as None rather than the string."""
+    if isinstance(data, dict):
+        for section, kind in (("source", "synthetic"), ("sink", "null")):
+            value = data.get(section)
+            if isinstance(value, dict) and (
+                "kind" not in value or (kind == "null" and value["kind"] is None)
+            ):
+                data = {**data, section: {**value, "kind": kind}}
+    return data
+
+
+DEFAULT_STREAM_ID = "0"
+_SHARED = ("model", "window", "gate", "latency")
+"""Sections a stream may set for itself; the top-level ones are the defaults every stream starts from."""
+
+
+class StreamConfig(_Strict):
+    """One stream of a process: its own source and sink, and its own window, gate, latency and model
+    settings (each key it leaves out comes from the top-level section of the same name)."""
+
+    id: str = Field(DEFAULT_STREAM_ID, pattern=_STREAM_ID)
+    source: SourceConfig = Field(default_factory=SyntheticSourceConfig)
+    sink: SinkConfig = Field(default_factory=NullSinkConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    window: WindowConfig = Field(default_factory=WindowConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+
+    @property
+    def uses_webrtc(self) -> bool:
+        return self.source.kind == "whip" or self.sink.kind == "whep"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kinds(cls, data: Any) -> Any:
+        return _default_kinds(data)
+
+
 class Config(_Strict):
     source: SourceConfig = Field(default_factory=SyntheticSourceConfig)
     sink: SinkConfig = Field(default_factory=NullSinkConfig)
@@ -249,21 +312,77 @@ class Config(_Strict):
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     webrtc: WebRtcConfig = Field(default_factory=WebRtcConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    streams: list[StreamConfig] | None = None
+    """Several streams in one process; None: the one stream the top-level source and sink describe."""
 
     @property
     def uses_webrtc(self) -> bool:
-        return self.source.kind == "whip" or self.sink.kind == "whep"
+        return any(s.uses_webrtc for s in self.stream_configs())
+
+    def stream_configs(self) -> list[StreamConfig]:
+        """Every stream to run: ``streams``, or the single one of the top-level source and sink."""
+        if self.streams is not None:
+            return list(self.streams)
+        return [
+            StreamConfig(
+                source=self.source,
+                sink=self.sink,
+                model=self.model,
+                window=self.window,
+                gate=self.gate,
+                latency=self.latency,
+            )
+        ]
 
     @model_validator(mode="before")
     @classmethod
-    def _default_kinds(cls, data: Any) -> Any:
-        """A source or sink section without ``kind`` is of the default kind (synthetic, null)."""
-        if isinstance(data, dict):
-            for section, kind in (("source", "synthetic"), ("sink", "null")):
-                value = data.get(section)
-                if isinstance(value, dict) and "kind" not in value:
-                    data = {**data, section: {"kind": kind, **value}}
+    def _streams_inherit(cls, data: Any) -> Any:
+        data = _default_kinds(data)
+        if not isinstance(data, dict) or data.get("streams") is None:
+            return data
+        given = [s for s in ("source", "sink") if s in data]
+        if given:
+            raise ValueError(
+                f"top-level {' and '.join(given)} cannot stand beside 'streams'; give each stream its "
+                "own source and sink"
+            )
+        streams = data["streams"]
+        if isinstance(streams, list):
+            data = {**data, "streams": [_inherit(item, data) for item in streams]}
         return data
+
+    @model_validator(mode="after")
+    def _unique(self) -> Config:
+        ids = [s.id for s in self.stream_configs()]
+        seen = sorted({i for i in ids if ids.count(i) > 1})
+        if seen:
+            raise ValueError(f"stream ids must be unique; {seen} appear more than once")
+        if self.streams is not None and not self.streams and self.http.port is None:
+            raise ValueError("streams is empty and http.port is null: nothing to run and no way to add")
+        return self
+
+
+def _inherit(stream: Any, top: dict[str, Any]) -> Any:
+    """A stream's shared sections over the top-level ones, key by key."""
+    if not isinstance(stream, dict):
+        return stream
+    merged = dict(stream)
+    for section in _SHARED:
+        base, own = top.get(section), stream.get(section)
+        if isinstance(base, dict) and (own is None or isinstance(own, dict)):
+            merged[section] = {**base, **(own or {})}
+    return merged
+
+
+def stream_config(data: Any, config: Config) -> StreamConfig:
+    """A stream added at run time (JSON from the control API), inheriting ``config``'s top-level
+    sections like the streams of the file do. Raises ConfigError naming the bad field."""
+    top = config.model_dump(mode="json", include=set(_SHARED))
+    try:
+        return StreamConfig.model_validate(_inherit(data, top))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, "stream")) from None
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -4,10 +4,10 @@ Three asyncio tasks joined by bounded channels:
 
 - *ingest* reads frames, keeps them in the ring, asks the windower for ready windows and the gate
   whether each needs the model, and queues a :class:`_Work` per frame in order;
-- *infer* takes queued work, asks the latency budget whether each window can still make it, runs the
-  admitted ones through the backend in one worker thread (batched when several are queued; one after
-  the other, carrying the hidden state, for a recurrent model) and resolves reused and passed-through
-  frames in order;
+- *infer* takes queued work, asks the latency budget whether each window can still make it, submits the
+  admitted ones to the model's :class:`~streamer.scheduler.InferenceScheduler` (shared with the other
+  streams of that model, which batches windows across them; a recurrent model's steps run one after the
+  other, carrying this stream's hidden state) and resolves reused and passed-through frames in order;
 - *output* writes frames to the sink and records end-to-end latency.
 
 Every input frame leaves exactly once (enhanced, reused, passed through) unless the budget drops it,
@@ -17,7 +17,6 @@ and leaves in order with its own PTS, because work never overtakes other work.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import enum
 import logging
@@ -30,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamer.backend.base import Backend, State
-from streamer.channel import Channel, DropPolicy
+from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.core.gate import GateReason, MotionGate, SceneCutDetector
 from streamer.core.latency import Admission, LatencyBudget
 from streamer.core.ring import RingBuffer
@@ -38,8 +37,10 @@ from streamer.core.stats import DurationRecorder
 from streamer.core.windower import Windower, WindowTask
 from streamer.errors import ConfigError, EndOfStream, ModelMismatchError
 from streamer.frame import Frame, Hyperframe, StreamInfo
+from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sources.base import Source
+from streamer.telemetry import Stage, StageObserver, ignore
 
 __all__ = ["Outcome", "Pipeline", "PipelineReport", "SkipAction"]
 
@@ -137,6 +138,8 @@ class Pipeline:
         ring_capacity: int | None = None,
         on_output: OutputHook | None = None,
         scene_cuts: SceneCutDetector | None = None,
+        scheduler: InferenceScheduler | None = None,
+        observe: StageObserver = ignore,
     ) -> None:
         model = backend.info
         if windower.t != model.t:
@@ -159,6 +162,14 @@ class Pipeline:
         self.on_skip = on_skip
         self.cuts = scene_cuts if scene_cuts is not None else SceneCutDetector(None)
         self.max_batch = max(1, max_batch)
+        if scheduler is not None and scheduler.backend is not backend:
+            raise ConfigError(
+                f"the scheduler given to stream {source.stream_id!r} runs model "
+                f"{scheduler.backend.info.name!r}, not this pipeline's backend; share one per backend"
+            )
+        self._own_scheduler = scheduler is None
+        self.scheduler = scheduler if scheduler is not None else InferenceScheduler(backend, self.max_batch)
+        self._observe = observe
         if ring_capacity is not None and ring_capacity < windower.history:
             raise ConfigError(
                 f"runtime.ring_capacity is {ring_capacity}, below the {windower.history} frames a "
@@ -168,18 +179,28 @@ class Pipeline:
         self._work: Channel[_Work] = Channel(queue_size, DropPolicy.BLOCK, name=f"work:{source.stream_id}")
         self._out: Channel[_Output] = Channel(queue_size, DropPolicy.BLOCK, name=f"out:{source.stream_id}")
         self._on_output = on_output
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="infer")
         self._stopping = False
+        self.opened = False
+        self.last_frame_at: float | None = None
+        """Monotonic time the source last delivered a frame: how the service sees a stall."""
+        self.last_sent_at: float | None = None
+        self.sending_since: float | None = None
+        """When the sink write under way started (None: none is): how the service sees a blocked sink."""
         self._frames_in = 0
         self._frames_out = 0
         self._model_calls = 0
         self._outcomes: Counter[Outcome] = Counter()
         self._batches: Counter[int] = Counter()
+        self._last_call = 0
         self._latency = DurationRecorder()
         self._inference = DurationRecorder()
         self._run = -1
         self._state: tuple[int, State] | None = None
         """A recurrent model's state and the run it belongs to; only the inference thread touches it."""
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def stop(self) -> None:
         """Stop reading the source; frames already read are still enhanced and written."""
@@ -198,23 +219,40 @@ class Pipeline:
             "dropped": self._outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
         }
 
+    def outcome_counts(self) -> dict[str, int]:
+        """Frames by how they left (or were dropped), so far."""
+        return {o.value: self._outcomes[o] for o in Outcome}
+
+    def queue_stats(self) -> list[ChannelStats]:
+        """The bounded hand-offs of this stream: the source's (if it has one), work, output."""
+        src = self.source.stats()
+        return [*([src] if src is not None else []), self._work.stats(), self._out.stats()]
+
     async def run(self) -> PipelineReport:
         started = time.monotonic()
-        info = await self.source.open()
+        stream = self.source.stream_id
+        self.source.observe_decode(lambda seconds: self._observe(Stage.DECODE, seconds))
+        self.scheduler.attach(stream)
         try:
-            await self.sink.open(info)
+            info = await self.source.open()
+            self.opened = True
             try:
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(self._ingest(info), name="ingest")
-                    group.create_task(self._infer(), name="infer")
-                    group.create_task(self._output(), name="output")
+                await self.sink.open(info)
+                try:
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(self._ingest(info), name=f"ingest-{stream}")
+                        group.create_task(self._infer(), name=f"infer-{stream}")
+                        group.create_task(self._output(), name=f"output-{stream}")
+                finally:
+                    await self.sink.aclose()
+            except BaseExceptionGroup as group_error:
+                raise group_error.exceptions[0] from None
             finally:
-                await self.sink.aclose()
-        except BaseExceptionGroup as group_error:
-            raise group_error.exceptions[0] from None
+                await self.source.aclose()
         finally:
-            await self.source.aclose()
-            self._executor.shutdown(wait=False)
+            self.scheduler.detach(stream)
+            if self._own_scheduler:
+                await self.scheduler.aclose()
         return self._report(info, time.monotonic() - started)
 
     async def _ingest(self, info: StreamInfo) -> None:
@@ -225,6 +263,7 @@ class Pipeline:
                 except EndOfStream:
                     break
                 self._frames_in += 1
+                self.last_frame_at = time.monotonic()
                 self.ring.push(frame)
                 if self.cuts.is_cut(frame.pixels):
                     frame = dataclasses.replace(frame, discontinuity=True)
@@ -244,8 +283,11 @@ class Pipeline:
         if not task.enhance:
             return _Work(frame, _Plan.STRIDE, task.run)
         window = Hyperframe(tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps)
+        started = time.monotonic()
+        self._observe(Stage.WINDOW_WAIT, started - frame.arrival)
         now = frame.time if frame.time is not None else frame.index / float(info.fps)
         decision = self.gate.decide(window, now=now)
+        self._observe(Stage.GATE, time.monotonic() - started)
         if decision.reason is GateReason.FIRST and task.run > 0:
             log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
         return _Work(frame, _Plan.ENHANCE if decision.run_model else _Plan.SKIP, task.run, window)
@@ -288,43 +330,41 @@ class Pipeline:
                     dropped.add(work.frame.index)
         if not admitted:
             return {}, dropped
-        loop = asyncio.get_running_loop()
         t0 = time.monotonic()
-        frames = await loop.run_in_executor(self._executor, self._infer_blocking, admitted)
-        elapsed = time.monotonic() - t0
-        self.budget.observe(elapsed)
-        self._inference.record(elapsed)
         if self.backend.info.state:
+            frames = await self.scheduler.call(lambda: [self._step(w) for w in admitted])
             self._model_calls += len(admitted)
             self._batches[1] += len(admitted)
         else:
-            self._model_calls += 1
-            self._batches[len(admitted)] += 1
+            windows = [w.window for w in admitted if w.window is not None]
+            results = await self.scheduler.infer(self.source.stream_id, windows)
+            frames = [w.frame.with_pixels(r.pixels) for w, r in zip(admitted, results, strict=True)]
+            for result in results:
+                if result.call != self._last_call:
+                    self._last_call = result.call
+                    self._model_calls += 1
+                    self._batches[result.batch_size] += 1
+        elapsed = time.monotonic() - t0
+        self.budget.observe(elapsed)
+        self._inference.record(elapsed)
+        for _ in admitted:
+            self._observe(Stage.INFERENCE, elapsed)
         return {f.index: f for f in frames}, dropped
 
-    def _infer_blocking(self, admitted: list[_Work]) -> list[Frame]:
-        """Batch assembly, inference and the copy back to (H, W, C) all stay off the event loop."""
-        windows = [w.window for w in admitted if w.window is not None]
-        if self.backend.info.state:
-            results = [self._step(window, work.run) for window, work in zip(windows, admitted, strict=True)]
-        else:
-            results = list(self.backend.infer(np.stack([w.pixels() for w in windows])))
-        return [
-            work.frame.with_pixels(np.ascontiguousarray(result.transpose(1, 2, 0)))
-            for work, result in zip(admitted, results, strict=True)
-        ]
-
-    def _step(self, window: Hyperframe, run: int) -> npt.NDArray[np.uint8]:
-        """One recurrent step; a new run (after a discontinuity) starts again from the zero state."""
-        if self._state is not None and self._state[0] == run:
+    def _step(self, work: _Work) -> Frame:
+        """One recurrent step, on the model's thread; a new run (after a discontinuity) starts again
+        from the zero state."""
+        window = work.window
+        assert window is not None
+        if self._state is not None and self._state[0] == work.run:
             state = self._state[1]
         else:
             target = window.target_frame
             state = self.backend.initial_state(1, target.height, target.width)
         out, state = self.backend.step(window.pixels()[None], state)
-        self._state = (run, state)
-        frame: npt.NDArray[np.uint8] = out[0]
-        return frame
+        self._state = (work.run, state)
+        pixels: npt.NDArray[np.uint8] = np.ascontiguousarray(out[0].transpose(1, 2, 0))
+        return work.frame.with_pixels(pixels)
 
     def _resolve(
         self, work: _Work, enhanced: dict[int, Frame], dropped: set[int], last: tuple[int, Frame] | None
@@ -350,8 +390,13 @@ class Pipeline:
 
     async def _output(self) -> None:
         async for out in self._out:
+            self.sending_since = started = time.monotonic()
             await self.sink.send(out.frame)
-            self._latency.record(time.monotonic() - out.source.arrival)
+            self.sending_since = None
+            self.last_sent_at = done = time.monotonic()
+            self._observe(Stage.ENCODE, done - started)
+            self._observe(Stage.END_TO_END, done - out.source.arrival)
+            self._latency.record(done - out.source.arrival)
             self._frames_out += 1
             if self._on_output is not None:
                 self._on_output(out.source, out.frame, out.outcome)
@@ -366,7 +411,7 @@ class Pipeline:
             frames_in=self._frames_in,
             frames_out=self._frames_out,
             source_dropped=src.dropped if src else 0,
-            outcomes={o.value: self._outcomes[o] for o in Outcome},
+            outcomes=self.outcome_counts(),
             model_calls=self._model_calls,
             windows_enhanced=self._outcomes[Outcome.ENHANCED],
             windows_skipped=gate.skipped,

@@ -755,7 +755,7 @@ def run_latency(settings: Settings) -> LatencyReport:
     started = time.monotonic()
     load_before = _load()
     config = settings.config()
-    backend = build_backend(config)
+    backend = build_backend(config.model)
     model = backend.info
     backend.close()
     lookahead = WindowConfig().build(model.t, model.output_position).lookahead

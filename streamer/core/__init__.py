@@ -1,5 +1,6 @@
 """The pure core: no asyncio, no sockets, no codecs; time and frames are passed in, decisions come out."""
 
+from streamer.core.batching import BatchStats, FairBatcher
 from streamer.core.gate import (
     GateDecision,
     GateReason,
@@ -8,6 +9,7 @@ from streamer.core.gate import (
     SceneCutDetector,
     luma_thumbnail,
 )
+from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.core.latency import Admission, LatencyBudget, LatencyStats, MissAction
 from streamer.core.ring import RingBuffer, RingStats
 from streamer.core.stats import DurationRecorder
@@ -15,11 +17,14 @@ from streamer.core.windower import EdgePolicy, OutputPosition, Windower, WindowT
 
 __all__ = [
     "Admission",
+    "BatchStats",
     "DurationRecorder",
     "EdgePolicy",
+    "FairBatcher",
     "GateDecision",
     "GateReason",
     "GateStats",
+    "HealthLimits",
     "LatencyBudget",
     "LatencyStats",
     "MissAction",
@@ -28,6 +33,9 @@ __all__ = [
     "RingBuffer",
     "RingStats",
     "SceneCutDetector",
+    "StreamHealth",
+    "StreamSignals",
+    "StreamState",
     "WindowTask",
     "Windower",
     "luma_thumbnail",

@@ -2,7 +2,10 @@
 
 The estimate of a model call is an exponentially weighted mean of the calls measured so far; a frame
 whose age plus that estimate exceeds the budget leaves unenhanced (or is dropped) instead of waiting,
-so when the model cannot keep up the queue drains rather than grows.
+so when the model cannot keep up the queue drains rather than grows. An estimate is only corrected by
+calls that run, so once every ``probe_s`` a frame young enough to make the budget on its own is let
+through to measure again, and its call replaces the estimate: one slow spike (a warm-up call, a
+burst of other streams sharing the model) cannot switch enhancement off for good.
 """
 
 from __future__ import annotations
@@ -36,13 +39,19 @@ class LatencyStats:
     dropped: int
     estimate_ms: float
     """Current estimate of one model call, what admission adds to a frame's age."""
+    probes: int = 0
+    """Frames admitted against the estimate, to measure it again."""
 
 
 class LatencyBudget:
     """``budget_ms=None`` admits everything: offline work where every frame must be enhanced."""
 
     def __init__(
-        self, budget_ms: float | None = None, on_miss: MissAction = MissAction.PASSTHROUGH, alpha: float = 0.2
+        self,
+        budget_ms: float | None = None,
+        on_miss: MissAction = MissAction.PASSTHROUGH,
+        alpha: float = 0.2,
+        probe_s: float = 5.0,
     ) -> None:
         if budget_ms is not None and budget_ms <= 0:
             raise ConfigError(f"latency.budget_ms must be positive or null, got {budget_ms}")
@@ -51,6 +60,9 @@ class LatencyBudget:
         self.budget_ms = budget_ms
         self.on_miss = on_miss
         self.alpha = alpha
+        self.probe_s = probe_s
+        self._last_run: float | None = None
+        self._probes = 0
         self._estimate = 0.0
         self._measured = False
         self._admitted = 0
@@ -59,8 +71,16 @@ class LatencyBudget:
 
     def admit(self, arrival: float, now: float) -> Admission:
         """Whether a frame that arrived at ``arrival`` may still run the model at ``now`` (seconds)."""
-        if self.budget_ms is None or (now - arrival + self._estimate) * 1000.0 <= self.budget_ms:
+        age_ms = (now - arrival) * 1000.0
+        run = self.budget_ms is None or age_ms + self._estimate * 1000.0 <= self.budget_ms
+        if not run and self.budget_ms is not None and age_ms <= self.budget_ms:
+            run = self._last_run is None or now - self._last_run >= self.probe_s
+            if run:
+                self._probes += 1
+                self._measured = False  # the probe's call replaces the stale estimate outright
+        if run:
             self._admitted += 1
+            self._last_run = now
             return Admission.RUN
         if self.on_miss is MissAction.DROP:
             self._dropped += 1
@@ -82,4 +102,5 @@ class LatencyBudget:
             passed_through=self._passed,
             dropped=self._dropped,
             estimate_ms=self._estimate * 1000.0,
+            probes=self._probes,
         )

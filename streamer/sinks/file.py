@@ -170,8 +170,9 @@ class FileSink(Sink):
             if container is None or stream is None:
                 return
             try:
-                container.mux(stream.encode(None))
+                try:
+                    container.mux(stream.encode(None))
+                finally:
+                    container.close()
             except (av.error.FFmpegError, ValueError) as exc:
-                raise SinkError(f"flushing the encoder of '{self.path}' failed: {_reason(exc)}") from exc
-            finally:
-                container.close()
+                raise SinkError(f"finishing '{self.path}' failed: {_reason(exc)}") from exc

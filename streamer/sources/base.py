@@ -14,13 +14,16 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.errors import EndOfStream, SourceError, StreamerError
 from streamer.frame import Frame, StreamInfo
 
-__all__ = ["Source", "ThreadedSource"]
+__all__ = ["DecodeObserver", "Source", "ThreadedSource"]
+
+DecodeObserver = Callable[[float], None]
+"""Told the seconds one frame took to decode and convert to RGB; may be called from a decode thread."""
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +32,16 @@ class Source(abc.ABC):
     """A stream of frames of one stream id; ``info`` is valid once ``open`` returned."""
 
     stream_id: str
+    _decode_observer: DecodeObserver | None = None
+
+    def observe_decode(self, observer: DecodeObserver | None) -> None:
+        """Report each frame's decode time (the decode stage of the metrics) to ``observer``."""
+        self._decode_observer = observer
+
+    def _decoded(self, seconds: float) -> None:
+        observer = self._decode_observer
+        if observer is not None:
+            observer(seconds)
 
     @abc.abstractmethod
     async def open(self) -> StreamInfo:

@@ -97,9 +97,15 @@ class FileSource(ThreadedSource):
         assert container is not None
         assert stream is not None
         index = 0
+        decoded = container.decode(stream)
         try:
-            for av_frame in container.decode(stream):
+            while True:
+                started = time.perf_counter()
+                av_frame = next(decoded, None)
+                if av_frame is None:
+                    return
                 rgb = av_frame.to_ndarray(format="rgb24")
+                self._decoded(time.perf_counter() - started)
                 pixels = self._noise(np.ascontiguousarray(rgb, dtype=np.uint8))
                 yield Frame(pixels, index, av_frame.pts, self._time_base, time.monotonic(), self.stream_id)
                 index += 1

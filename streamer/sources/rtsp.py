@@ -218,6 +218,8 @@ class RtspSource(ThreadedSource):
         self._connects = 0
         self._frames_decoded = 0
         self._last_error: str | None = None
+        self._decode_started = 0.0
+        """When the packet being decoded was handed to the decoder: the decode stage starts there."""
 
     def rtsp_stats(self) -> RtspSourceStats:
         with self._lock:
@@ -265,6 +267,7 @@ class RtspSource(ThreadedSource):
             try:
                 for av_frame in self._decode(container):
                     pixels = np.ascontiguousarray(av_frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                    self._decoded(time.perf_counter() - self._decode_started)
                     arrival = time.monotonic()
                     with self._lock:
                         self._frames_decoded += 1
@@ -298,6 +301,7 @@ class RtspSource(ThreadedSource):
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
+            self._decode_started = time.perf_counter()
             try:
                 frames = packet.decode()
             except av.error.InvalidDataError:

@@ -6,6 +6,7 @@ denoise, and ``realtime=True`` makes it behave like a live feed (wall-clock paci
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from fractions import Fraction
@@ -96,8 +97,14 @@ class SyntheticSource(ThreadedSource):
         if self.frames == 0:
             return
         start = time.monotonic()
-        for index, av_frame in enumerate(container.decode(stream)):
+        decoded = container.decode(stream)
+        for index in itertools.count():
+            started = time.perf_counter()
+            av_frame = next(decoded, None)
+            if av_frame is None:
+                return
             pixels: Pixels = np.ascontiguousarray(av_frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+            self._decoded(time.perf_counter() - started)
             pixels = self._noise(pixels)
             if self.realtime:
                 delay = start + index * period - time.monotonic()

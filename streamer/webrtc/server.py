@@ -18,12 +18,10 @@ without one. Peers gather host candidates only on ``ice_addresses`` and use no S
 from __future__ import annotations
 
 import asyncio
-import hmac
 import importlib.resources
 import logging
 import re
 import secrets
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -32,6 +30,7 @@ from aiohttp import web
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 
 from streamer.errors import ConfigError
+from streamer.httpserve import check_bearer, serve
 from streamer.webrtc.ice import (
     check_addresses,
     default_ice_addresses,
@@ -166,22 +165,7 @@ class WebRtcServer:
         """Bind and serve; raises ConfigError naming the address when it cannot be bound."""
         if self._runner is not None:
             return
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self._port))
-        except OSError as exc:
-            sock.close()
-            raise ConfigError(
-                f"cannot listen on {self.host}:{self._port} ({exc.strerror}); choose another webrtc.port "
-                "or webrtc.host"
-            ) from None
-        self._port = sock.getsockname()[1]
-        runner = web.AppRunner(self.app, access_log=None)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        self._runner = runner
+        self._runner, self._port = await serve(self.app, self.host, self._port, "webrtc")
         log.info("WHIP/WHEP server on %s (ICE addresses %s)", self.url, self._ice or "all interfaces")
 
     async def stop(self) -> None:
@@ -298,17 +282,8 @@ class WebRtcServer:
     # helpers
 
     def _authorize(self, request: web.Request) -> None:
-        if self._token is None:
-            return
-        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-        given = credentials.strip().encode()
-        if scheme.lower() == "bearer" and hmac.compare_digest(given, self._token.encode()):
-            return
-        error = ', error="invalid_token"' if scheme else ""
-        raise web.HTTPUnauthorized(
-            headers={"WWW-Authenticate": f'Bearer realm="streamer"{error}'},
-            text="missing or wrong bearer token; send 'Authorization: Bearer <token>'\n",
-        )
+        if self._token is not None:
+            check_bearer(request, self._token)
 
     def _unknown(self, what: str, stream: str, known: Iterable[str]) -> web.HTTPNotFound:
         names = ", ".join(sorted(known)) or "none"

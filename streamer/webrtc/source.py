@@ -168,7 +168,9 @@ class WhipSource(Source):
         item = self._first if self._first is not None else await self._channel.get()
         self._first = None
         video = item.video
+        started = time.perf_counter()
         pixels = await asyncio.to_thread(_rgb, video)
+        self._decoded(time.perf_counter() - started)
         shape = (item.publisher, video.width, video.height)
         frame = Frame(
             pixels=pixels,

@@ -8,7 +8,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.config import Config, load_config, parse_override
+from streamer.config import Config, load_config, parse_override, stream_config
 from streamer.core.windower import OutputPosition
 from streamer.demo import demo_config
 from streamer.errors import ConfigError
@@ -105,3 +105,73 @@ def test_webrtc_example_builds_a_server_with_whip_in_and_whep_out() -> None:
 def test_webrtc_token_may_not_be_empty(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"webrtc\.token"):
         load_config(write(tmp_path, "webrtc:\n  token: ''\n"))
+
+
+def test_streams_inherit_the_top_level_sections_key_by_key(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+latency: {budget_ms: 250}
+gate: {refresh_s: 3.0, hold: 5}
+runtime: {max_batch: 8}
+streams:
+  - id: cam1
+    source: {kind: synthetic, realtime: true}
+  - id: cam2
+    source: {kind: synthetic}
+    sink: {kind: null}
+    gate: {hold: 1}
+    latency: {budget_ms: null}
+""",
+    )
+    config = load_config(path)
+    cam1, cam2 = config.stream_configs()
+    assert (cam1.id, cam1.latency.budget_ms, cam1.gate.refresh_s, cam1.gate.hold) == ("cam1", 250.0, 3.0, 5)
+    assert (cam2.id, cam2.latency.budget_ms, cam2.gate.refresh_s, cam2.gate.hold) == ("cam2", None, 3.0, 1)
+    assert cam2.sink.kind == "null"
+
+
+def test_without_streams_the_top_level_source_and_sink_are_stream_0() -> None:
+    config = load_config(None, {"source.frames": 7, "window.stride": 2})
+    (only,) = config.stream_configs()
+    assert (only.id, only.source.frames, only.window.stride) == ("0", 7, 2)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("source: {kind: synthetic}\nstreams: [{id: a}]", "top-level source cannot stand beside 'streams'"),
+        ("streams: [{id: a}, {id: a}]", "stream ids must be unique; ['a']"),
+        ("streams: [{id: 'bad id'}]", "streams.0.id"),
+        ("streams: [{id: a, colour: red}]", "unknown key 'streams.0.colour'"),
+        ("streams: []", "nothing to run"),
+        ("http: {port: 70000}", "http.port"),
+        ("runtime: {log_format: xml}", "runtime.log_format"),
+    ],
+)
+def test_bad_streams_are_one_line_naming_the_field(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_stream_added_at_run_time_inherits_like_the_configured_ones() -> None:
+    config = load_config(None, {"latency.budget_ms": 200, "gate.hold": 4})
+    added = stream_config({"id": "late", "source": {"realtime": True}, "gate": {"hold": 2}}, config)
+    assert (added.id, added.latency.budget_ms, added.gate.hold, added.source.kind) == (
+        "late",
+        200.0,
+        2,
+        "synthetic",
+    )
+    with pytest.raises(ConfigError, match="unknown key 'sorce'"):
+        stream_config({"id": "x", "sorce": {}}, config)
+
+
+def test_streams_example_loads_and_shares_one_model() -> None:
+    config = load_config(CONFIGS / "streams.yaml")
+    streams = config.stream_configs()
+    assert [s.id for s in streams] == ["lobby", "street", "garage"]
+    assert len({s.model.model_dump_json() for s in streams}) == 1
+    assert config.http.port == 9090

@@ -35,6 +35,26 @@ def test_estimate_follows_measured_calls() -> None:
     assert budget.stats().estimate_ms == pytest.approx(30.0)
 
 
+def test_a_stale_estimate_is_measured_again_once_per_probe_interval() -> None:
+    budget = LatencyBudget(100.0, probe_s=5.0)
+    budget.observe(0.5)  # one slow call: every later frame would be judged too late by the estimate
+    assert budget.admit(arrival=10.0, now=10.01) is Admission.RUN  # the first admission measures
+    assert budget.admit(arrival=11.0, now=11.01) is Admission.PASSTHROUGH
+    assert budget.admit(arrival=14.0, now=14.01) is Admission.PASSTHROUGH
+    assert budget.admit(arrival=15.5, now=15.51) is Admission.RUN
+    budget.observe(0.02)  # the probe's call: the estimate starts again from it
+    assert budget.admit(arrival=15.6, now=15.61) is Admission.RUN
+    assert budget.stats().probes == 2
+    assert budget.stats().estimate_ms == pytest.approx(20.0)
+
+
+def test_a_frame_already_over_budget_is_never_a_probe() -> None:
+    budget = LatencyBudget(100.0, probe_s=1.0)
+    budget.observe(0.5)
+    assert budget.admit(arrival=0.0, now=30.0) is Admission.PASSTHROUGH
+    assert budget.stats().probes == 0
+
+
 @pytest.mark.parametrize(("budget_ms", "alpha"), [(0.0, 0.2), (-5.0, 0.2), (10.0, 0.0), (10.0, 1.5)])
 def test_bad_settings(budget_ms: float, alpha: float) -> None:
     with pytest.raises(ConfigError):

@@ -1,0 +1,141 @@
+"""Fair cross-stream batching: which queued windows form the next model call, and when.
+
+Streams that share a model submit windows here; the batcher answers *when* a batch is due (full, or
+every attached stream has a window waiting, or the oldest has waited ``max_wait_s``) and *which*
+windows it holds: one per stream in turn, starting after the stream served first last time, so a busy
+stream cannot starve a quiet one. Only windows of one shape share a batch (a batch is one tensor).
+Time is passed in; nothing here waits.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from streamer.errors import ConfigError
+
+__all__ = ["BatchStats", "FairBatcher"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    streams: int
+    pending: int
+    max_pending: int
+    submitted: int
+    batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Queued(Generic[T]):
+    item: T
+    key: Hashable
+    since: float
+
+
+class FairBatcher(Generic[T]):
+    """Per-stream FIFO queues of at most ``max_batch`` items each, drained round-robin.
+
+    A stream waits for its submitted windows before it submits more, so a stream never has more than
+    one call's worth queued and the whole batcher holds at most ``streams x max_batch`` items.
+    """
+
+    def __init__(self, max_batch: int, max_wait_s: float = 0.0) -> None:
+        if max_batch < 1:
+            raise ConfigError(f"runtime.max_batch must be at least 1, got {max_batch}")
+        if max_wait_s < 0:
+            raise ConfigError(f"runtime.max_wait_ms must not be negative, got {max_wait_s * 1000:g}")
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self._queues: dict[str, collections.deque[_Queued[T]]] = {}
+        self._order: list[str] = []
+        self._cursor = 0
+        self._pending = 0
+        self._max_pending = 0
+        self._submitted = 0
+        self._batches = 0
+
+    def attach(self, stream: str) -> None:
+        """A stream that will submit; until it has, a batch may wait ``max_wait_s`` for it."""
+        if stream in self._queues:
+            raise ConfigError(f"stream {stream!r} is already attached to this model's batcher")
+        self._queues[stream] = collections.deque()
+        self._order.append(stream)
+
+    def detach(self, stream: str) -> list[T]:
+        """Forget a stream; returns what it had queued, for the caller to cancel."""
+        queue = self._queues.pop(stream, None)
+        if queue is None:
+            return []
+        at = self._order.index(stream)
+        self._order.pop(at)
+        if at < self._cursor:
+            self._cursor -= 1
+        if self._order:
+            self._cursor %= len(self._order)
+        else:
+            self._cursor = 0
+        self._pending -= len(queue)
+        return [q.item for q in queue]
+
+    def submit(self, stream: str, item: T, key: Hashable, now: float) -> None:
+        """Queue one window of ``stream``; ``key`` says which windows may share a tensor (their shape)."""
+        queue = self._queues.get(stream)
+        if queue is None:
+            raise ConfigError(f"stream {stream!r} submitted a window without attaching to the batcher")
+        if len(queue) >= self.max_batch:
+            raise RuntimeError(
+                f"stream {stream!r} has {len(queue)} windows queued, the most one call takes "
+                f"({self.max_batch}); wait for them before submitting more"
+            )
+        queue.append(_Queued(item, key, now))
+        self._pending += 1
+        self._submitted += 1
+        self._max_pending = max(self._max_pending, self._pending)
+
+    def due_in(self, now: float) -> float | None:
+        """Seconds until the next batch should run: 0 for now, None while nothing is queued."""
+        if self._pending == 0:
+            return None
+        if self._pending >= self.max_batch or all(self._queues[s] for s in self._order):
+            return 0.0
+        oldest = min(q[0].since for q in self._queues.values() if q)
+        return max(0.0, oldest + self.max_wait_s - now)
+
+    def take(self) -> list[tuple[str, T]]:
+        """The next batch: each stream's oldest window in turn, from the stream after the last one served."""
+        if self._pending == 0:
+            return []
+        n = len(self._order)
+        start = next(i % n for i in range(self._cursor, self._cursor + n) if self._queues[self._order[i % n]])
+        key = self._queues[self._order[start]][0].key
+        batch: list[tuple[str, T]] = []
+        last = start
+        progress = True
+        while len(batch) < self.max_batch and progress:
+            progress = False
+            for offset in range(n):
+                at = (start + offset) % n
+                queue = self._queues[self._order[at]]
+                if queue and queue[0].key == key:
+                    batch.append((self._order[at], queue.popleft().item))
+                    last, progress = at, True
+                    if len(batch) == self.max_batch:
+                        break
+        self._cursor = (last + 1) % n
+        self._pending -= len(batch)
+        self._batches += 1
+        return batch
+
+    def stats(self) -> BatchStats:
+        return BatchStats(
+            streams=len(self._order),
+            pending=self._pending,
+            max_pending=self._max_pending,
+            submitted=self._submitted,
+            batches=self._batches,
+        )

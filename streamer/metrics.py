@@ -1,0 +1,187 @@
+"""Prometheus metrics of a running service (prometheus-client), in a registry of its own.
+
+Durations are histograms fed as they happen (stage times per stream, model-call times and batch sizes
+per model). Everything the pipelines already count (frames, outcomes, gate decisions, reconnects,
+queue depths, states) is read from them at scrape time by a collector, so nothing is counted twice.
+Every metric is listed, with its labels, in :data:`METRICS` and in the README.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from streamer.core.health import StreamState
+from streamer.scheduler import CallObserver
+from streamer.sinks.rtsp import RtspSink
+from streamer.sources.rtsp import RtspSource
+from streamer.telemetry import Stage, StageObserver
+
+if TYPE_CHECKING:
+    from streamer.service import Service
+
+__all__ = ["METRICS", "ServiceMetrics"]
+
+METRICS = {
+    "streamer_stage_seconds": "histogram {stream, stage}: seconds per frame in each stage "
+    "(decode, window_wait, gate, inference, encode, end_to_end)",
+    "streamer_model_call_seconds": "histogram {model}: seconds per backend call",
+    "streamer_batch_size": "histogram {model}: windows per backend call",
+    "streamer_frames_in_total": "counter {stream}: frames read from the source",
+    "streamer_frames_out_total": "counter {stream}: frames written to the sink",
+    "streamer_frames_dropped_total": "counter {stream, reason}: frames that never left (source: the live "
+    "hand-off was full; budget: latency.on_miss drop; sink: the RTSP sink was reconnecting)",
+    "streamer_frames_passed_through_total": "counter {stream, reason}: frames written unenhanced "
+    "(budget, gate, stride)",
+    "streamer_frames_reused_total": "counter {stream}: frames of a skipped window that reused the last "
+    "enhanced output",
+    "streamer_windows_total": "counter {stream}: windows the motion gate decided on",
+    "streamer_windows_skipped_total": "counter {stream}: windows the gate let skip the model",
+    "streamer_gate_skip_ratio": "gauge {stream}: skipped / decided windows",
+    "streamer_model_calls_total": "counter {model}: backend calls",
+    "streamer_model_windows_total": "counter {model}: windows enhanced by those calls",
+    "streamer_model_pending_windows": "gauge {model}: windows waiting for a batch",
+    "streamer_inference_provider_info": "gauge {model, provider}: 1 for the execution provider in use",
+    "streamer_reconnects_total": "counter {stream, side}: RTSP reconnections of the source or the sink",
+    "streamer_queue_depth": "gauge {stream, queue}: items in each bounded hand-off",
+    "streamer_queue_capacity": "gauge {stream, queue}: capacity of each hand-off",
+    "streamer_stream_state": "gauge {stream, state}: 1 for the stream's current state",
+    "streamer_streams": "gauge: streams in this process",
+}
+
+_STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+class ServiceMetrics:
+    """The registry ``/metrics`` serves; observers for the pipelines and schedulers to call."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._stage = Histogram(
+            "streamer_stage_seconds",
+            METRICS["streamer_stage_seconds"],
+            ["stream", "stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self._call = Histogram(
+            "streamer_model_call_seconds",
+            METRICS["streamer_model_call_seconds"],
+            ["model"],
+            buckets=_STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self._batch = Histogram(
+            "streamer_batch_size",
+            METRICS["streamer_batch_size"],
+            ["model"],
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+
+    def bind(self, service: Service) -> None:
+        """Read the service's streams and models at every scrape."""
+        self.registry.register(_ServiceCollector(service))
+
+    def stage_observer(self, stream: str) -> StageObserver:
+        children = {stage: self._stage.labels(stream, stage.value) for stage in Stage}
+
+        def observe(stage: Stage, seconds: float) -> None:
+            children[stage].observe(seconds)
+
+        return observe
+
+    def call_observer(self, model: str) -> CallObserver:
+        call, batch = self._call.labels(model), self._batch.labels(model)
+
+        def observe(size: int, seconds: float) -> None:
+            call.observe(seconds)
+            batch.observe(size)
+
+        return observe
+
+    def forget(self, stream: str) -> None:
+        """Drop a removed stream's series, so a long-lived process does not keep them for ever."""
+        for stage in Stage:
+            self._stage.remove(stream, stage.value)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _ServiceCollector(Collector):
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    def collect(self) -> Iterator[Metric]:
+        frames_in = _counter("streamer_frames_in_total", ["stream"])
+        frames_out = _counter("streamer_frames_out_total", ["stream"])
+        dropped = _counter("streamer_frames_dropped_total", ["stream", "reason"])
+        passed = _counter("streamer_frames_passed_through_total", ["stream", "reason"])
+        reused = _counter("streamer_frames_reused_total", ["stream"])
+        windows = _counter("streamer_windows_total", ["stream"])
+        skipped = _counter("streamer_windows_skipped_total", ["stream"])
+        ratio = _gauge("streamer_gate_skip_ratio", ["stream"])
+        reconnects = _counter("streamer_reconnects_total", ["stream", "side"])
+        depth = _gauge("streamer_queue_depth", ["stream", "queue"])
+        capacity = _gauge("streamer_queue_capacity", ["stream", "queue"])
+        state = _gauge("streamer_stream_state", ["stream", "state"])
+        now = time.monotonic()
+        runners = list(self._service.runners.values())
+        for runner in runners:
+            sid, p = runner.id, runner.pipeline
+            counters, outcomes, gate = p.counters(), p.outcome_counts(), p.gate.stats()
+            source = p.source.stats()
+            frames_in.add_metric([sid], counters["in"])
+            frames_out.add_metric([sid], counters["out"])
+            dropped.add_metric([sid, "source"], source.dropped if source is not None else 0)
+            dropped.add_metric([sid, "budget"], outcomes["budget_drop"])
+            sink_dropped = p.sink.rtsp_stats().frames_dropped if isinstance(p.sink, RtspSink) else 0
+            dropped.add_metric([sid, "sink"], sink_dropped)
+            for reason in ("budget", "gate", "stride"):
+                passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
+            reused.add_metric([sid], outcomes["reused"])
+            windows.add_metric([sid], gate.windows)
+            skipped.add_metric([sid], gate.skipped)
+            ratio.add_metric([sid], gate.skip_ratio)
+            src_reconnects = p.source.rtsp_stats().reconnects if isinstance(p.source, RtspSource) else 0
+            sink_reconnects = p.sink.rtsp_stats().reconnects if isinstance(p.sink, RtspSink) else 0
+            reconnects.add_metric([sid, "source"], src_reconnects)
+            reconnects.add_metric([sid, "sink"], sink_reconnects)
+            for queue in p.queue_stats():
+                kind = queue.name.split(":", 1)[0]
+                depth.add_metric([sid, kind], queue.depth)
+                capacity.add_metric([sid, kind], queue.capacity)
+            current = runner.state(now)
+            for s in StreamState:
+                state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
+        yield from (frames_in, frames_out, dropped, passed, reused, windows, skipped, ratio, reconnects)
+        yield from (depth, capacity, state)
+
+        calls = _counter("streamer_model_calls_total", ["model"])
+        enhanced = _counter("streamer_model_windows_total", ["model"])
+        pending = _gauge("streamer_model_pending_windows", ["model"])
+        provider = _gauge("streamer_inference_provider_info", ["model", "provider"])
+        for scheduler in self._service.schedulers():
+            stats = scheduler.stats()
+            calls.add_metric([stats.model], stats.calls)
+            enhanced.add_metric([stats.model], stats.windows)
+            pending.add_metric([stats.model], stats.pending)
+            provider.add_metric([stats.model, stats.provider], 1.0)
+        streams = _gauge("streamer_streams", [])
+        streams.add_metric([], len(runners))
+        yield from (calls, enhanced, pending, provider, streams)
+
+
+def _counter(name: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name.removesuffix("_total"), METRICS[name], labels=labels)
+
+
+def _gauge(name: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, METRICS[name], labels=labels)

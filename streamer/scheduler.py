@@ -1,0 +1,224 @@
+"""One model shared by many streams: their windows batched into single backend calls.
+
+Each stream's pipeline submits the windows it wants enhanced and awaits them; a dispatcher task asks
+the pure :class:`~streamer.core.batching.FairBatcher` when a batch is due and which windows it holds,
+and runs it on the model's one worker thread (stacking, inference and the copy back to (H, W, C) all
+stay off the event loop). A batch that fails is retried window by window, so one stream's bad window
+fails that stream alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+
+from streamer.backend.base import Backend
+from streamer.core.batching import FairBatcher
+from streamer.core.stats import DurationRecorder
+from streamer.errors import ConfigError
+from streamer.frame import Hyperframe, Pixels
+
+__all__ = ["BatchResult", "CallObserver", "InferenceScheduler", "SchedulerStats"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+CallObserver = Callable[[int, float], None]
+"""Told the batch size and the seconds of each backend call."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """One enhanced frame, (H, W, C) uint8, and the call it came from."""
+
+    pixels: Pixels
+    call: int
+    """Number of the backend call, counted from 1 per scheduler."""
+    batch_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    model: str
+    provider: str
+    streams: int
+    calls: int
+    windows: int
+    pending: int
+    max_pending: int
+    failed_calls: int
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+    call_p50_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    window: Hyperframe
+    future: asyncio.Future[BatchResult]
+
+
+class InferenceScheduler:
+    """Batches the windows of the streams attached to it; ``max_wait_ms`` bounds how long a window
+    waits for others to join its batch (0: a batch leaves as soon as the model is free)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        max_batch: int = 1,
+        max_wait_ms: float = 0.0,
+        on_call: CallObserver | None = None,
+    ) -> None:
+        if max_wait_ms < 0:
+            raise ConfigError(f"runtime.max_wait_ms must not be negative, got {max_wait_ms}")
+        self.backend = backend
+        self.max_batch = max_batch
+        self._batcher: FairBatcher[_Request] = FairBatcher(max_batch, max_wait_ms / 1000.0)
+        self._on_call = on_call
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"infer-{backend.info.name}"
+        )
+        self._wake: asyncio.Event | None = None
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._calls = 0
+        self._windows = 0
+        self._failed = 0
+        self._sizes: Counter[int] = Counter()
+        self._durations = DurationRecorder(4096)
+        self._closed = False
+
+    def attach(self, stream: str) -> None:
+        self._batcher.attach(stream)
+
+    def detach(self, stream: str) -> None:
+        for request in self._batcher.detach(stream):
+            request.future.cancel()
+        if self._wake is not None:
+            self._wake.set()  # a batch may have been waiting for this stream's windows
+
+    async def infer(self, stream: str, windows: Sequence[Hyperframe]) -> list[BatchResult]:
+        """The enhanced target frame of each window, in order; raises what the model raised on them."""
+        if self._closed:
+            raise RuntimeError(f"the scheduler of model {self.backend.info.name!r} is closed")
+        loop = asyncio.get_running_loop()
+        self._start(loop)
+        now = time.monotonic()
+        futures = []
+        for window in windows:
+            future: asyncio.Future[BatchResult] = loop.create_future()
+            shape = (window.t, window.target_frame.height, window.target_frame.width)
+            self._batcher.submit(stream, _Request(window, future), shape, now)
+            futures.append(future)
+        assert self._wake is not None
+        self._wake.set()
+        return list(await asyncio.gather(*futures))
+
+    async def call(self, fn: Callable[[], R]) -> R:
+        """Run ``fn`` on the model's worker thread, between batches: a recurrent model's ordered steps."""
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        result = await loop.run_in_executor(self._executor, fn)
+        self._record(1, time.monotonic() - started)
+        return result
+
+    def stats(self) -> SchedulerStats:
+        batcher = self._batcher.stats()
+        info = self.backend.info
+        return SchedulerStats(
+            model=info.name,
+            provider=info.provider,
+            streams=batcher.streams,
+            calls=self._calls,
+            windows=self._windows,
+            pending=batcher.pending,
+            max_pending=batcher.max_pending,
+            failed_calls=self._failed,
+            batch_sizes=dict(sorted(self._sizes.items())),
+            call_p50_ms=self._durations.percentile_ms(50),
+        )
+
+    async def aclose(self) -> None:
+        """Stop dispatching and release the worker thread; the backend stays open (its owner closes it)."""
+        self._closed = True
+        task, self._dispatcher = self._dispatcher, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._executor.shutdown(wait=False)
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._dispatcher is None:
+            self._wake = asyncio.Event()
+            self._dispatcher = loop.create_task(self._dispatch(), name=f"batch-{self.backend.info.name}")
+
+    async def _dispatch(self) -> None:
+        wake = self._wake
+        assert wake is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            delay = self._batcher.due_in(time.monotonic())
+            if delay is None or delay > 0:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), delay)
+                continue
+            requests = [r for _, r in self._batcher.take() if not r.future.done()]
+            if requests:
+                await self._run(loop, requests)
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
+        started = time.monotonic()
+        try:
+            pixels = await loop.run_in_executor(self._executor, self._infer_blocking, requests)
+        except Exception as err:
+            self._failed += 1
+            if len(requests) == 1:
+                _settle(requests[0].future, error=err)
+                return
+            log.warning(
+                "a batch of %d windows of model %s failed (%s); retrying each window alone",
+                len(requests),
+                self.backend.info.name,
+                err,
+            )
+            for request in requests:
+                await self._run(loop, [request])
+            return
+        self._record(len(requests), time.monotonic() - started)
+        for request, result in zip(requests, pixels, strict=True):
+            _settle(request.future, BatchResult(result, self._calls, len(requests)))
+
+    def _record(self, size: int, seconds: float) -> None:
+        self._calls += 1
+        self._windows += size
+        self._sizes[size] += 1
+        self._durations.record(seconds)
+        if self._on_call is not None:
+            self._on_call(size, seconds)
+
+    def _infer_blocking(self, requests: list[_Request]) -> list[Pixels]:
+        batch = np.stack([r.window.pixels() for r in requests])
+        return [np.ascontiguousarray(out.transpose(1, 2, 0)) for out in self.backend.infer(batch)]
+
+
+def _settle(
+    future: asyncio.Future[BatchResult], result: BatchResult | None = None, error: BaseException | None = None
+) -> None:
+    """Resolve a window's future unless its stream stopped waiting (cancelled, detached)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert result is not None
+        future.set_result(result)

@@ -1,0 +1,347 @@
+"""Many streams in one process: each its own pipeline, the streams of one model sharing its batches.
+
+A stream is isolated from the others: its pipeline runs in a task of its own, and whatever ends it (its
+source dying, its sink failing, frames it cannot process) is caught there, logged once, and reported
+as that stream's ``failed`` state while the rest go on. A stuck sink stalls only its own stream: the
+shared scheduler never waits for a stream, it batches what the others submit. Streams can be added and
+removed while the process runs. Shutdown stops every source, lets in-flight frames drain within
+``runtime.drain_timeout_s``, then cancels what is left; sinks are closed either way, so files stay
+valid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from streamer.app import build_backend, build_server, build_stream
+from streamer.backend.base import Backend
+from streamer.config import Config, StreamConfig
+from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
+from streamer.errors import ConfigError, StreamerError
+from streamer.metrics import ServiceMetrics
+from streamer.pipeline import OutputHook, Pipeline, PipelineReport
+from streamer.scheduler import InferenceScheduler
+from streamer.webrtc.server import WebRtcServer
+
+__all__ = ["Service", "StreamExistsError", "StreamResult", "StreamRunner"]
+
+log = logging.getLogger(__name__)
+
+_MONITOR_PERIOD_S = 0.25
+_ABANDON_AFTER_S = 5.0
+"""How long a cancelled stream may take to close its sink before shutdown goes on without it."""
+
+
+class StreamExistsError(ConfigError):
+    """Raised when a stream is added under an id that is already running."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    """How one stream ended: its report, or the error that stopped it."""
+
+    stream_id: str
+    report: PipelineReport | None
+    error: BaseException | None
+
+
+@dataclass(slots=True)
+class _Model:
+    backend: Backend
+    scheduler: InferenceScheduler
+
+
+class StreamRunner:
+    """One supervised stream: its pipeline, its task, its health."""
+
+    def __init__(self, config: StreamConfig, pipeline: Pipeline, limits: HealthLimits) -> None:
+        self.config = config
+        self.pipeline = pipeline
+        self.health = StreamHealth(limits)
+        self.task: asyncio.Task[None] | None = None
+        self.report: PipelineReport | None = None
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    @property
+    def done(self) -> bool:
+        return self.task is not None and self.task.done()
+
+    def signals(self) -> StreamSignals:
+        p = self.pipeline
+        activity = [t for t in (p.last_frame_at, p.last_sent_at) if t is not None]
+        return StreamSignals(
+            opened=p.opened,
+            finished=self.done and self.error is None,
+            error=None if self.error is None else str(self.error) or type(self.error).__name__,
+            last_frame=max(activity) if activity else None,
+            sending_since=p.sending_since,
+        )
+
+    def state(self, now: float) -> StreamState:
+        return self.health.classify(self.signals(), now)
+
+    def status(self, now: float) -> dict[str, object]:
+        """What ``/streams`` shows of this stream."""
+        p = self.pipeline
+        gate = p.gate.stats()
+        return {
+            "id": self.id,
+            "state": self.state(now).value,
+            "source": self.config.source.kind,
+            "sink": self.config.sink.kind,
+            "model": p.backend.info.name,
+            "provider": p.backend.info.provider,
+            "uptime_s": round(now - self.started, 3),
+            "counters": p.counters(),
+            "outcomes": p.outcome_counts(),
+            "gate_skip_ratio": round(gate.skip_ratio, 4),
+            "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in p.queue_stats()},
+            "error": None if self.error is None else str(self.error),
+        }
+
+
+class Service:
+    """Runs the streams of a :class:`Config`; ``run()`` returns once they have all ended (or, with the
+    HTTP endpoint on, once ``request_stop()`` is called), having shut down cleanly."""
+
+    def __init__(
+        self,
+        config: Config,
+        metrics: ServiceMetrics | None = None,
+        on_output: OutputHook | None = None,
+        log_failures: bool = True,
+    ) -> None:
+        self.config = config
+        self._log_failures = log_failures
+        """False where the caller reports a failed stream itself (the one-stream CLI's error line)."""
+        self.metrics = metrics if metrics is not None else ServiceMetrics()
+        self.metrics.bind(self)
+        self._on_output = on_output
+        self.server: WebRtcServer | None = build_server(config)
+        self.runners: dict[str, StreamRunner] = {}
+        self.abandoned: set[str] = set()
+        """Streams whose sink never returned from a write, even cancelled: their threads are stuck."""
+        self._models: dict[str, _Model] = {}
+        self._limits = HealthLimits(config.runtime.stall_after_s, config.runtime.sink_blocked_after_s)
+        self._stop = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._monitor: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Build every configured stream (models loaded, T checked) before anything is opened, so a bad
+        config fails at once, naming the stream."""
+        for stream in self.config.stream_configs():
+            self._build(stream)
+
+    async def run(self) -> list[StreamResult]:
+        if not self.runners:
+            self.prepare()
+        if self.server is not None:
+            await self.server.start()
+        try:
+            for runner in list(self.runners.values()):
+                self._start(runner)
+            self._monitor = asyncio.create_task(self._watch(), name="stream-monitor")
+            keep_serving = self.config.http.port is not None
+            while not self._stop.is_set():
+                if not keep_serving and all(r.done for r in self.runners.values()):
+                    break
+                self._changed.clear()
+                await self._changed.wait()
+            return await self.shutdown()
+        finally:
+            await self._close()
+
+    def request_stop(self) -> None:
+        """SIGTERM/SIGINT: stop ingest everywhere and shut down (safe to call from a signal handler)."""
+        if not self._stop.is_set():
+            log.warning(
+                "stopping: draining in-flight frames (up to %g s)", self.config.runtime.drain_timeout_s
+            )
+        self._stop.set()
+        self._changed.set()
+        for runner in self.runners.values():
+            runner.pipeline.stop()
+
+    async def shutdown(self) -> list[StreamResult]:
+        """Stop every stream, drain within the deadline, cancel the rest; the results of all streams."""
+        for runner in self.runners.values():
+            runner.pipeline.stop()
+        await self._drain(list(self.runners.values()))
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+            self._monitor = None
+        self._log_changes(time.monotonic())
+        return [StreamResult(r.id, r.report, r.error) for r in self.runners.values()]
+
+    # --- streams at run time ---------------------------------------------------------------------
+
+    async def add(self, stream: StreamConfig) -> StreamRunner:
+        """Start one more stream. Raises StreamExistsError for a taken id, ConfigError/ModelError for a
+        stream that cannot be built."""
+        if self._stop.is_set():
+            raise ConfigError(f"cannot add stream {stream.id!r}: the service is shutting down")
+        if stream.uses_webrtc and self.server is None:
+            raise ConfigError(
+                f"stream {stream.id!r} uses WebRTC but this process has no WHIP/WHEP server; start it with "
+                "a WebRTC stream in its config"
+            )
+        runner = self._build(stream)
+        self._start(runner)
+        return runner
+
+    async def remove(self, stream_id: str) -> StreamResult:
+        """Stop one stream: ingest ends, in-flight frames drain (within the deadline), its sink closes."""
+        runner = self.runners.get(stream_id)
+        if runner is None:
+            raise ConfigError(f"no stream {stream_id!r}; running: {sorted(self.runners)}")
+        runner.pipeline.stop()
+        await self._drain([runner])
+        del self.runners[stream_id]
+        self.metrics.forget(stream_id)
+        log.warning("stream %s: removed", stream_id)
+        self._changed.set()
+        return StreamResult(runner.id, runner.report, runner.error)
+
+    def statuses(self) -> list[dict[str, object]]:
+        now = time.monotonic()
+        return [r.status(now) for r in self.runners.values()]
+
+    def states(self) -> dict[str, StreamState]:
+        now = time.monotonic()
+        return {r.id: r.state(now) for r in self.runners.values()}
+
+    def schedulers(self) -> list[InferenceScheduler]:
+        return [m.scheduler for m in self._models.values()]
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _model(self, stream: StreamConfig) -> _Model:
+        key = stream.model.model_dump_json()
+        model = self._models.get(key)
+        if model is None:
+            backend = build_backend(stream.model)
+            runtime = self.config.runtime
+            scheduler = InferenceScheduler(
+                backend,
+                runtime.max_batch,
+                runtime.max_wait_ms,
+                on_call=self.metrics.call_observer(backend.info.name),
+            )
+            model = self._models[key] = _Model(backend, scheduler)
+        return model
+
+    def _build(self, stream: StreamConfig) -> StreamRunner:
+        if stream.id in self.runners:
+            raise StreamExistsError(
+                f"stream {stream.id!r} is already running; remove it first or pick another id"
+            )
+        model = self._model(stream)
+        try:
+            pipeline = build_stream(
+                stream,
+                self.config.runtime,
+                model.backend,
+                scheduler=model.scheduler,
+                server=self.server,
+                on_output=self._on_output,
+                observe=self.metrics.stage_observer(stream.id),
+            )
+        except StreamerError as err:
+            if self.config.streams is None:
+                raise
+            raise type(err)(f"stream {stream.id!r}: {err}") from None
+        runner = self.runners[stream.id] = StreamRunner(stream, pipeline, self._limits)
+        return runner
+
+    def _start(self, runner: StreamRunner) -> None:
+        runner.started = time.monotonic()
+        runner.task = asyncio.create_task(self._supervise(runner), name=f"stream-{runner.id}")
+        self._changed.set()
+
+    async def _supervise(self, runner: StreamRunner) -> None:
+        """Whatever ends the stream stays with it: recorded on the runner, never raised to the others."""
+        try:
+            runner.report = await runner.pipeline.run()
+        except asyncio.CancelledError:
+            runner.error = StreamerError(
+                f"did not drain within runtime.drain_timeout_s={self.config.runtime.drain_timeout_s:g} s; "
+                "cancelled with its sink closed"
+            )
+        except StreamerError as err:
+            if runner.pipeline.stopping and not runner.pipeline.opened:
+                log.info("stream %s: stopped before its source opened (%s)", runner.id, err)
+            else:
+                runner.error = err
+        except Exception as err:
+            log.exception("stream %s: unexpected error", runner.id)
+            runner.error = err
+        finally:
+            self._changed.set()
+
+    async def _drain(self, runners: list[StreamRunner]) -> None:
+        """Wait for ``runners`` to finish within the drain deadline, then cancel the late ones (their
+        sinks still close). One whose sink write is stuck in the kernel cannot even be cancelled: after
+        another ``_ABANDON_AFTER_S`` it is abandoned, marked failed, and listed in ``abandoned``."""
+        deadline = self.config.runtime.drain_timeout_s
+        running = {r.task: r for r in runners if r.task is not None and not r.task.done()}
+        if not running:
+            return
+        _, late = await asyncio.wait(running, timeout=deadline)
+        for task in late:
+            log.warning("stream %s: did not drain in %g s; cancelling it", running[task].id, deadline)
+            task.cancel()
+        if not late:
+            return
+        _, stuck = await asyncio.wait(late, timeout=_ABANDON_AFTER_S)
+        for task in stuck:
+            runner = running[task]
+            runner.error = StreamerError(
+                f"its sink stayed blocked in a write for {deadline + _ABANDON_AFTER_S:g} s after the stop; "
+                "abandoned without closing it"
+            )
+            self.abandoned.add(runner.id)
+            log.error("stream %s: %s", runner.id, runner.error)
+
+    async def _watch(self) -> None:
+        while True:
+            self._log_changes(time.monotonic())
+            await asyncio.sleep(_MONITOR_PERIOD_S)
+
+    def _log_changes(self, now: float) -> None:
+        for runner in self.runners.values():
+            signals = runner.signals()
+            state = runner.health.update(signals, now)
+            if state is None:
+                continue
+            if state is StreamState.FAILED:
+                level = logging.WARNING if self._log_failures else logging.INFO
+                log.log(level, "stream %s: %s: %s", runner.id, state.value, signals.error)
+            elif state.ready or state is StreamState.CONNECTING:
+                log.info("stream %s: %s", runner.id, state.value)
+            else:
+                log.warning("stream %s: %s", runner.id, state.value)
+
+    async def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for model in self._models.values():
+            await model.scheduler.aclose()
+            model.backend.close()
+        if self.server is not None:
+            await self.server.stop()

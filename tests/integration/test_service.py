@@ -1,0 +1,463 @@
+"""Many streams in one process: isolation, cross-stream batching, the operations endpoint, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import av
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamer.config import Config, load_config
+from streamer.control import ControlServer
+from streamer.frame import Frame
+from streamer.metrics import METRICS
+from streamer.pipeline import Outcome, Pipeline
+from streamer.service import Service, StreamResult
+from tests.integration.rtsp_fixtures import RtspServer, free_port, until
+from tests.media import probe
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parents[2]
+FAST_MODEL = str(ROOT / "streamer" / "assets" / "temporal_filter_t5.onnx")
+
+
+def config_of(streams: list[dict[str, Any]], **overrides: Any) -> Config:
+    return load_config(
+        None,
+        {
+            "streams": streams,
+            "model.path": FAST_MODEL,
+            "http.port": 0,
+            "runtime.stall_after_s": 1.0,
+            "runtime.sink_blocked_after_s": 0.5,
+            **overrides,
+        },
+    )
+
+
+class Serving:
+    """A service and its operations endpoint running on this loop; ``results`` once stopped."""
+
+    def __init__(
+        self, service: Service, control: ControlServer, task: asyncio.Task[list[StreamResult]]
+    ) -> None:
+        self.service = service
+        self.control = control
+        self.task = task
+        self.results: dict[str, StreamResult] = {}
+
+    async def get(self, path: str) -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as http, http.get(self.control.url + path) as response:
+            body = (
+                await response.json()
+                if response.content_type == "application/json"
+                else await response.text()
+            )
+            return response.status, body
+
+    async def wait_states(self, want: dict[str, str], timeout: float = 20.0) -> None:
+        """Until each named stream reports the state wanted, polled through /readyz like a kubelet."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        states: dict[str, str] = {}
+        while asyncio.get_running_loop().time() < deadline:
+            _, body = await self.get("/readyz")
+            states = body["streams"]
+            if all(states.get(k) == v for k, v in want.items()):
+                return
+            await asyncio.sleep(0.05)
+        pytest.fail(f"streams did not reach {want} in {timeout} s; last seen {states}")
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    config: Config, on_output: Callable[[Frame, Frame, Outcome], None] | None = None
+) -> AsyncIterator[Serving]:
+    service = Service(config, on_output=on_output)
+    service.prepare()
+    control = ControlServer(service, config.http)
+    await control.start()
+    run = Serving(service, control, asyncio.create_task(service.run()))
+    try:
+        yield run
+    finally:
+        service.request_stop()
+        results = await asyncio.wait_for(run.task, 60)
+        run.results = {r.stream_id: r for r in results}
+        await control.stop()
+
+
+def metrics_of(text: str) -> dict[str, list[Any]]:
+    families: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        families[family.name] = family.samples
+    return families
+
+
+def sample(families: dict[str, list[Any]], name: str, family: str | None = None, **labels: str) -> float:
+    """The value of sample ``name`` with ``labels``, from its family (by default the name less _total)."""
+    for s in families[family or name.removesuffix("_total")]:
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            return float(s.value)
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+def start_camera(url: str) -> subprocess.Popen[bytes]:
+    """A camera in a process of its own, so the test can kill it as a camera dies: without TEARDOWN."""
+    code = "import sys; from tests.integration.rtsp_fixtures import Publisher; Publisher(sys.argv[1]).run()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, url], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+
+
+def test_four_streams_one_camera_killed_the_other_three_finish_and_the_endpoints_say_so(
+    rtsp_server: RtspServer, real_clip: Path, make_clip: Callable[..., Path], tmp_path: Path
+) -> None:
+    clip = make_clip("b_in.mp4", frames=40)
+    out_a, out_b = tmp_path / "a.mp4", tmp_path / "b.mp4"
+    config = config_of(
+        [
+            {
+                "id": "file-a",
+                "source": {"kind": "file", "path": str(real_clip), "max_frames": 50},
+                "sink": {"kind": "file", "path": str(out_a)},
+            },
+            {
+                "id": "file-b",
+                "source": {"kind": "file", "path": str(clip)},
+                "sink": {"kind": "file", "path": str(out_b)},
+            },
+            {
+                "id": "synth",
+                "source": {"kind": "synthetic", "realtime": True, "frames": 150, "width": 160, "height": 96},
+            },
+            {
+                "id": "cam",
+                "source": {
+                    "kind": "rtsp",
+                    "url": rtsp_server.url("cam"),
+                    "stall_timeout_s": 1.0,
+                    "backoff_initial_s": 0.2,
+                    "backoff_max_s": 0.5,
+                    "open_timeout_s": 2.0,
+                },
+            },
+        ],
+        # A second of buffering absorbs the scheduling jitter of 2 shared cores; a live stream that could
+        # not keep its rate would still overflow it, and drop frames.
+        **{"runtime.queue_size": 30},
+    )
+    camera = start_camera(rtsp_server.publish_url("cam"))
+    try:
+        rtsp_server.wait_for("publish cam", timeout=20)
+
+        async def scenario() -> Serving:
+            async with serving(config) as run:
+                await run.wait_states({"cam": "live", "synth": "live"})
+                camera.kill()
+                await run.wait_states({"cam": "stalled"})
+                status, ready = await run.get("/readyz")
+                assert status == 503
+                assert ready["ready"] is False
+                _, text = await run.get("/metrics")
+                families = metrics_of(text)
+                assert {n.removesuffix("_total") for n in METRICS} <= set(families)
+                assert sample(families, "streamer_stream_state", stream="cam", state="stalled") == 1.0
+                assert sample(families, "streamer_stream_state", stream="synth", state="live") == 1.0
+                assert (
+                    sample(
+                        families,
+                        "streamer_inference_provider_info",
+                        model="temporal_filter_t5",
+                        provider="CPUExecutionProvider",
+                    )
+                    == 1.0
+                )
+                await run.wait_states({"file-a": "ended", "file-b": "ended", "synth": "ended"}, timeout=60)
+                _, text = await run.get("/metrics")
+                families = metrics_of(text)
+                assert sample(families, "streamer_frames_out_total", stream="synth") == 150
+                assert (
+                    sample(
+                        families,
+                        "streamer_stage_seconds_count",
+                        "streamer_stage_seconds",
+                        stream="file-a",
+                        stage="end_to_end",
+                    )
+                    == 50
+                )
+                _, streams = await run.get("/streams")
+                assert {s["id"]: s["state"] for s in streams["streams"]}["cam"] == "stalled"
+            return run
+
+        run = asyncio.run(scenario())
+    finally:
+        camera.kill()
+        camera.wait(10)
+    results = run.results
+    assert results["file-a"].report is not None
+    assert results["file-a"].report.frames_out == 50
+    assert results["file-b"].report is not None
+    assert results["file-b"].report.frames_out == 40
+    synth = results["synth"].report
+    assert synth is not None
+    assert (synth.frames_in, synth.frames_out, synth.source_dropped) == (150, 150, 0)
+    assert probe(out_a).frames == 50
+    assert probe(out_b).frames == 40
+    assert results["cam"].error is None  # stopped by the shutdown while it waited to reconnect
+
+
+def resolution_change_clip(path: Path) -> Path:
+    """An MPEG-TS whose picture grows from 96x64 to 128x96 at frame 30, as a camera's does when its
+    resolution is changed under a running stream."""
+    parts = []
+    for (w, h), start in (((96, 64), 0), ((128, 96), 30)):
+        part = path.with_suffix(f".{w}.ts")
+        with av.open(str(part), "w", format="mpegts") as container:
+            stream = container.add_stream("libx264", rate=25, options={"preset": "ultrafast", "bf": "0"})
+            stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+            for i in range(30):
+                frame = av.VideoFrame.from_ndarray(np.full((h, w, 3), 7 * i % 255, np.uint8), format="rgb24")
+                frame.pts, frame.time_base = start + i, Fraction(1, 25)
+                container.mux(stream.encode(frame))
+            container.mux(stream.encode(None))
+        parts.append(part.read_bytes())
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def test_a_stream_with_malformed_frames_and_one_with_a_blocked_sink_leave_the_others_alone(
+    make_clip: Callable[..., Path], tmp_path: Path
+) -> None:
+    fifo = tmp_path / "stuck.ts"
+    os.mkfifo(fifo)
+    reader: list[int] = []
+    opened = threading.Thread(target=lambda: reader.append(os.open(fifo, os.O_RDONLY)), daemon=True)
+    opened.start()  # a consumer that connects and then never reads: the pipe fills and writes block
+    out_ok, out_resize = tmp_path / "ok.mp4", tmp_path / "resize.mp4"
+    config = config_of(
+        [
+            {
+                "id": "resize",
+                "source": {"kind": "file", "path": str(resolution_change_clip(tmp_path / "rc.ts"))},
+                "sink": {"kind": "file", "path": str(out_resize)},
+            },
+            {
+                "id": "stuck",
+                "source": {"kind": "synthetic", "realtime": True, "frames": None, "width": 160, "height": 96},
+                "sink": {"kind": "file", "path": str(fifo)},
+            },
+            {
+                "id": "ok",
+                "source": {"kind": "synthetic", "realtime": True, "frames": 90, "width": 160, "height": 96},
+                "sink": {"kind": "file", "path": str(out_ok)},
+            },
+        ],
+        **{"runtime.queue_size": 30},
+    )
+
+    def dropped_at_the_source(pipeline: Pipeline) -> int:
+        stats = pipeline.source.stats()
+        assert stats is not None
+        return stats.dropped
+
+    async def scenario() -> Serving:
+        async with serving(config) as run:
+            try:
+                await run.wait_states({"resize": "failed", "stuck": "sink_blocked"})
+                await run.wait_states({"ok": "ended"}, timeout=30)
+                status, body = await run.get("/readyz")
+                assert (status, body["streams"]["stuck"]) == (503, "sink_blocked")
+                stuck = run.service.runners["stuck"].pipeline
+                # The live source keeps its pace and drops its oldest frames once every queue is full.
+                await until(
+                    lambda: dropped_at_the_source(stuck) > 0, 30, "the blocked stream's source to drop"
+                )
+                assert all(q.depth <= q.capacity for q in stuck.queue_stats())
+            finally:
+                os.close(reader[0])  # the consumer goes away: the blocked write fails, the stream ends
+            await run.wait_states({"stuck": "failed"})
+        return run
+
+    run = asyncio.run(scenario())
+    opened.join(5)
+    resize = run.results["resize"]
+    assert resize.report is None
+    assert "is 128x96 but" in str(resize.error)
+    assert "96x64" in str(resize.error)
+    written = probe(out_resize)
+    assert written.frames >= 1
+    assert (written.width, written.height) == (96, 64)
+    ok = run.results["ok"].report
+    assert ok is not None
+    assert (ok.frames_out, ok.source_dropped) == (90, 0)
+    assert probe(out_ok).frames == 90
+
+
+def test_streams_sharing_a_model_share_its_calls_and_each_keeps_its_frames_in_order() -> None:
+    seen: dict[str, list[int]] = {}
+    config = config_of(
+        [
+            {"id": f"s{i}", "source": {"kind": "synthetic", "frames": 60, "width": 160, "height": 96}}
+            for i in range(3)
+        ],
+        **{"runtime.max_batch": 6, "runtime.max_wait_ms": 50.0, "gate.enabled": False},
+    )
+
+    async def scenario() -> Serving:
+        def record(source: Frame, sent: Frame, outcome: Outcome) -> None:
+            seen.setdefault(source.stream_id, []).append(source.index)
+
+        async with serving(config, on_output=record) as run:
+            await run.wait_states({f"s{i}": "ended" for i in range(3)}, timeout=60)
+            (scheduler,) = run.service.schedulers()
+            stats = scheduler.stats()
+            per_stream_calls = sum(r.pipeline.counters()["calls"] for r in run.service.runners.values())
+            assert stats.windows == 180
+            assert max(stats.batch_sizes) > 1
+            assert per_stream_calls > stats.calls  # some calls carried windows of several streams
+        return run
+
+    run = asyncio.run(scenario())
+    assert seen == {f"s{i}": list(range(60)) for i in range(3)}
+    assert all(r.report is not None and r.report.outcomes["enhanced"] == 60 for r in run.results.values())
+
+
+def test_the_control_api_adds_and_removes_streams_and_refuses_bad_requests() -> None:
+    config = config_of(
+        [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
+        **{"http.token": "s3cret"},
+    )
+    auth = {"Authorization": "Bearer s3cret"}
+
+    async def post(run: Serving, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(run.control.url + "/streams", data=body, headers=headers) as r,
+        ):
+            return r.status, await r.text()
+
+    async def delete(run: Serving, sid: str, headers: dict[str, str]) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.delete(f"{run.control.url}/streams/{sid}", headers=headers) as r,
+        ):
+            return r.status, await r.text()
+
+    json_auth = {**auth, "Content-Type": "application/json"}
+    added = b'{"id": "extra", "source": {"kind": "synthetic", "frames": 20}}'
+
+    async def scenario() -> Serving:
+        async with serving(config) as run:
+            await run.wait_states({"base": "live"})
+            assert (await post(run, added, {"Content-Type": "application/json"}))[0] == 401
+            assert (await post(run, added, {**auth, "Content-Type": "text/plain"}))[0] == 415
+            status, reason = await post(run, b"{not json", json_auth)
+            assert status == 400
+            assert "not JSON" in reason
+            status, reason = await post(run, b'{"id": "x", "sorce": {}}', json_auth)
+            assert status == 400
+            assert "unknown key 'sorce'" in reason
+            status, reason = await post(
+                run, b'{"id": "x", "source": {"kind": "file", "path": "/no/such.mp4"}}', json_auth
+            )
+            assert status == 201  # the path is checked when the stream opens: it fails alone
+            await run.wait_states({"x": "failed", "base": "live"})
+            assert (await post(run, b'{"id": "base"}', json_auth))[0] == 409
+            assert (await post(run, b"[" + b"1," * 40000 + b"1]", json_auth))[0] == 413
+            status, _ = await post(run, added, json_auth)
+            assert status == 201
+            await run.wait_states({"extra": "ended"})
+            status, one = await run.get("/streams/extra")
+            assert status == 200
+            assert one["counters"]["out"] == 20
+            assert (await delete(run, "extra", {}))[0] == 401
+            status, text = await delete(run, "extra", auth)
+            assert status == 200
+            assert '"frames_out": 20' in text
+            assert (await delete(run, "extra", auth))[0] == 404
+            assert (await run.get("/streams/extra"))[0] == 404
+            _, text = await run.get("/metrics")
+            assert 'stream="extra"' not in text
+            status, health = await run.get("/healthz")
+            assert status == 200
+            assert health["streams"] == 2
+        return run
+
+    run = asyncio.run(scenario())
+    assert set(run.results) == {"base", "x"}
+    assert "does not exist" in str(run.results["x"].error)
+
+
+def test_sigterm_drains_closes_a_valid_mp4_and_logs_json_lines_without_secrets(tmp_path: Path) -> None:
+    out = tmp_path / "live.mp4"
+    port = free_port()
+    dead = free_port()
+    (tmp_path / "live.yaml").write_text(
+        f"""
+model: {{path: {FAST_MODEL}}}
+runtime: {{log_level: info, log_format: json, drain_timeout_s: 10}}
+http: {{port: {port}}}
+streams:
+  - id: live
+    source: {{kind: synthetic, realtime: true, frames: null}}
+    sink: {{kind: file, path: {out}}}
+  - id: nocam
+    source: {{kind: rtsp, url: "rtsp://admin:hunter2@127.0.0.1:{dead}/x", backoff_initial_s: 0.2}}
+"""
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamer", "run", "--config", str(tmp_path / "live.yaml")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    async def until_live() -> None:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(400):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"http://127.0.0.1:{port}/streams") as response:
+                        streams = (await response.json())["streams"]
+                        live = next(s for s in streams if s["id"] == "live")
+                        if live["counters"]["out"] >= 30:
+                            return
+                await asyncio.sleep(0.05)
+        pytest.fail("the live stream did not write 30 frames")
+
+    try:
+        asyncio.run(until_live())
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr
+    written = probe(out)
+    assert written.frames >= 30
+    assert f"frames      {written.frames} in, {written.frames} out" in stdout
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    events = [json.loads(line) for line in lines]  # every line is one JSON object
+    assert {"time", "level", "logger", "message"} <= set(events[0])
+    messages = [e["message"] for e in events]
+    assert "stream live: live" in messages
+    assert "stream live: ended" in messages
+    assert any(m.startswith("stream nocam: ") for m in messages)
+    assert "hunter2" not in stderr

@@ -1,0 +1,143 @@
+"""FairBatcher: when a cross-stream batch is due and which windows it holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamer.core.batching import FairBatcher
+from streamer.errors import ConfigError
+
+SHAPE = (5, 360, 640)
+
+
+def batcher(
+    max_batch: int, max_wait_s: float = 0.010, streams: tuple[str, ...] = ("a", "b")
+) -> FairBatcher[str]:
+    fair: FairBatcher[str] = FairBatcher(max_batch, max_wait_s)
+    for stream in streams:
+        fair.attach(stream)
+    return fair
+
+
+def test_nothing_queued_is_never_due() -> None:
+    fair = batcher(4)
+    assert fair.due_in(0.0) is None
+    assert fair.take() == []
+
+
+def test_a_partial_batch_waits_for_the_other_streams_until_max_wait() -> None:
+    fair = batcher(4, max_wait_s=0.010)
+    fair.submit("a", "a0", SHAPE, now=1.000)
+    assert fair.due_in(1.004) == pytest.approx(0.006)
+    assert fair.due_in(1.011) == 0.0
+
+
+def test_a_batch_is_due_at_once_when_every_stream_has_a_window_waiting() -> None:
+    fair = batcher(4)
+    fair.submit("a", "a0", SHAPE, now=1.0)
+    fair.submit("b", "b0", SHAPE, now=1.0)
+    assert fair.due_in(1.0) == 0.0
+    assert sorted(item for _, item in fair.take()) == ["a0", "b0"]
+
+
+def test_a_single_stream_never_waits() -> None:
+    fair = batcher(4, max_wait_s=1.0, streams=("only",))
+    fair.submit("only", "x", SHAPE, now=0.0)
+    assert fair.due_in(0.0) == 0.0
+
+
+def test_a_full_batch_is_due_at_once() -> None:
+    fair = batcher(2, max_wait_s=1.0, streams=("a", "b", "c"))
+    fair.submit("a", "a0", SHAPE, now=0.0)
+    fair.submit("a", "a1", SHAPE, now=0.0)
+    assert fair.due_in(0.0) == 0.0
+
+
+def test_a_busy_stream_cannot_crowd_out_a_quiet_one() -> None:
+    fair = batcher(4)
+    for i in range(4):
+        fair.submit("a", f"a{i}", SHAPE, now=0.0)
+    fair.submit("b", "b0", SHAPE, now=0.0)
+    first = [item for _, item in fair.take()]
+    assert "b0" in first
+    assert len(first) == 4
+    assert [item for _, item in fair.take()] == ["a3"]
+
+
+def test_with_more_streams_than_a_batch_holds_every_stream_is_served_in_turn() -> None:
+    streams = tuple(f"s{i}" for i in range(8))
+    fair = batcher(2, streams=streams)
+    for stream in streams:
+        fair.submit(stream, stream, SHAPE, now=0.0)
+    served: list[str] = []
+    for _ in range(8):
+        batch = [stream for stream, _ in fair.take()]
+        served += batch
+        for stream in batch:  # every stream always has a window waiting: all of them are busy
+            fair.submit(stream, stream, SHAPE, now=0.0)
+    assert {s: served.count(s) for s in streams} == dict.fromkeys(streams, 2)
+    assert served[:8] == list(streams)
+
+
+def test_each_streams_windows_leave_in_the_order_submitted() -> None:
+    fair = batcher(3)
+    for i in range(3):
+        fair.submit("a", f"a{i}", SHAPE, now=0.0)
+        fair.submit("b", f"b{i}", SHAPE, now=0.0)
+    taken = fair.take() + fair.take()
+    assert [item for stream, item in taken if stream == "a"] == ["a0", "a1", "a2"]
+    assert [item for stream, item in taken if stream == "b"] == ["b0", "b1", "b2"]
+
+
+def test_windows_of_different_shapes_never_share_a_batch() -> None:
+    fair = batcher(4)
+    fair.submit("a", "a-small", (5, 64, 96), now=0.0)
+    fair.submit("b", "b-large", SHAPE, now=0.0)
+    first, second = fair.take(), fair.take()
+    assert len(first) == len(second) == 1
+    assert {first[0][1], second[0][1]} == {"a-small", "b-large"}
+
+
+def test_a_stream_may_not_queue_more_than_one_call_takes() -> None:
+    fair = batcher(2)
+    fair.submit("a", "a0", SHAPE, now=0.0)
+    fair.submit("a", "a1", SHAPE, now=0.0)
+    with pytest.raises(RuntimeError, match="wait for them"):
+        fair.submit("a", "a2", SHAPE, now=0.0)
+
+
+def test_detach_returns_what_the_stream_had_queued_and_keeps_the_rest() -> None:
+    fair = batcher(4)
+    fair.submit("a", "a0", SHAPE, now=0.0)
+    fair.submit("b", "b0", SHAPE, now=0.0)
+    assert fair.detach("a") == ["a0"]
+    assert fair.detach("unknown") == []
+    assert fair.take() == [("b", "b0")]
+    assert fair.stats().pending == 0
+
+
+def test_unknown_and_duplicate_streams_and_bad_settings_are_refused() -> None:
+    fair = batcher(2)
+    with pytest.raises(ConfigError, match="without attaching"):
+        fair.submit("c", "c0", SHAPE, now=0.0)
+    with pytest.raises(ConfigError, match="already attached"):
+        fair.attach("a")
+    with pytest.raises(ConfigError, match="max_batch"):
+        FairBatcher(0)
+    with pytest.raises(ConfigError, match="max_wait_ms"):
+        FairBatcher(2, -0.1)
+
+
+def test_stats_count_what_passed_through() -> None:
+    fair = batcher(2)
+    fair.submit("a", "a0", SHAPE, now=0.0)
+    fair.submit("b", "b0", SHAPE, now=0.0)
+    fair.take()
+    stats = fair.stats()
+    assert (stats.streams, stats.submitted, stats.batches, stats.pending, stats.max_pending) == (
+        2,
+        2,
+        1,
+        0,
+        2,
+    )
