@@ -57,9 +57,14 @@ def _streamer_config() -> dict[str, Any]:
     return loaded
 
 
+def _all_containers(deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = deployment["spec"]["template"]["spec"]
+    containers: list[dict[str, Any]] = spec.get("initContainers", []) + spec["containers"]
+    return containers
+
+
 def _container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
-    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
-    (container,) = [c for c in containers if c["name"] == name]
+    (container,) = [c for c in _all_containers(deployment) if c["name"] == name]
     return container
 
 
@@ -183,17 +188,24 @@ def test_service_exposes_rtsp_and_metrics_of_the_pod() -> None:
     deployment = _one(DEPLOYMENTS["cpu"], "Deployment")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
-    named = {
-        p["name"]: p["containerPort"]
-        for c in deployment["spec"]["template"]["spec"]["containers"]
-        for p in c["ports"]
-    }
+    named = {p["name"]: p["containerPort"] for c in _all_containers(deployment) for p in c["ports"]}
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"rtsp", "http"}
     assert named["http"] == _streamer_config()["http"]["port"]
     # streamer reads the cameras from, and publishes to, the relay on the pod's loopback.
     for stream in _streamer_config()["streams"]:
         for end in ("source", "sink"):
             assert stream[end]["url"].startswith(f"rtsp://127.0.0.1:{named['rtsp']}/")
+
+
+@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+def test_the_relay_starts_before_streamer_and_stops_after_it(variant: str) -> None:
+    # A native sidecar: streamer's first connection finds the relay up, and its drain on SIGTERM can
+    # still publish to it.
+    spec = _one(DEPLOYMENTS[variant], "Deployment")["spec"]["template"]["spec"]
+    (relay,) = spec["initContainers"]
+    assert relay["name"] == "relay"
+    assert relay["restartPolicy"] == "Always"
+    assert [c["name"] for c in spec["containers"]] == ["streamer"]
 
 
 def test_gpu_variant_differs_from_the_cpu_one_only_in_gpu_matters() -> None:
