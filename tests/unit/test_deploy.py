@@ -22,6 +22,9 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from streamer.config import load_config
+from streamer.service import Service
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 DOCKERFILES = {"cpu": ROOT / "Dockerfile", "cuda": ROOT / "Dockerfile.cuda"}
@@ -375,3 +378,18 @@ def test_hadolint_passes(image: str) -> None:
         [hadolint, "--no-color", str(DOCKERFILES[image])], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_config_maps_streamer_yaml_loads_and_builds_every_stream(tmp_path: Path) -> None:
+    path = tmp_path / "streamer.yaml"
+    path.write_text(yaml.safe_dump(_streamer_config()))
+    config = load_config(path)
+    streams = {s.id: s for s in config.stream_configs()}
+    assert set(streams) == {"cam1", "cam2"}
+    assert streams["cam2"].latency.budget_ms == 400
+    assert streams["cam1"].latency.budget_ms == config.latency.budget_ms == 250
+    assert all(s.source.kind == "rtsp" and s.sink.kind == "rtsp" for s in streams.values())
+    service = Service(config)
+    service.prepare()  # models load, T agrees, every source and sink can be made; nothing is opened
+    assert set(service.runners) == {"cam1", "cam2"}
+    assert len(service.schedulers()) == 1  # one model, shared: their windows batch together

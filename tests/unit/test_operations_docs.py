@@ -1,0 +1,36 @@
+"""The README documents every metric and every route the operations endpoint serves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamer.config import Config
+from streamer.control import ControlServer
+from streamer.metrics import METRICS
+from streamer.service import Service
+
+README = (Path(__file__).parents[2] / "README.md").read_text()
+
+
+def test_every_metric_is_in_the_readme() -> None:
+    missing = [name for name in METRICS if f"`{name}`" not in README]
+    assert missing == []
+
+
+def test_every_route_is_in_the_readme() -> None:
+    config = Config.model_validate({"http": {"port": 0}})
+    routes = {
+        f"{route.method} {route.resource.canonical}"  # type: ignore[union-attr]
+        for route in ControlServer(Service(config), config.http).app.router.routes()
+        if route.method != "HEAD"
+    }
+    assert routes == {
+        "GET /healthz",
+        "GET /readyz",
+        "GET /metrics",
+        "GET /streams",
+        "POST /streams",
+        "GET /streams/{id}",
+        "DELETE /streams/{id}",
+    }
+    assert all(f"`{route.split()[0]} {route.split()[1]}" in README or route in README for route in routes)
