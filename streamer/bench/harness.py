@@ -38,6 +38,7 @@ __all__ = [
     "format_targets",
     "load_average",
     "overrides",
+    "parse_size",
     "parse_sizes",
     "percentiles",
     "rss_at",
@@ -222,7 +223,16 @@ def finite(value: Any) -> Any:
     return value
 
 
+def parse_size(text: str, flag: str) -> tuple[int, int]:
+    """One ``WxH`` size for ``flag``."""
+    sizes = parse_sizes(text, flag)
+    if len(sizes) != 1:
+        raise ConfigError(f"{flag} {text!r}: give one size, WIDTHxHEIGHT, e.g. 640x360")
+    return sizes[0]
+
+
 def parse_sizes(text: str, flag: str) -> list[tuple[int, int]]:
+    """Comma-separated ``WxH`` sizes for ``flag``, each even on both sides (H.264 4:2:0)."""
     sizes = []
     for part in text.split(","):
         w, sep, h = part.strip().lower().partition("x")

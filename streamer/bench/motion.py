@@ -41,7 +41,7 @@ from streamer.bench.harness import (
     finite,
     format_targets,
     overrides,
-    parse_sizes,
+    parse_size,
     run_for,
 )
 from streamer.config import Config, load_config
@@ -339,7 +339,7 @@ def format_markdown(report: MotionReport) -> str:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """The ``bench motion`` handler: prints the table, writes --json / --markdown when asked."""
-    ((width, height),) = parse_sizes(args.size, "--size")
+    width, height = parse_size(args.size, "--size")
     if args.frames < 20:
         raise ConfigError(f"--frames {args.frames} is too few; use at least 20")
     if not 0.0 < args.moving < 1.0:

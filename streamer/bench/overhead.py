@@ -47,6 +47,7 @@ from streamer.bench.harness import (
     finite,
     format_targets,
     overrides,
+    parse_size,
     parse_sizes,
     run_for,
 )
@@ -445,7 +446,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             f"{args.core_frames}"
         )
     sizes = parse_sizes(args.sizes, "--sizes")
-    (core_size,) = parse_sizes(args.core_size, "--core-size")
+    core_size = parse_size(args.core_size, "--core-size")
     extra = overrides(args.set)
     if args.model is not None:
         extra["model.path"] = str(args.model)

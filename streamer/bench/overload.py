@@ -29,7 +29,7 @@ from streamer.bench.harness import (
     finite,
     format_targets,
     overrides,
-    parse_sizes,
+    parse_size,
     percentiles,
     rss_growth,
     run_live,
@@ -259,7 +259,7 @@ def format_markdown(report: OverloadReport) -> str:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """The ``bench overload`` handler: prints the table, writes --json / --markdown when asked."""
-    (size,) = parse_sizes(args.size, "--size")
+    size = parse_size(args.size, "--size")
     if args.seconds <= 0 or not 0 <= args.warmup_s < args.seconds:
         raise ConfigError(
             "--seconds must be positive and --warmup-s in [0, --seconds); "

@@ -26,7 +26,7 @@ from streamer.bench.harness import (
     finite,
     format_targets,
     overrides,
-    parse_sizes,
+    parse_size,
     percentiles,
     rss_at,
     rss_growth,
@@ -210,7 +210,7 @@ def format_markdown(report: SoakReport) -> str:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """The ``bench soak`` handler: prints the curve, writes --json / --markdown when asked."""
-    (size,) = parse_sizes(args.size, "--size")
+    size = parse_size(args.size, "--size")
     seconds = args.minutes * 60.0
     if seconds <= 0 or args.every_s <= 0:
         raise ConfigError(f"--minutes and --every-s must be positive, got {args.minutes}, {args.every_s}")
