@@ -221,7 +221,7 @@ def _bare(config: Config, round_: int) -> Run:
             out = av.VideoFrame.from_ndarray(pixels, format="rgb24")
             out.pts, out.time_base = frames[target][1], time_base
             outc.mux(ost.encode(out))
-            frames.pop(target - slot - lookahead, None)  # nothing later needs it
+            frames.pop(target - slot, None)  # the next window starts one frame later
 
         count = 0
         for av_frame in inp.decode(stream):
