@@ -256,7 +256,7 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any]) -> MotionRepor
             )
             runs.append(_run(config, gate, clean, scene))
     off, on = runs
-    backend = build_backend(config)
+    backend = build_backend(config.model)
     model, provider = backend.info, backend.info.provider
     backend.close()
     gate_settings = config.gate.model_dump(mode="json", exclude={"enabled"})

@@ -195,7 +195,7 @@ def _bare(config: Config, round_: int) -> Run:
     sink = config.sink
     assert isinstance(sink, FileSinkConfig)
     assert config.source.kind == "file"
-    backend = build_backend(config)
+    backend = build_backend(config.model)
     info = backend.info
     t, slot = info.t, info.output_position.slot(info.t)
     lookahead = t - 1 - slot
@@ -265,7 +265,7 @@ def _size(
 
 def core_cost(pool: Sequence[np.ndarray[Any, Any]], frames: int, config: Config) -> CoreCost:
     """Times the pipeline's ingest per frame on ``frames`` frames cycled from ``pool``; see the module."""
-    backend = build_backend(config)
+    backend = build_backend(config.model)
     info = backend.info
     backend.close()
     t = info.t
@@ -350,7 +350,7 @@ def run_overhead(
     watch = LoadWatch()
     started = time.monotonic()
     probe = load_config(None, extra)
-    backend = build_backend(probe)
+    backend = build_backend(probe.model)
     model, provider = backend.info, backend.info.provider
     backend.close()
     with tempfile.TemporaryDirectory(prefix="streamer-bench-") as tmp:

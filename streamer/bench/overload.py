@@ -160,7 +160,7 @@ def run_overload(
     for label, budget in (("budget on", budget_ms), ("budget off", None)):
         config = load_config(None, {**base, "latency.budget_ms": budget})
         runs.append(summarize(label, budget, seconds, run_live(config, seconds, warmup_s)))
-    backend = build_backend(load_config(None, base))
+    backend = build_backend(load_config(None, base).model)
     model = backend.info
     backend.close()
     config = load_config(None, base)

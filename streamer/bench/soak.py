@@ -103,7 +103,7 @@ def run_soak(
             **extra,
         },
     )
-    backend = build_backend(config)
+    backend = build_backend(config.model)
     model = backend.info
     backend.close()
     live = run_live(config, seconds, warmup_s)
