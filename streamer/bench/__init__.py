@@ -2,7 +2,7 @@
 ``streamer bench latency`` measures per-frame end-to-end latency through RTSP and WebRTC on loopback;
 ``overhead`` weighs the pipeline against a bare decode -> model -> encode loop; ``motion`` what the
 motion gate saves; ``overload`` a model slower than the frame rate, budget on and off; ``soak`` memory
-over minutes of live stream.
+over minutes of live stream; ``batching`` streams sharing a model with cross-stream batching on and off.
 
 ``register`` only builds the argparse commands; each benchmark is imported when its command runs, so
 ``streamer run`` works without the quality benchmark's ``bench`` extra (OpenCV, scikit-image) and starts
@@ -20,8 +20,8 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload`` and ``soak`` to a
-    CLI's subcommands; the handler is ``args.func(args) -> int``."""
+    """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload``, ``soak`` and
+    ``batching`` to a CLI's subcommands; the handler is ``args.func(args) -> int``."""
     bench = subparsers.add_parser(
         "bench", help="measure enhancement quality and speed", description="Benchmarks of streamer."
     )
@@ -62,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_motion(kinds)
     _register_overload(kinds)
     _register_soak(kinds)
+    _register_batching(kinds)
 
 
 def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -268,5 +269,39 @@ def _register_soak(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def _soak(args: argparse.Namespace) -> int:
     from streamer.bench.soak import run_from_args
+
+    return run_from_args(args)
+
+
+def _register_batching(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    batching = kinds.add_parser(
+        "batching",
+        help="N streams sharing one model: cross-stream batching on versus off, side by side",
+        description=(
+            "Runs N synthetic streams (the model is the bottleneck, gate off) in one process twice, "
+            "alternating: batching on (up to --max-batch windows of any streams per model call) and off "
+            "(one window per call), and prints the medians side by side with their ratios."
+        ),
+    )
+    batching.add_argument("--streams", type=int, default=8, help="streams sharing the model (8)")
+    batching.add_argument(
+        "--size", default="320x180", metavar="WxH", help="every stream's frame size (320x180)"
+    )
+    batching.add_argument("--frames", type=int, default=60, help="frames per stream per round (60)")
+    batching.add_argument("--max-batch", type=int, default=8, help="runtime.max_batch with batching on (8)")
+    batching.add_argument(
+        "--max-wait-ms", type=float, default=5.0, help="runtime.max_wait_ms with batching on (5)"
+    )
+    batching.add_argument("--repeats", type=int, default=3, help="rounds per side, alternating (3)")
+    batching.add_argument(
+        "--model", type=Path, metavar="ONNX", help="the model (default: the shipped default)"
+    )
+    batching.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    batching.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    batching.set_defaults(func=_batching)
+
+
+def _batching(args: argparse.Namespace) -> int:
+    from streamer.bench.batching import run_from_args
 
     return run_from_args(args)
