@@ -3,12 +3,19 @@
 The container follows the path's suffix (H.264 in mp4 by default). The header is written in ``open``,
 so an unusable path or encoder setting fails there rather than on the first frame; ``aclose`` flushes
 the encoder so the file is complete.
+
+Output PTS are the frames' own, in the stream's time base, as long as they increase. A live source's
+PTS restart when it reconnects (an RTSP camera's new session starts its clock again); a muxer refuses
+a timestamp that goes back, so from such a frame on the sink shifts every PTS to continue one frame
+period after the last one written: the file keeps playing in order instead of failing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
 import os
 import threading
 from pathlib import Path
@@ -24,9 +31,19 @@ from streamer.sinks.base import Sink
 
 __all__ = ["FileSink"]
 
+log = logging.getLogger(__name__)
+
+
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
+
 
 def _reason(exc: Exception) -> str:
-    return (exc.strerror if isinstance(exc, av.error.FFmpegError) else None) or str(exc)
+    return getattr(exc, "strerror", None) or str(exc)
+
+
+def _storage_trouble(exc: Exception) -> bool:
+    """Whether ``exc`` says the disk or the path failed (full, read-only, denied), not the encoder."""
+    return isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS
 
 
 class FileSink(Sink):
@@ -53,6 +70,9 @@ class FileSink(Sink):
         self._container: OutputContainer | None = None
         self._stream: VideoStream | None = None
         self._written = 0
+        self._shift = 0
+        """Added to every PTS (stream time base) since the input's PTS last went back."""
+        self._last_pts: int | None = None
         self._closed = False
         # Encoding runs in worker threads; a send still running when aclose starts must not race the flush.
         self._lock = threading.Lock()
@@ -129,9 +149,14 @@ class FileSink(Sink):
         except (av.error.FFmpegError, ValueError, OSError) as exc:
             with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
                 container.close()
+            fix = (
+                "check that the disk has space and the path is writable"
+                if _storage_trouble(exc)
+                else "check the codec name and its options"
+            )
             raise SinkError(
                 f"cannot start encoding '{self.path}' with {self.codec} at {info.width}x{info.height}: "
-                f"{_reason(exc)}; check the codec name and its options"
+                f"{_reason(exc)}; {fix}"
             ) from exc
         self._container, self._stream = container, stream
 
@@ -149,19 +174,36 @@ class FileSink(Sink):
                     f"file sink '{self.path}' was closed while frame {frame.index} was being sent"
                 )
             av_frame = av.VideoFrame.from_ndarray(frame.pixels, format="rgb24")
-            if frame.pts is None:
-                av_frame.pts = round(frame.index / info.fps / info.time_base)
-                av_frame.time_base = info.time_base
-            else:
-                av_frame.pts = frame.pts
-                av_frame.time_base = frame.time_base
+            av_frame.pts = self._output_pts(frame, info)
+            av_frame.time_base = info.time_base
             try:
                 container.mux(stream.encode(av_frame))
             except (av.error.FFmpegError, ValueError) as exc:
                 raise SinkError(
                     f"encoding frame {frame.index} (pts {frame.pts}) to '{self.path}' failed: {_reason(exc)}"
+                    + ("; check that the disk has space" if _storage_trouble(exc) else "")
                 ) from exc
             self._written += 1
+            self._last_pts = av_frame.pts
+
+    def _output_pts(self, frame: Frame, info: StreamInfo) -> int:
+        """The frame's PTS in the stream's time base, shifted to stay after the last one written."""
+        if frame.pts is None:
+            pts = round(frame.index / info.fps / info.time_base)
+        else:
+            pts = round(frame.pts * frame.time_base / info.time_base)
+        pts += self._shift
+        last = self._last_pts
+        if last is not None and pts <= last:
+            step = max(1, round(1 / info.fps / info.time_base))
+            log.info(
+                "'%s': frame %d's time goes back (a source reconnect?); later frames shift to follow on",
+                self.path,
+                frame.index,
+            )
+            self._shift += last + step - pts
+            pts = last + step
+        return pts
 
     def _finish(self) -> None:
         with self._lock:
@@ -169,10 +211,17 @@ class FileSink(Sink):
             self._container = self._stream = None
             if container is None or stream is None:
                 return
+            failure: Exception | None = None
             try:
-                try:
-                    container.mux(stream.encode(None))
-                finally:
-                    container.close()
-            except (av.error.FFmpegError, ValueError) as exc:
-                raise SinkError(f"finishing '{self.path}' failed: {_reason(exc)}") from exc
+                container.mux(stream.encode(None))
+            except (av.error.FFmpegError, ValueError, OSError) as exc:
+                failure = exc
+            try:
+                container.close()  # writes the trailer: the disk filling up shows here too
+            except (av.error.FFmpegError, ValueError, OSError) as exc:
+                failure = failure or exc
+            if failure is not None:
+                raise SinkError(
+                    f"finishing '{self.path}' failed: {_reason(failure)}; the file is incomplete"
+                    + ("; check that the disk has space" if _storage_trouble(failure) else "")
+                ) from failure

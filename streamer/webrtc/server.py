@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 
 from streamer.errors import ConfigError
@@ -313,6 +313,12 @@ class WebRtcServer:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
+        except (ConnectionError, ClientPayloadError):
+            # The client went away mid-body: answered (if anyone still listens) as its fault, not logged
+            # as a handler failure with a traceback per bad client.
+            raise web.HTTPBadRequest(
+                text="the body ended before its Content-Length; send the whole offer\n"
+            ) from None
         try:
             sdp = body.decode("utf-8")
         except UnicodeDecodeError:
