@@ -404,7 +404,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from None
+        problem = getattr(exc, "problem", None) or "invalid syntax"
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({problem})") from None
     return key.strip(), value
 
 
@@ -419,8 +420,14 @@ def _describe(error: ValidationError, origin: str) -> str:
     if kind == "missing":
         return f"{origin}: {where!r} is required"
     value = first.get("input")
-    shown = "" if isinstance(value, dict) else f" (got {value!r})"
+    shown = "" if isinstance(value, dict) else f" (got {_short(repr(value))})"
     return f"{origin}: {where or 'config'}: {first['msg']}{shown}"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """A value as an error shows it: YAML aliases can expand a few lines into megabytes."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[: limit - 15]}... ({len(text)} chars)"
 
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
@@ -435,6 +442,10 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
             raise ConfigError(f"config file {path} does not exist; see configs/ for examples") from None
         except OSError as exc:
             raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"config file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8 YAML"
+            ) from None
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as exc:

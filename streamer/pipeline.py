@@ -223,6 +223,10 @@ class Pipeline:
         """Frames by how they left (or were dropped), so far."""
         return {o.value: self._outcomes[o] for o in Outcome}
 
+    def recorder_bytes(self) -> int:
+        """Memory of the latency and inference samples kept for the report: bounded by construction."""
+        return self._latency.nbytes + self._inference.nbytes
+
     def queue_stats(self) -> list[ChannelStats]:
         """The bounded hand-offs of this stream: the source's (if it has one), work, output."""
         src = self.source.stats()
@@ -238,15 +242,7 @@ class Pipeline:
             self.opened = True
             try:
                 await self.sink.open(info)
-                try:
-                    async with asyncio.TaskGroup() as group:
-                        group.create_task(self._ingest(info), name=f"ingest-{stream}")
-                        group.create_task(self._infer(), name=f"infer-{stream}")
-                        group.create_task(self._output(), name=f"output-{stream}")
-                finally:
-                    await self.sink.aclose()
-            except BaseExceptionGroup as group_error:
-                raise group_error.exceptions[0] from None
+                await self._stages(info)
             finally:
                 await self.source.aclose()
         finally:
@@ -254,6 +250,29 @@ class Pipeline:
             if self._own_scheduler:
                 await self.scheduler.aclose()
         return self._report(info, time.monotonic() - started)
+
+    async def _stages(self, info: StreamInfo) -> None:
+        """The three tasks, then the sink closed; the first error wins over one closing the sink adds."""
+        stream = self.source.stream_id
+        error: BaseException | None = None
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._ingest(info), name=f"ingest-{stream}")
+                group.create_task(self._infer(), name=f"infer-{stream}")
+                group.create_task(self._output(), name=f"output-{stream}")
+        except BaseExceptionGroup as group_error:
+            error = group_error.exceptions[0]
+        finally:
+            try:
+                await self.sink.aclose()
+            except Exception as close_error:
+                if error is None:
+                    raise
+                log.warning(
+                    "stream %s: closing the sink after the failure also failed: %s", stream, close_error
+                )
+        if error is not None:
+            raise error from None
 
     async def _ingest(self, info: StreamInfo) -> None:
         try:

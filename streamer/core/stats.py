@@ -23,6 +23,11 @@ class DurationRecorder:
         self._count += 1
 
     @property
+    def nbytes(self) -> int:
+        """Memory the samples take: fixed at construction, whatever the count."""
+        return int(self._samples.nbytes)
+
+    @property
     def count(self) -> int:
         return self._count
 

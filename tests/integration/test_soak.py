@@ -65,11 +65,10 @@ def sample(run: Pipeline, n: int) -> Sample:
     assert source is not None
     counters = run.counters()
     return Sample(
-        # _work and _out are the pipeline's own channels; it exposes no public view of them yet.
-        channels=[source, run._work.stats(), run._out.stats()],
+        channels=run.queue_stats(),
         ring=run.ring.stats(),
         pending=run.windower.pending,
-        recorder_bytes=run._latency._samples.nbytes + run._inference._samples.nbytes,
+        recorder_bytes=run.recorder_bytes(),
         in_flight=counters["in"] - counters["out"],
         frames_alive=live_frames() if n % FRAME_COUNT_EVERY == 0 else None,
     )
