@@ -281,21 +281,15 @@ _SHARED = ("model", "window", "gate", "latency")
 """Sections a stream may set for itself; the top-level ones are the defaults every stream starts from."""
 
 
-class StreamConfig(_Strict):
-    """One stream of a process: its own source and sink, and its own window, gate, latency and model
-    settings (each key it leaves out comes from the top-level section of the same name)."""
+class _Stream(_Strict):
+    """The sections that describe one stream."""
 
-    id: str = Field(DEFAULT_STREAM_ID, pattern=_STREAM_ID)
     source: SourceConfig = Field(default_factory=SyntheticSourceConfig)
     sink: SinkConfig = Field(default_factory=NullSinkConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     window: WindowConfig = Field(default_factory=WindowConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
-
-    @property
-    def uses_webrtc(self) -> bool:
-        return self.source.kind == "whip" or self.sink.kind == "whep"
 
     @model_validator(mode="before")
     @classmethod
@@ -303,13 +297,20 @@ class StreamConfig(_Strict):
         return _default_kinds(data)
 
 
-class Config(_Strict):
-    source: SourceConfig = Field(default_factory=SyntheticSourceConfig)
-    sink: SinkConfig = Field(default_factory=NullSinkConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    window: WindowConfig = Field(default_factory=WindowConfig)
-    gate: GateConfig = Field(default_factory=GateConfig)
-    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+class StreamConfig(_Stream):
+    """One stream of a process: its own source and sink, and its own window, gate, latency and model
+    settings (each key it leaves out comes from the top-level section of the same name)."""
+
+    id: str = Field(DEFAULT_STREAM_ID, pattern=_STREAM_ID)
+
+    @property
+    def uses_webrtc(self) -> bool:
+        return self.source.kind == "whip" or self.sink.kind == "whep"
+
+
+class Config(_Stream):
+    """A process: one stream (the top-level sections) or several (``streams``), and what they share."""
+
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     webrtc: WebRtcConfig = Field(default_factory=WebRtcConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
@@ -324,21 +325,11 @@ class Config(_Strict):
         """Every stream to run: ``streams``, or the single one of the top-level source and sink."""
         if self.streams is not None:
             return list(self.streams)
-        return [
-            StreamConfig(
-                source=self.source,
-                sink=self.sink,
-                model=self.model,
-                window=self.window,
-                gate=self.gate,
-                latency=self.latency,
-            )
-        ]
+        return [StreamConfig(**{name: getattr(self, name) for name in ("source", "sink", *_SHARED)})]
 
     @model_validator(mode="before")
     @classmethod
     def _streams_inherit(cls, data: Any) -> Any:
-        data = _default_kinds(data)
         if not isinstance(data, dict) or data.get("streams") is None:
             return data
         given = [s for s in ("source", "sink") if s in data]
