@@ -44,8 +44,14 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="run the pipeline described by a YAML config",
-        description="Run source -> windower -> motion gate -> model -> sink as configured.",
+        help="run the stream (or streams) described by a YAML config",
+        description=(
+            "Run source -> windower -> motion gate -> model -> sink as configured: one stream, or every "
+            "stream under 'streams:' in one process, their windows batched into shared model calls. With "
+            "http.port set, serve /healthz, /readyz, /metrics and /streams until SIGTERM/SIGINT, which "
+            "drain in-flight frames and close every output. Exit code 0, 1 when a stream failed, 2 for a "
+            "bad config or input."
+        ),
     )
     run.add_argument(
         "--config", type=Path, help="YAML config (see configs/default.yaml); defaults if omitted"
