@@ -5,7 +5,9 @@ as the pipeline takes them (a file-like source: the model is the bottleneck) wit
 so every frame's window runs the model. *on* batches up to ``--max-batch`` windows of any streams per
 call; *off* runs one window per call (``runtime.max_batch: 1``). The two alternate (on, off, on, off,
 ...) so load from elsewhere on the machine falls on both, and the table gives the median of the rounds
-for each, side by side, with their ratios: model calls per second should fall, throughput rise.
+for each, side by side, with their ratios: model calls per second should fall, throughput rise. The
+model alone, on random windows of the same size at batch 1 and at ``--max-batch``, shows how much of
+the difference is the runtime's own per-window cost.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from streamer.app import build_backend
 from streamer.bench.harness import LoadWatch, Machine, Target, finite, format_targets, parse_size
 from streamer.config import Config, load_config
 from streamer.errors import ConfigError
@@ -76,6 +81,8 @@ class BatchingReport:
     off: Side
     rounds: list[Round]
     machine: Machine
+    model_ms_per_window: dict[int, float]
+    """The model alone (``Backend.infer`` on random windows of this size): median ms per window, by batch."""
 
     @property
     def throughput_ratio(self) -> float:
@@ -144,6 +151,26 @@ async def _round(config: Config, batching: bool) -> tuple[Round, str, str]:
     return round_, stats.model, stats.provider
 
 
+def _model_alone(config: Config, size: tuple[int, int], batches: tuple[int, ...]) -> dict[int, float]:
+    backend = build_backend(config.model)
+    try:
+        width, height = size
+        rng = np.random.default_rng(0)
+        costs = {}
+        for batch in batches:
+            windows = rng.integers(0, 256, (batch, backend.info.t, 3, height, width), dtype=np.uint8)
+            backend.infer(windows)
+            times = []
+            for _ in range(5):
+                started = time.perf_counter()
+                backend.infer(windows)
+                times.append(time.perf_counter() - started)
+            costs[batch] = statistics.median(times) * 1000.0 / batch
+        return costs
+    finally:
+        backend.close()
+
+
 def _side(rounds: list[Round]) -> Side:
     return Side(
         fps=statistics.median(r.fps for r in rounds),
@@ -192,6 +219,7 @@ def run_batching(
         off=_side([r for r in rounds if not r.batching]),
         rounds=rounds,
         machine=watch.machine(),
+        model_ms_per_window=_model_alone(on, size, (1, max_batch)),
     )
 
 
@@ -210,6 +238,10 @@ def format_markdown(report: BatchingReport) -> str:
         row(f"on (max_batch {report.max_batch}, max_wait {report.max_wait_ms:g} ms)", report.on),
         row("off (max_batch 1)", report.off),
         f"| on / off | {report.throughput_ratio:.2f}x | {report.calls_ratio:.2f}x | | |",
+        "",
+        "The model alone on random windows of this size: "
+        + ", ".join(f"{ms:.1f} ms per window at batch {b}" for b, ms in report.model_ms_per_window.items())
+        + ".",
         "",
         f"streamer bench batching: {report.streams} streams of {w}x{h}, {report.frames} frames each, "
         f"gate off; {report.model} on {report.provider}; median of {rounds} alternating rounds per side; "

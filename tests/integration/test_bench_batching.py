@@ -38,6 +38,7 @@ def test_a_tiny_run_prints_both_sides_and_their_ratios(
     assert [r["batching"] for r in report["rounds"]] == [True, False]
     assert all(r["frames"] == 36 for r in report["rounds"])  # every frame of every stream, both sides
     assert all(r["windows"] == 36 for r in report["rounds"])  # the gate is off: each window ran the model
+    assert set(report["model_ms_per_window"]) == {"1", "3"}
     off = report["rounds"][1]
     assert off["calls"] == 36
     assert report["rounds"][0]["calls"] < 36
@@ -54,7 +55,7 @@ def test_a_tiny_run_prints_both_sides_and_their_ratios(
 def test_targets_pass_and_fail_on_the_numbers() -> None:
     machine = Machine("cpu", 2, "1", "CPU", 0.0, 0.0)
     side = Side(fps=100.0, calls_per_s=100.0, mean_batch=1.0, fairness=1.0, calls=100)
-    report = BatchingReport(8, (320, 180), 60, 8, 5.0, "m", "CPU", side, side, [], machine)
+    report = BatchingReport(8, (320, 180), 60, 8, 5.0, "m", "CPU", side, side, [], machine, {1: 2.0, 8: 1.5})
     better = replace(report, on=replace(side, fps=120.0, calls_per_s=15.0))
     worse = replace(report, on=replace(side, fps=90.0, calls_per_s=15.0))
     assert [t.passed for t in better.targets()] == [True, True]
