@@ -262,21 +262,26 @@ class LiveResult:
     budget_admitted: int
 
 
-def rss_window_mib(samples: Sequence[tuple[float, int]], start: float, end: float) -> float:
-    """Median RSS in MiB of the samples taken in [start, end]; the nearest one if none was."""
+def rss_window_mib(
+    samples: Sequence[tuple[float, int]], start: float, end: float, peak: bool = False
+) -> float:
+    """Median (or highest) RSS in MiB of the samples taken in [start, end]; the nearest one if none was."""
     inside = [rss for t, rss in samples if start <= t <= end]
     if not inside:
         inside = [rss_at(samples, end)]
-    return float(np.median(inside)) / (1024 * 1024)
+    return float(np.max(inside) if peak else np.median(inside)) / (1024 * 1024)
 
 
-def rss_growth(samples: Sequence[tuple[float, int]], warmup_s: float, seconds: float) -> tuple[float, float]:
-    """Median RSS (MiB) of the first and of the last window after the warm-up, each a third of the
-    measured span and at most 30 s: medians, so one sample taken mid-inference does not decide."""
+def rss_growth(
+    samples: Sequence[tuple[float, int]], warmup_s: float, seconds: float, peak: bool = False
+) -> tuple[float, float]:
+    """Median (or ``peak``: highest) RSS in MiB of the first and of the last window after the warm-up,
+    each a third of the measured span and at most 30 s: medians, so one sample taken mid-inference does
+    not decide; peaks, so an allocator that returns memory between calls does not hide a leak."""
     span = min(30.0, max(1.0, (seconds - warmup_s) / 3))
     return (
-        rss_window_mib(samples, warmup_s, warmup_s + span),
-        rss_window_mib(samples, seconds - span, seconds),
+        rss_window_mib(samples, warmup_s, warmup_s + span, peak),
+        rss_window_mib(samples, seconds - span, seconds, peak),
     )
 
 

@@ -253,6 +253,7 @@ def format_markdown(report: OverloadReport) -> str:
         f"{report.width}x{report.height} @ {report.fps} fps live, {report.runs[0].seconds:g} s per run, "
         f"{report.warmup_s:g} s warm-up; {report.model} on {report.provider}; {report.notes[0]}; "
         f"{report.machine.line()}.",
+        *(f"\n{note[0].upper()}{note[1:]}." for note in report.notes[3:]),
     ]
     return "\n".join(lines) + "\n"
 

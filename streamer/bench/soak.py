@@ -64,6 +64,9 @@ class SoakReport:
     rss_end_mib: float
     rss_peak_mib: float
     rss_growth: float
+    """Of the medians: end vs warm."""
+    rss_peak_warm_mib: float
+    rss_peak_end_mib: float
     curve: tuple[tuple[float, float], ...]
     """(seconds, RSS MiB) every ``--every-s``."""
     sparkline: str
@@ -73,13 +76,19 @@ class SoakReport:
     wall_s: float
 
 
-def check_targets(warm_mib: float, end_mib: float) -> list[Target]:
-    growth = (end_mib - warm_mib) / warm_mib if warm_mib else 0.0
+def _growth(before: float, after: float) -> float:
+    return (after - before) / before if before else 0.0
+
+
+def check_targets(warm_mib: float, end_mib: float, peak_warm_mib: float, peak_end_mib: float) -> list[Target]:
+    """Both the medians and the peaks of the first and last windows after warm-up must grow under 5%."""
+    growth, peak = _growth(warm_mib, end_mib), _growth(peak_warm_mib, peak_end_mib)
     return [
         Target(
             f"RSS growth after warm-up under {MAX_RSS_GROWTH:.0%}",
-            growth < MAX_RSS_GROWTH,
-            f"{warm_mib:.1f} -> {end_mib:.1f} MiB ({growth:+.2%})",
+            growth < MAX_RSS_GROWTH and peak < MAX_RSS_GROWTH,
+            f"median {warm_mib:.1f} -> {end_mib:.1f} MiB ({growth:+.2%}), peak {peak_warm_mib:.1f} -> "
+            f"{peak_end_mib:.1f} MiB ({peak:+.2%})",
         )
     ]
 
@@ -109,6 +118,7 @@ def run_soak(
     live = run_live(config, seconds, warmup_s)
     r = live.report
     warm, end = rss_growth(live.rss, warmup_s, seconds)
+    peak_warm, peak_end = rss_growth(live.rss, warmup_s, seconds, peak=True)
     samples = [(t, rss / _MIB) for t, rss in live.rss if t <= seconds]
     points = [0.0]
     while points[-1] + every_s <= seconds:
@@ -120,9 +130,10 @@ def run_soak(
         f"source: testsrc2 paced at {fps} fps (source.realtime); gate "
         f"{'on' if config.gate.enabled else 'off'} (on_skip {config.gate.on_skip.value}); latency budget "
         f"{config.latency.budget_ms or 'none'}; null sink",
-        f"RSS: VmRSS every second; warm and end = medians over the first and the last third (at most 30 s) "
-        f"after the {warmup_s:g} s warm-up; growth = end vs warm; the sparkline draws one sample every "
-        f"{step} s, scaled between {min(v for _, v in samples):.1f} and {max(v for _, v in samples):.1f} MiB",
+        f"RSS: VmRSS every second; warm and end = medians (and peaks) over the first and the last third (at "
+        f"most 30 s) after the {warmup_s:g} s warm-up; growth = end vs warm; the sparkline draws one sample "
+        f"every {step} s, scaled between {min(v for _, v in samples):.1f} and "
+        f"{max(v for _, v in samples):.1f} MiB",
         "latency: arrival -> written, frames after the warm-up",
     ]
     return SoakReport(
@@ -145,10 +156,12 @@ def run_soak(
         rss_warm_mib=warm,
         rss_end_mib=end,
         rss_peak_mib=max(v for _, v in samples) if samples else 0.0,
-        rss_growth=(end - warm) / warm if warm else 0.0,
+        rss_growth=_growth(warm, end),
+        rss_peak_warm_mib=peak_warm,
+        rss_peak_end_mib=peak_end,
         curve=curve,
         sparkline=sparkline([v for _, v in samples[::step]]),
-        targets=tuple(check_targets(warm, end)),
+        targets=tuple(check_targets(warm, end, peak_warm, peak_end)),
         notes=tuple(notes),
         wall_s=time.monotonic() - started,
     )
@@ -164,7 +177,9 @@ def _summary(report: SoakReport) -> str:
         f"{report.frames_in} frames in, {report.frames_out} out, {report.source_dropped} dropped at the "
         f"source; {outcomes}; {report.model_calls} model calls; latency p50 {_ms(report.p50_ms)} ms, p99 "
         f"{_ms(report.p99_ms)} ms; RSS start {report.rss_start_mib:.1f}, warm {report.rss_warm_mib:.1f}, end "
-        f"{report.rss_end_mib:.1f}, peak {report.rss_peak_mib:.1f} MiB ({report.rss_growth:+.2%})"
+        f"{report.rss_end_mib:.1f} MiB ({report.rss_growth:+.2%}); peaks warm "
+        f"{report.rss_peak_warm_mib:.1f}, end {report.rss_peak_end_mib:.1f}, whole run "
+        f"{report.rss_peak_mib:.1f} MiB"
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamer.bench import register
-from streamer.bench.overhead import CoreCost, Run, SizeResult, check_targets
+from streamer.bench.overhead import CoreCost, Run, SizeResult, check_targets, size_result
 from streamer.errors import ConfigError
 
 
@@ -39,7 +39,10 @@ def test_both_contenders_run_every_size_and_the_core_is_timed(
         # Rounds alternate who goes first: p b, b p.
         assert [r["contender"] for r in runs] == ["pipeline", "bare", "bare", "pipeline"]
         assert all(r["frames"] == 12 and r["wall_s"] > 0 for r in runs)
-        assert size["ratio"] == pytest.approx(size["pipeline_fps"] / size["bare_fps"])
+        fps = [r["frames"] / r["wall_s"] for r in runs]
+        rounds = [fps[0] / fps[1], fps[3] / fps[2]]
+        assert size["round_ratios"] == pytest.approx(rounds)
+        assert size["ratio"] == pytest.approx(sum(rounds) / 2)  # the median of two
     core = report["core"]
     assert (core["width"], core["height"], core["frames"]) == (1920, 1080, 20)
     assert set(core["parts_median_ms"]) == {"ring", "scene cut", "windower", "window + gate"}
@@ -58,7 +61,23 @@ def test_both_contenders_run_every_size_and_the_core_is_timed(
 
 def _size(bare: float, pipeline: float) -> SizeResult:
     runs = (Run("pipeline", 0, 100, 100, 100 / pipeline), Run("bare", 0, 100, 100, 100 / bare))
-    return SizeResult(640, 360, 100, runs, bare, pipeline, pipeline / bare)
+    return size_result((640, 360), 100, runs)
+
+
+def test_the_ratio_is_the_median_of_each_rounds_own_ratio() -> None:
+    # Load halves both contenders' speed in round 1: each round still compares like with like.
+    runs = [
+        Run("pipeline", 0, 100, 100, 100 / 19.0),
+        Run("bare", 0, 100, 100, 100 / 20.0),
+        Run("bare", 1, 100, 100, 100 / 10.0),
+        Run("pipeline", 1, 100, 100, 100 / 9.0),
+        Run("pipeline", 2, 100, 100, 100 / 18.0),
+        Run("bare", 2, 100, 100, 100 / 20.0),
+    ]
+    result = size_result((640, 360), 100, runs)
+    assert result.round_ratios == pytest.approx((0.95, 0.9, 0.9))
+    assert result.ratio == pytest.approx(0.9)
+    assert result.bare_fps == pytest.approx(20.0)
 
 
 def _core(median_ms: float, width: int = 1920, height: int = 1080) -> CoreCost:
