@@ -162,7 +162,7 @@ def build_stream(
         stream.gate.build(),
         stream.latency.build(),
         on_skip=stream.gate.on_skip,
-        max_batch=runtime.max_batch,
+        max_batch=runtime.batch_for(model.provider),
         queue_size=runtime.queue_size,
         ring_capacity=runtime.ring_capacity,
         on_output=on_output,

@@ -228,8 +228,9 @@ class LatencyConfig(_Strict):
 
 
 class RuntimeConfig(_Strict):
-    max_batch: int = Field(4, ge=1, le=256)
-    """Windows in one model call, from one stream or several that share the model."""
+    max_batch: int | None = Field(None, ge=1, le=256)
+    """Windows in one model call, from one stream or several that share the model; None: by provider
+    (:meth:`batch_for`)."""
     max_wait_ms: float = Field(5.0, ge=0.0, le=1000.0)
     """How long a window may wait for windows of other streams to join its batch."""
     queue_size: int = Field(8, ge=1, le=1024)
@@ -242,6 +243,22 @@ class RuntimeConfig(_Strict):
     """One sink write taking longer than this: the stream reports ``sink_blocked``."""
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     log_format: Literal["text", "json"] = "text"
+
+    def batch_for(self, provider: str) -> int:
+        """``max_batch``, or where unset 1 on the CPU provider and 8 on a GPU's.
+
+        onnxruntime's CPU convolutions run a batch image by image with a larger working set, so a
+        batch costs more than its windows one at a time (``streamer bench batching``, ``overhead``),
+        and the session keeps memory for every batch size it has seen (``streamer bench soak``); a GPU
+        is where one call for many windows pays.
+        """
+        if self.max_batch is not None:
+            return self.max_batch
+        return 1 if provider == "CPUExecutionProvider" else GPU_MAX_BATCH
+
+
+GPU_MAX_BATCH = 8
+"""``runtime.max_batch`` where unset and the model runs on a GPU provider (CUDA, TensorRT)."""
 
 
 class HttpConfig(_Strict):

@@ -238,7 +238,7 @@ class Service:
             runtime = self.config.runtime
             scheduler = InferenceScheduler(
                 backend,
-                runtime.max_batch,
+                runtime.batch_for(backend.info.provider),
                 runtime.max_wait_ms,
                 on_call=self.metrics.call_observer(backend.info.name),
             )

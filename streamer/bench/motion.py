@@ -266,8 +266,8 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any]) -> MotionRepor
         f"({(last - first + 1) / scene.frames:.0%}); Gaussian noise sigma {scene.noise_sigma:g} (seed "
         f"{scene.seed}) added on read; PSNR against the clean decoded frames, mean over frames",
         "model windows: windows that went through the model; calls: backend calls (runtime.max_batch "
-        f"{config.runtime.max_batch} windows each at most); fps: frames written / wall time, file read as "
-        "fast as the pipeline goes",
+        f"{config.runtime.batch_for(provider)} windows each at most); fps: frames written / wall time, "
+        "file read as fast as the pipeline goes",
         "gate " + ", ".join(f"{k}={v}" for k, v in gate_settings.items()),
     ]
     return MotionReport(

@@ -378,8 +378,8 @@ def run_overhead(
         "of pipeline fps / bare fps within the round",
         "bare: one thread, batch 1, the same OnnxBackend settings (build_backend) and encoder settings "
         "(libx264 preset/crf/bf of the file sink); pipeline: default config (max_batch "
-        f"{probe.runtime.max_batch}, gate {'on' if probe.gate.enabled else 'off'}) with a file source and "
-        "sink",
+        f"{probe.runtime.batch_for(provider)}, gate {'on' if probe.gate.enabled else 'off'}) with a file "
+        "source and sink",
         "core: per frame, ring push + scene-cut check + windower push + gathering each ready window + "
         f"gate decision, {core_frames} frames cycled from the clip's first 30 scaled to "
         f"{core_size[0]}x{core_size[1]}",

@@ -167,7 +167,7 @@ def run_overload(
     notes = [
         f"source: testsrc2 paced at {fps} fps (source.realtime), queue {config.runtime.queue_size} frames, "
         f"dropping its oldest when full; gate {'on' if config.gate.enabled else 'off'}; runtime.max_batch "
-        f"{config.runtime.max_batch}; latency.on_miss {config.latency.on_miss.value}",
+        f"{config.runtime.batch_for(model.provider)}; latency.on_miss {config.latency.on_miss.value}",
         "latency: arrival -> written (null sink), over the frames that arrived after the first "
         f"{warmup_s:g} s of each {seconds:g} s run; it includes the window's lookahead",
         "RSS: this process's VmRSS every second; start = before the run's pipeline is built; warm and end "

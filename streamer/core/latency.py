@@ -1,7 +1,10 @@
 """Latency budget: decides, as a window reaches the model, whether it can still make its deadline.
 
-The estimate of a model call is an exponentially weighted mean of the calls measured so far; a frame
-whose age plus that estimate exceeds the budget leaves unenhanced (or is dropped) instead of waiting,
+The estimate of a model call is an exponentially weighted mean of the calls measured so far plus twice
+their weighted mean deviation (as TCP sizes its retransmission timeout from round-trip times): calls
+on a busy machine often run well over their mean, and a budget judged by the mean alone is missed by
+the frames behind them. A frame whose age plus that estimate exceeds the budget leaves unenhanced (or
+is dropped) instead of waiting,
 so when the model cannot keep up the queue drains rather than grows. An estimate is only corrected by
 calls that run, so once every ``probe_s`` a frame young enough to make the budget on its own is let
 through to measure again, and its call replaces the estimate: one slow spike (a warm-up call, a
@@ -16,6 +19,9 @@ from dataclasses import dataclass
 from streamer.errors import ConfigError
 
 __all__ = ["Admission", "LatencyBudget", "LatencyStats", "MissAction"]
+
+DEVIATIONS = 2.0
+"""How many mean deviations of the call time admission adds to the mean."""
 
 
 class MissAction(enum.Enum):
@@ -38,7 +44,9 @@ class LatencyStats:
     passed_through: int
     dropped: int
     estimate_ms: float
-    """Current estimate of one model call, what admission adds to a frame's age."""
+    """Weighted mean of the model calls measured."""
+    deviation_ms: float = 0.0
+    """Weighted mean deviation from it; admission adds the mean plus twice this to a frame's age."""
     probes: int = 0
     """Frames admitted against the estimate, to measure it again."""
 
@@ -64,6 +72,7 @@ class LatencyBudget:
         self._last_run: float | None = None
         self._probes = 0
         self._estimate = 0.0
+        self._deviation = 0.0
         self._measured = False
         self._admitted = 0
         self._passed = 0
@@ -72,7 +81,7 @@ class LatencyBudget:
     def admit(self, arrival: float, now: float) -> Admission:
         """Whether a frame that arrived at ``arrival`` may still run the model at ``now`` (seconds)."""
         age_ms = (now - arrival) * 1000.0
-        run = self.budget_ms is None or age_ms + self._estimate * 1000.0 <= self.budget_ms
+        run = self.budget_ms is None or age_ms + self._expected() * 1000.0 <= self.budget_ms
         if not run and self.budget_ms is not None and age_ms <= self.budget_ms:
             run = self._last_run is None or now - self._last_run >= self.probe_s
             if run:
@@ -91,9 +100,13 @@ class LatencyBudget:
     def observe(self, seconds: float) -> None:
         """Feed the measured duration of one model call."""
         if self._measured:
+            self._deviation += self.alpha * (abs(seconds - self._estimate) - self._deviation)
             self._estimate += self.alpha * (seconds - self._estimate)
         else:
-            self._estimate, self._measured = seconds, True
+            self._estimate, self._deviation, self._measured = seconds, 0.0, True
+
+    def _expected(self) -> float:
+        return self._estimate + DEVIATIONS * self._deviation
 
     def stats(self) -> LatencyStats:
         return LatencyStats(
@@ -102,5 +115,6 @@ class LatencyBudget:
             passed_through=self._passed,
             dropped=self._dropped,
             estimate_ms=self._estimate * 1000.0,
+            deviation_ms=self._deviation * 1000.0,
             probes=self._probes,
         )

@@ -175,3 +175,11 @@ def test_streams_example_loads_and_shares_one_model() -> None:
     assert [s.id for s in streams] == ["lobby", "street", "garage"]
     assert len({s.model.model_dump_json() for s in streams}) == 1
     assert config.http.port == 9090
+
+
+def test_max_batch_left_unset_is_one_on_the_cpu_and_eight_on_a_gpu() -> None:
+    runtime = load_config(None).runtime
+    assert runtime.max_batch is None
+    assert runtime.batch_for("CPUExecutionProvider") == 1
+    assert runtime.batch_for("CUDAExecutionProvider") == 8
+    assert load_config(None, {"runtime.max_batch": 3}).runtime.batch_for("CPUExecutionProvider") == 3

@@ -35,6 +35,20 @@ def test_estimate_follows_measured_calls() -> None:
     assert budget.stats().estimate_ms == pytest.approx(30.0)
 
 
+def test_calls_that_vary_widen_the_margin_admission_keeps() -> None:
+    steady, jumpy = LatencyBudget(100.0, alpha=0.5), LatencyBudget(100.0, alpha=0.5)
+    for seconds in (0.04, 0.04, 0.04):
+        steady.observe(seconds)
+    for seconds in (0.04, 0.01, 0.07):
+        jumpy.observe(seconds)
+    assert steady.stats().deviation_ms == pytest.approx(0.0)
+    assert jumpy.stats().estimate_ms == pytest.approx(47.5)
+    assert jumpy.stats().deviation_ms == pytest.approx(30.0)
+    assert jumpy.admit(arrival=0.0, now=0.0) is Admission.RUN  # a fresh frame: 0 + 47.5 + 2 x 30 <= 100
+    assert steady.admit(arrival=1.0, now=1.05) is Admission.RUN  # 50 + 40 <= 100
+    assert jumpy.admit(arrival=1.0, now=1.05) is Admission.PASSTHROUGH  # 50 + 47.5 + 2 x 30 > 100
+
+
 def test_a_stale_estimate_is_measured_again_once_per_probe_interval() -> None:
     budget = LatencyBudget(100.0, probe_s=5.0)
     budget.observe(0.5)  # one slow call: every later frame would be judged too late by the estimate
