@@ -17,6 +17,7 @@ and leaves in order with its own PTS, because work never overtakes other work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import logging
@@ -31,11 +32,11 @@ import numpy.typing as npt
 from streamer.backend.base import Backend, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.core.gate import GateReason, MotionGate, SceneCutDetector
-from streamer.core.latency import Admission, LatencyBudget
+from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.ring import RingBuffer
 from streamer.core.stats import DurationRecorder
 from streamer.core.windower import Windower, WindowTask
-from streamer.errors import ConfigError, EndOfStream, ModelMismatchError
+from streamer.errors import ConfigError, EndOfStream, ModelMismatchError, StreamerError
 from streamer.frame import Frame, Hyperframe, StreamInfo
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
@@ -192,6 +193,7 @@ class Pipeline:
         self._outcomes: Counter[Outcome] = Counter()
         self._batches: Counter[int] = Counter()
         self._last_call = 0
+        self._probing: asyncio.Task[None] | None = None
         self._latency = DurationRecorder()
         self._inference = DurationRecorder()
         self._run = -1
@@ -331,6 +333,10 @@ class Pipeline:
                     await self._out.put(out)
         finally:
             self._out.close()
+            if self._probing is not None:
+                self._probing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._probing
 
     async def _enhance(self, batch: list[_Work]) -> tuple[dict[int, Frame], set[int]]:
         """Runs the admitted windows of ``batch`` in one backend call.
@@ -345,7 +351,10 @@ class Pipeline:
                 admission = self.budget.admit(work.frame.arrival, now)
                 if admission is Admission.RUN:
                     admitted.append(work)
-                elif admission is Admission.DROP:
+                    continue
+                if admission is Admission.PROBE and work.window is not None:
+                    self._probe(work.window)
+                if self.budget.on_miss is MissAction.DROP:
                     dropped.add(work.frame.index)
         if not admitted:
             return {}, dropped
@@ -369,6 +378,29 @@ class Pipeline:
         for _ in admitted:
             self._observe(Stage.INFERENCE, elapsed)
         return {f.index: f for f in frames}, dropped
+
+    def _probe(self, window: Hyperframe) -> None:
+        """Time the model on a window whose frame has left unenhanced, so a stale estimate can recover;
+        the result is thrown away, and one probe at a time is enough."""
+        if self._probing is not None and not self._probing.done():
+            return
+
+        # Under a key of its own: the stream's own windows may be queued beside it.
+        key = f"{self.source.stream_id}~probe"
+
+        async def measure() -> None:
+            self.scheduler.attach(key)
+            started = time.monotonic()
+            try:
+                await self.scheduler.infer(key, [window])
+            except StreamerError as err:
+                log.info("stream %s: a budget probe failed: %s", self.source.stream_id, err)
+                return
+            finally:
+                self.scheduler.detach(key)
+            self.budget.observe(time.monotonic() - started)
+
+        self._probing = asyncio.create_task(measure(), name=f"probe-{self.source.stream_id}")
 
     def _step(self, work: _Work) -> Frame:
         """One recurrent step, on the model's thread; a new run (after a discontinuity) starts again

@@ -6,9 +6,10 @@ on a busy machine often run well over their mean, and a budget judged by the mea
 the frames behind them. A frame whose age plus that estimate exceeds the budget leaves unenhanced (or
 is dropped) instead of waiting,
 so when the model cannot keep up the queue drains rather than grows. An estimate is only corrected by
-calls that run, so once every ``probe_s`` a frame young enough to make the budget on its own is let
-through to measure again, and its call replaces the estimate: one slow spike (a warm-up call, a
-burst of other streams sharing the model) cannot switch enhancement off for good.
+calls that run, so once every ``probe_s`` a refused frame young enough to make the budget on its own
+becomes a probe: it leaves as refused frames do, while the model is timed on its window in the
+background, and that call replaces the estimate. One slow spike (a cold first call, a burst of other
+streams sharing the model) cannot switch enhancement off for good, and a probe never delays a frame.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Admission(enum.Enum):
     RUN = "run"
     PASSTHROUGH = "passthrough"
     DROP = "drop"
+    PROBE = "probe"
+    """Leave as ``on_miss`` says, and meanwhile time the model on this window, off the frame's path."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +84,21 @@ class LatencyBudget:
     def admit(self, arrival: float, now: float) -> Admission:
         """Whether a frame that arrived at ``arrival`` may still run the model at ``now`` (seconds)."""
         age_ms = (now - arrival) * 1000.0
-        run = self.budget_ms is None or age_ms + self._expected() * 1000.0 <= self.budget_ms
-        if not run and self.budget_ms is not None and age_ms <= self.budget_ms:
-            run = self._last_run is None or now - self._last_run >= self.probe_s
-            if run:
-                self._probes += 1
-                self._measured = False  # the probe's call replaces the stale estimate outright
-        if run:
+        if self.budget_ms is None or age_ms + self._expected() * 1000.0 <= self.budget_ms:
             self._admitted += 1
             self._last_run = now
             return Admission.RUN
         if self.on_miss is MissAction.DROP:
             self._dropped += 1
-            return Admission.DROP
-        self._passed += 1
-        return Admission.PASSTHROUGH
+        else:
+            self._passed += 1
+        stale = self._last_run is None or now - self._last_run >= self.probe_s
+        if stale and age_ms <= self.budget_ms:
+            self._probes += 1
+            self._last_run = now
+            self._measured = False  # the probe's call replaces the stale estimate outright
+            return Admission.PROBE
+        return Admission.DROP if self.on_miss is MissAction.DROP else Admission.PASSTHROUGH
 
     def observe(self, seconds: float) -> None:
         """Feed the measured duration of one model call."""

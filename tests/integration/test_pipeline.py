@@ -14,6 +14,7 @@ from streamer.app import build_pipeline
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import Config, load_config
+from streamer.core.latency import LatencyBudget
 from streamer.core.windower import Windower
 from streamer.errors import ConfigError, ModelMismatchError
 from streamer.frame import Frame
@@ -78,6 +79,27 @@ def test_model_slower_than_budget_passes_frames_through_and_counts_them() -> Non
     assert report.frames_out == 20
     assert report.outcomes["budget_passthrough"] == 20
     assert report.model_calls == 0
+
+
+def test_a_poisoned_estimate_recovers_through_a_probe_that_delays_no_frame() -> None:
+    # As if the first call had been a cold 10 s one: every frame is refused until a probe times the
+    # model on a refused frame's window in the background and the estimate starts again from that.
+    budget = LatencyBudget(2000.0, probe_s=0.5)
+    budget.observe(10.0)
+    model = str(Path(__file__).parents[2] / "streamer" / "assets" / "temporal_filter_t5.onnx")
+    pipeline = Pipeline(
+        SyntheticSource(width=96, height=64, fps=30, frames=60, realtime=True),
+        NullSink(),
+        OnnxBackend(model),
+        Windower(5),
+        budget=budget,
+    )
+    report = asyncio.run(pipeline.run())
+    assert report.frames_out == 60
+    assert report.outcomes["budget_passthrough"] >= 1  # the probe's own frame left unenhanced
+    assert report.outcomes["enhanced"] > 0
+    assert budget.stats().probes >= 1
+    assert budget.stats().estimate_ms < 2000.0
 
 
 def test_budget_drop_sends_nothing_and_counts_drops() -> None:

@@ -36,7 +36,7 @@ def test_estimate_follows_measured_calls() -> None:
 
 
 def test_calls_that_vary_widen_the_margin_admission_keeps() -> None:
-    steady, jumpy = LatencyBudget(100.0, alpha=0.5), LatencyBudget(100.0, alpha=0.5)
+    steady, jumpy = LatencyBudget(120.0, alpha=0.5), LatencyBudget(120.0, alpha=0.5)
     for seconds in (0.04, 0.04, 0.04):
         steady.observe(seconds)
     for seconds in (0.04, 0.01, 0.07):
@@ -44,22 +44,31 @@ def test_calls_that_vary_widen_the_margin_admission_keeps() -> None:
     assert steady.stats().deviation_ms == pytest.approx(0.0)
     assert jumpy.stats().estimate_ms == pytest.approx(47.5)
     assert jumpy.stats().deviation_ms == pytest.approx(30.0)
-    assert jumpy.admit(arrival=0.0, now=0.0) is Admission.RUN  # a fresh frame: 0 + 47.5 + 2 x 30 <= 100
-    assert steady.admit(arrival=1.0, now=1.05) is Admission.RUN  # 50 + 40 <= 100
-    assert jumpy.admit(arrival=1.0, now=1.05) is Admission.PASSTHROUGH  # 50 + 47.5 + 2 x 30 > 100
+    assert jumpy.admit(arrival=0.0, now=0.0) is Admission.RUN  # a fresh frame: 0 + 47.5 + 2 x 30 <= 120
+    assert steady.admit(arrival=1.0, now=1.05) is Admission.RUN  # 50 + 40 <= 120
+    assert jumpy.admit(arrival=1.0, now=1.05) is Admission.PASSTHROUGH  # 50 + 47.5 + 2 x 30 > 120
 
 
-def test_a_stale_estimate_is_measured_again_once_per_probe_interval() -> None:
+def test_a_stale_estimate_is_measured_again_by_a_probe_once_per_interval() -> None:
     budget = LatencyBudget(100.0, probe_s=5.0)
     budget.observe(0.5)  # one slow call: every later frame would be judged too late by the estimate
-    assert budget.admit(arrival=10.0, now=10.01) is Admission.RUN  # the first admission measures
+    assert budget.admit(arrival=10.0, now=10.01) is Admission.PROBE  # leaves unenhanced, times the model
     assert budget.admit(arrival=11.0, now=11.01) is Admission.PASSTHROUGH
     assert budget.admit(arrival=14.0, now=14.01) is Admission.PASSTHROUGH
-    assert budget.admit(arrival=15.5, now=15.51) is Admission.RUN
+    assert budget.admit(arrival=15.5, now=15.51) is Admission.PROBE
     budget.observe(0.02)  # the probe's call: the estimate starts again from it
     assert budget.admit(arrival=15.6, now=15.61) is Admission.RUN
-    assert budget.stats().probes == 2
-    assert budget.stats().estimate_ms == pytest.approx(20.0)
+    stats = budget.stats()
+    assert (stats.probes, stats.passed_through, stats.admitted) == (2, 4, 1)
+    assert stats.estimate_ms == pytest.approx(20.0)
+
+
+def test_with_drop_a_probe_is_counted_as_dropped() -> None:
+    budget = LatencyBudget(100.0, MissAction.DROP, probe_s=5.0)
+    budget.observe(0.5)
+    assert budget.admit(arrival=0.0, now=0.01) is Admission.PROBE
+    assert budget.admit(arrival=1.0, now=1.01) is Admission.DROP
+    assert budget.stats().dropped == 2
 
 
 def test_a_frame_already_over_budget_is_never_a_probe() -> None:
