@@ -195,8 +195,8 @@ class GateConfig(_Strict):
     enabled: bool = True
     downscale_width: int = Field(160, ge=8)
     pixel_threshold: float = Field(12.0, ge=0.0, le=255.0)
-    area_on: float = Field(0.02, ge=0.0, le=1.0)
-    area_off: float = Field(0.01, ge=0.0, le=1.0)
+    area_on: float = Field(0.005, ge=0.0, le=1.0)
+    area_off: float = Field(0.0025, ge=0.0, le=1.0)
     hold: int = Field(3, ge=1)
     refresh_s: float | None = Field(2.0, gt=0.0)
     on_skip: SkipAction = SkipAction.REUSE

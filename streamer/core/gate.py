@@ -83,8 +83,8 @@ class MotionGate:
         enabled: bool = True,
         downscale_width: int = 160,
         pixel_threshold: float = 12.0,
-        area_on: float = 0.02,
-        area_off: float = 0.01,
+        area_on: float = 0.005,
+        area_off: float = 0.0025,
         hold: int = 3,
         refresh_s: float | None = 2.0,
     ) -> None:
