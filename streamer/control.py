@@ -22,10 +22,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamer.config import HttpConfig, stream_config
-from streamer.errors import ConfigError, StreamerError
+from streamer.errors import ConfigError, StreamerError, StreamExistsError
 from streamer.httpserve import check_bearer, serve
 from streamer.pipeline import PipelineReport
-from streamer.service import Service, StreamExistsError
+from streamer.service import Service
 from streamer.webrtc.ice import is_loopback
 
 __all__ = ["ControlServer"]

@@ -6,6 +6,7 @@ inherits the builtin a caller would naturally catch, so ``except ValueError`` an
 
     StreamerError
     ├── ConfigError (ValueError)          bad YAML, unknown key, wrong type, contradictory settings
+    │   └── StreamExistsError             a stream added under an id that is already running
     ├── ModelError (ValueError)           model file unreadable or breaking the runtime's contract
     │   └── ModelMismatchError            config disagrees with the model (T, output position)
     ├── FrameError (ValueError)           a frame or batch of the wrong shape or dtype
@@ -30,6 +31,7 @@ __all__ = [
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
+    "StreamExistsError",
     "StreamerError",
 ]
 
@@ -40,6 +42,10 @@ class StreamerError(Exception):
 
 class ConfigError(StreamerError, ValueError):
     """Raised when a configuration value is missing, unknown, mistyped or contradictory."""
+
+
+class StreamExistsError(ConfigError):
+    """Raised when a stream is added under an id that is already running."""
 
 
 class ModelError(StreamerError, ValueError):

@@ -21,23 +21,19 @@ from streamer.app import build_backend, build_server, build_stream
 from streamer.backend.base import Backend
 from streamer.config import Config, StreamConfig
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
-from streamer.errors import ConfigError, StreamerError
+from streamer.errors import ConfigError, StreamerError, StreamExistsError
 from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OutputHook, Pipeline, PipelineReport
 from streamer.scheduler import InferenceScheduler
 from streamer.webrtc.server import WebRtcServer
 
-__all__ = ["Service", "StreamExistsError", "StreamResult", "StreamRunner"]
+__all__ = ["Service", "StreamResult", "StreamRunner"]
 
 log = logging.getLogger(__name__)
 
 _MONITOR_PERIOD_S = 0.25
 _ABANDON_AFTER_S = 5.0
 """How long a cancelled stream may take to close its sink before shutdown goes on without it."""
-
-
-class StreamExistsError(ConfigError):
-    """Raised when a stream is added under an id that is already running."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +156,7 @@ class Service:
                     break
                 self._changed.clear()
                 await self._changed.wait()
-            return await self.shutdown()
+            return await self._shutdown()
         finally:
             await self._close()
 
@@ -175,7 +171,7 @@ class Service:
         for runner in self.runners.values():
             runner.pipeline.stop()
 
-    async def shutdown(self) -> list[StreamResult]:
+    async def _shutdown(self) -> list[StreamResult]:
         """Stop every stream, drain within the deadline, cancel the rest; the results of all streams."""
         for runner in self.runners.values():
             runner.pipeline.stop()
