@@ -169,6 +169,8 @@ class Pipeline:
                 f"{scheduler.backend.info.name!r}, not this pipeline's backend; share one per backend"
             )
         self._own_scheduler = scheduler is None
+        self._key = f"{source.stream_id}@{id(self):x}"
+        """This pipeline's name in its scheduler: unique even where two sources share a stream id."""
         self.scheduler = scheduler if scheduler is not None else InferenceScheduler(backend, self.max_batch)
         self._observe = observe
         if ring_capacity is not None and ring_capacity < windower.history:
@@ -236,9 +238,8 @@ class Pipeline:
 
     async def run(self) -> PipelineReport:
         started = time.monotonic()
-        stream = self.source.stream_id
         self.source.observe_decode(lambda seconds: self._observe(Stage.DECODE, seconds))
-        self.scheduler.attach(stream)
+        self.scheduler.attach(self._key)
         try:
             info = await self.source.open()
             self.opened = True
@@ -248,7 +249,7 @@ class Pipeline:
             finally:
                 await self.source.aclose()
         finally:
-            self.scheduler.detach(stream)
+            self.scheduler.detach(self._key)
             if self._own_scheduler:
                 await self.scheduler.aclose()
         return self._report(info, time.monotonic() - started)
@@ -365,7 +366,7 @@ class Pipeline:
             self._batches[1] += len(admitted)
         else:
             windows = [w.window for w in admitted if w.window is not None]
-            results = await self.scheduler.infer(self.source.stream_id, windows)
+            results = await self.scheduler.infer(self._key, windows)
             frames = [w.frame.with_pixels(r.pixels) for w, r in zip(admitted, results, strict=True)]
             for result in results:
                 if result.call != self._last_call:
@@ -386,7 +387,7 @@ class Pipeline:
             return
 
         # Under a key of its own: the stream's own windows may be queued beside it.
-        key = f"{self.source.stream_id}~probe"
+        key = f"{self._key}~probe"
 
         async def measure() -> None:
             self.scheduler.attach(key)
