@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from streamer.app import build_backend
-from streamer.bench.harness import LoadWatch, Machine, Target, finite, format_targets, parse_size
+from streamer.bench.harness import LoadWatch, Machine, Target, emit, format_targets, parse_size
 from streamer.config import Config, load_config
 from streamer.errors import ConfigError
 from streamer.service import Service
@@ -261,15 +260,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         model=args.model,
     )
     table = format_markdown(report)
-    print(table)
-    print("targets:")
-    print("\n".join(format_targets(report.targets())))
-    if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
-    if args.json:
-        data: dict[str, Any] = asdict(report)
-        data["throughput_ratio"] = report.throughput_ratio
-        data["calls_ratio"] = report.calls_ratio
-        data["targets"] = [asdict(t) for t in report.targets()]
-        Path(args.json).write_text(json.dumps(finite(data), indent=2) + "\n")
-    return 0
+    data: dict[str, Any] = asdict(report)
+    data["throughput_ratio"] = report.throughput_ratio
+    data["calls_ratio"] = report.calls_ratio
+    data["targets"] = [asdict(t) for t in report.targets()]
+    printed = "\n".join([table, "targets:", *format_targets(report.targets())])
+    return emit(printed, table + "\n", data, args.json, args.markdown)

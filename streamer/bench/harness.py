@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import math
 import os
 import platform
+import textwrap
 import threading
 import time
 from collections.abc import Sequence
@@ -34,9 +36,11 @@ __all__ = [
     "Machine",
     "RssSampler",
     "Target",
+    "emit",
     "finite",
     "format_targets",
     "load_average",
+    "markdown_targets",
     "overrides",
     "parse_size",
     "parse_sizes",
@@ -48,6 +52,8 @@ __all__ = [
     "run_for",
     "run_live",
     "sparkline",
+    "table_footer",
+    "wrapped",
 ]
 
 
@@ -166,13 +172,46 @@ def format_targets(targets: Sequence[Target]) -> list[str]:
     return [f"  {t.verdict}  {t.name}: {t.detail}" for t in targets]
 
 
-def overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
-    """``--set section.key=value`` pairs (value read as YAML) as load_config overrides."""
+def overrides(pairs: Sequence[str] | None, model: Path | None = None) -> dict[str, Any]:
+    """``--set section.key=value`` pairs (value read as YAML) and ``--model`` as load_config overrides."""
     out: dict[str, Any] = {}
     for text in pairs or ():
         key, value = parse_override(text)
         out[key] = value
+    if model is not None:
+        out["model.path"] = str(model)
     return out
+
+
+def wrapped(text: str) -> str:
+    """A long line of a printed table, wrapped at 110 columns with continuation lines indented."""
+    return textwrap.fill(text, 110, subsequent_indent="    ")
+
+
+def table_footer(notes: Sequence[str], targets: Sequence[Target], wall_s: float) -> list[str]:
+    """What closes every printed table: the notes, the targets' PASS/FAIL lines, the run's length."""
+    return [
+        "",
+        *(wrapped(f"note: {n}") for n in notes),
+        "",
+        "targets:",
+        *format_targets(targets),
+        f"total {wall_s:.1f} s",
+    ]
+
+
+def markdown_targets(targets: Sequence[Target]) -> list[str]:
+    return [f"- {t.verdict} {t.name}: {t.detail}" for t in targets]
+
+
+def emit(table: str, markdown: str, data: Any, json_path: str | None, markdown_path: str | None) -> int:
+    """Print the table; write the results as JSON and the markdown table where asked. Returns 0."""
+    print(table)
+    if json_path:
+        Path(json_path).write_text(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
+    if markdown_path:
+        Path(markdown_path).write_text(markdown)
+    return 0
 
 
 def percentiles(samples_ms: Sequence[float]) -> tuple[float | None, float | None, float | None]:

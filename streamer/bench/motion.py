@@ -17,9 +17,7 @@ frame written is scored against its clean frame: PSNR over the frames where the 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -38,11 +36,13 @@ from streamer.bench.harness import (
     LoadWatch,
     Machine,
     Target,
-    finite,
-    format_targets,
+    emit,
+    markdown_targets,
     overrides,
     parse_size,
     run_for,
+    table_footer,
+    wrapped,
 )
 from streamer.config import Config, load_config
 from streamer.errors import ConfigError
@@ -292,7 +292,7 @@ def format_table(report: MotionReport) -> str:
         f"streamer bench motion: {s.width}x{s.height} @ {s.fps} fps, {s.frames} frames, object in view "
         f"{s.moving[1] - s.moving[0] + 1}; {report.model} on {report.provider}; {report.machine.line()}"
     )
-    lines = [textwrap.fill(header, 110, subsequent_indent="    "), ""]
+    lines = [wrapped(header), ""]
     head = (
         f"{'gate':<6}  {'model windows':>13}  {'calls':>5}  {'reused':>6}  {'PSNR moving':>11}  "
         f"{'PSNR static':>11}  {'PSNR all':>8}  {'fps':>6}"
@@ -308,8 +308,7 @@ def format_table(report: MotionReport) -> str:
             f"{r.psnr_static:>11.2f}  {r.psnr_all:>8.2f}  {r.fps:>6.1f}"
         )
     lines += ["", f"model windows cut by {report.reduction:.1%}"]
-    lines += ["", *(textwrap.fill(f"note: {n}", 110, subsequent_indent="    ") for n in report.notes)]
-    lines += ["", "targets:", *format_targets(report.targets), f"total {report.wall_s:.1f} s"]
+    lines += table_footer(report.notes, report.targets, report.wall_s)
     return "\n".join(lines)
 
 
@@ -329,7 +328,7 @@ def format_markdown(report: MotionReport) -> str:
         "",
         f"Model windows cut by {report.reduction:.1%}.",
         "",
-        *(f"- {t.verdict} {t.name}: {t.detail}" for t in report.targets),
+        *markdown_targets(report.targets),
         "",
         f"{s.width}x{s.height} @ {s.fps} fps, {s.frames} frames, {report.model} on {report.provider}; "
         f"{report.notes[0]}; {report.notes[2]}; {report.machine.line()}.",
@@ -348,9 +347,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         raise ConfigError(f"--noise {args.noise} must be a sigma in 0..64 (0..255 pixel units)")
     if not 1 <= args.fps <= 120:
         raise ConfigError(f"--fps {args.fps} is out of range; use 1..120")
-    extra = overrides(args.set)
-    if args.model is not None:
-        extra["model.path"] = str(args.model)
+    extra = overrides(args.set, args.model)
     scene = {
         "width": width,
         "height": height,
@@ -361,9 +358,4 @@ def run_from_args(args: argparse.Namespace) -> int:
         "fps": args.fps,
     }
     report = run_motion(scene, extra)
-    print(format_table(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(finite(asdict(report)), indent=2, allow_nan=False) + "\n")
-    if args.markdown:
-        Path(args.markdown).write_text(format_markdown(report))
-    return 0
+    return emit(format_table(report), format_markdown(report), asdict(report), args.json, args.markdown)

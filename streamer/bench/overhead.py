@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import tempfile
-import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -44,12 +42,14 @@ from streamer.bench.harness import (
     LoadWatch,
     Machine,
     Target,
-    finite,
-    format_targets,
+    emit,
+    markdown_targets,
     overrides,
     parse_size,
     parse_sizes,
     run_for,
+    table_footer,
+    wrapped,
 )
 from streamer.config import Config, FileSinkConfig, load_config
 from streamer.core.ring import RingBuffer
@@ -410,7 +410,7 @@ def format_table(report: OverheadReport) -> str:
         f"streamer bench overhead: {report.clip} through {report.model} on {report.provider}; "
         f"{report.machine.line()}"
     )
-    lines = [textwrap.fill(header, 110, subsequent_indent="    "), ""]
+    lines = [wrapped(header), ""]
     head = f"{'size':<10}  {'frames':>6}  {'bare fps':>9}  {'pipeline fps':>12}  {'ratio':>6}  runs (fps)"
     lines += [head, "-" * len(head)]
     for s in report.sizes:
@@ -425,8 +425,7 @@ def format_table(report: OverheadReport) -> str:
         f"core per {c.width}x{c.height} frame ({c.frames} frames): median {c.median_ms:.3f} ms, "
         f"p95 {c.p95_ms:.3f} ms; " + ", ".join(f"{k} {v:.3f}" for k, v in c.parts_median_ms.items()),
     ]
-    lines += ["", *(textwrap.fill(f"note: {n}", 110, subsequent_indent="    ") for n in report.notes)]
-    lines += ["", "targets:", *format_targets(report.targets), f"total {report.wall_s:.1f} s"]
+    lines += table_footer(report.notes, report.targets, report.wall_s)
     return "\n".join(lines)
 
 
@@ -449,7 +448,7 @@ def format_markdown(report: OverheadReport) -> str:
         *(f"| {k} | {v:.3f} |" for k, v in c.parts_median_ms.items()),
         f"| **total** ({c.width}x{c.height}, p95 {c.p95_ms:.3f} ms) | **{c.median_ms:.3f}** |",
         "",
-        *(f"- {t.verdict} {t.name}: {t.detail}" for t in report.targets),
+        *markdown_targets(report.targets),
         "",
         f"{report.clip}, {report.model} on {report.provider}, median of {report.repeats} alternating rounds; "
         f"{report.machine.line()}.",
@@ -466,14 +465,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         )
     sizes = parse_sizes(args.sizes, "--sizes")
     core_size = parse_size(args.core_size, "--core-size")
-    extra = overrides(args.set)
-    if args.model is not None:
-        extra["model.path"] = str(args.model)
+    extra = overrides(args.set, args.model)
     clip = Path(args.clip) if args.clip else sample_clip("bikes")
     report = run_overhead(clip, sizes, args.frames, args.repeats, core_size, args.core_frames, extra)
-    print(format_table(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(finite(asdict(report)), indent=2, allow_nan=False) + "\n")
-    if args.markdown:
-        Path(args.markdown).write_text(format_markdown(report))
-    return 0
+    return emit(format_table(report), format_markdown(report), asdict(report), args.json, args.markdown)

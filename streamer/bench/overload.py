@@ -12,12 +12,9 @@ resident memory (VmRSS) is sampled every second.
 from __future__ import annotations
 
 import argparse
-import json
-import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from streamer.app import build_backend
@@ -26,13 +23,15 @@ from streamer.bench.harness import (
     LoadWatch,
     Machine,
     Target,
-    finite,
-    format_targets,
+    emit,
+    markdown_targets,
     overrides,
     parse_size,
     percentiles,
     rss_growth,
     run_live,
+    table_footer,
+    wrapped,
 )
 from streamer.config import load_config
 from streamer.errors import ConfigError
@@ -209,7 +208,7 @@ def format_table(report: OverloadReport) -> str:
         f"streamer bench overload: {report.width}x{report.height} @ {report.fps} fps live; {report.model} on "
         f"{report.provider}; {report.machine.line()}"
     )
-    lines = [textwrap.fill(header, 110, subsequent_indent="    "), ""]
+    lines = [wrapped(header), ""]
     head = (
         f"{'run':<10}  {'in':>5}  {'out':>5}  {'src drop':>8}  {'calls':>5}  {'p50 ms':>7}  {'p95 ms':>7}  "
         f"{'p99 ms':>7}  {'max ms':>7}  {'RSS MiB start/warm/end':>22}  {'growth':>7}"
@@ -226,8 +225,7 @@ def format_table(report: OverloadReport) -> str:
     for r in report.runs:
         budget = "no budget" if r.budget_ms is None else f"budget {r.budget_ms:g} ms"
         lines.append(f"{r.label} ({budget}), {r.measured} frames after warm-up: {_outcomes(r)}")
-    lines += ["", *(textwrap.fill(f"note: {n}", 110, subsequent_indent="    ") for n in report.notes)]
-    lines += ["", "targets:", *format_targets(report.targets), f"total {report.wall_s:.1f} s"]
+    lines += table_footer(report.notes, report.targets, report.wall_s)
     return "\n".join(lines)
 
 
@@ -248,7 +246,7 @@ def format_markdown(report: OverloadReport) -> str:
         )
     lines += [
         "",
-        *(f"- {t.verdict} {t.name}: {t.detail}" for t in report.targets),
+        *markdown_targets(report.targets),
         "",
         f"{report.width}x{report.height} @ {report.fps} fps live, {report.runs[0].seconds:g} s per run, "
         f"{report.warmup_s:g} s warm-up; {report.model} on {report.provider}; {report.notes[0]}; "
@@ -270,13 +268,6 @@ def run_from_args(args: argparse.Namespace) -> int:
         raise ConfigError(f"--budget-ms must be positive, got {args.budget_ms}")
     if not 1 <= args.fps <= 120:
         raise ConfigError(f"--fps {args.fps} is out of range; use 1..120")
-    extra = overrides(args.set)
-    if args.model is not None:
-        extra["model.path"] = str(args.model)
+    extra = overrides(args.set, args.model)
     report = run_overload(size, args.fps, args.seconds, args.warmup_s, args.budget_ms, extra)
-    print(format_table(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(finite(asdict(report)), indent=2, allow_nan=False) + "\n")
-    if args.markdown:
-        Path(args.markdown).write_text(format_markdown(report))
-    return 0
+    return emit(format_table(report), format_markdown(report), asdict(report), args.json, args.markdown)

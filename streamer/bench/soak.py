@@ -10,11 +10,8 @@ a window of samples, so one sample caught mid-call does not decide).
 from __future__ import annotations
 
 import argparse
-import json
-import textwrap
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from streamer.app import build_backend
@@ -23,8 +20,8 @@ from streamer.bench.harness import (
     LoadWatch,
     Machine,
     Target,
-    finite,
-    format_targets,
+    emit,
+    markdown_targets,
     overrides,
     parse_size,
     percentiles,
@@ -32,6 +29,8 @@ from streamer.bench.harness import (
     rss_growth,
     run_live,
     sparkline,
+    table_footer,
+    wrapped,
 )
 from streamer.config import load_config
 from streamer.errors import ConfigError
@@ -188,7 +187,7 @@ def format_table(report: SoakReport) -> str:
         f"streamer bench soak: {report.width}x{report.height} @ {report.fps} fps live for "
         f"{report.seconds / 60:g} min; {report.model} on {report.provider}; {report.machine.line()}"
     )
-    lines = [textwrap.fill(header, 110, subsequent_indent="    "), ""]
+    lines = [wrapped(header), ""]
     lines += [f"{'t (s)':>7}  {'RSS MiB':>8}  {'vs warm':>8}", "-" * 27]
     for t, mib in report.curve:
         versus = f"{(mib - report.rss_warm_mib) / report.rss_warm_mib:+.1%}" if t >= report.warmup_s else ""
@@ -197,10 +196,9 @@ def format_table(report: SoakReport) -> str:
         "",
         f"RSS {report.sparkline}",
         "",
-        textwrap.fill(_summary(report), 110, subsequent_indent="    "),
+        wrapped(_summary(report)),
     ]
-    lines += ["", *(textwrap.fill(f"note: {n}", 110, subsequent_indent="    ") for n in report.notes)]
-    lines += ["", "targets:", *format_targets(report.targets), f"total {report.wall_s:.1f} s"]
+    lines += table_footer(report.notes, report.targets, report.wall_s)
     return "\n".join(lines)
 
 
@@ -215,7 +213,7 @@ def format_markdown(report: SoakReport) -> str:
         "",
         _summary(report) + ".",
         "",
-        *(f"- {t.verdict} {t.name}: {t.detail}" for t in report.targets),
+        *markdown_targets(report.targets),
         "",
         f"{report.width}x{report.height} @ {report.fps} fps live for {report.seconds / 60:g} min, "
         f"{report.warmup_s:g} s warm-up; {report.model} on {report.provider}; {report.machine.line()}.",
@@ -234,13 +232,6 @@ def run_from_args(args: argparse.Namespace) -> int:
         raise ConfigError(f"--warmup-s {warmup} must be in [0, the run's {seconds:g} s)")
     if not 1 <= args.fps <= 120:
         raise ConfigError(f"--fps {args.fps} is out of range; use 1..120")
-    extra = overrides(args.set)
-    if args.model is not None:
-        extra["model.path"] = str(args.model)
+    extra = overrides(args.set, args.model)
     report = run_soak(size, args.fps, seconds, warmup, args.every_s, extra)
-    print(format_table(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(finite(asdict(report)), indent=2, allow_nan=False) + "\n")
-    if args.markdown:
-        Path(args.markdown).write_text(format_markdown(report))
-    return 0
+    return emit(format_table(report), format_markdown(report), asdict(report), args.json, args.markdown)
