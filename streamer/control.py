@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from aiohttp import web
@@ -87,9 +88,9 @@ class ControlServer:
 
     async def _one(self, request: web.Request) -> web.Response:
         sid = request.match_info["id"]
-        for status in self.service.statuses():
-            if status["id"] == sid:
-                return web.json_response(status)
+        runner = self.service.runners.get(sid)
+        if runner is not None:
+            return web.json_response(runner.status(time.monotonic()))
         raise _error(web.HTTPNotFound, f"no stream {sid!r}; running: {sorted(self.service.runners)}")
 
     async def _add(self, request: web.Request) -> web.Response:
