@@ -19,7 +19,7 @@ from streamer.errors import ConfigError, ModelError, StreamerError
 
 __all__ = ["main", "parse_model_args", "register"]
 
-_ARCHS = ("temporal_filter", "conv3d", "convgru")
+_ARCHS = ("temporal_filter", "conv3d", "convgru", "streaming")
 """The registry's names, repeated here so listing them needs no torch; a test keeps the two equal."""
 
 
@@ -183,6 +183,7 @@ def _run_export(args: argparse.Namespace) -> int:
     from torch import nn
 
     from export.onnx_export import export_with_card
+    from export.streaming_export import is_streaming
     from export.train import load_checkpoint
     from streamer.models.registry import build
 
@@ -240,6 +241,8 @@ def _run_export(args: argparse.Namespace) -> int:
     if args.pad_multiple is not None:
         overrides["pad_multiple"] = args.pad_multiple
     torch.manual_seed(0)
+    if is_streaming(module):
+        return _export_streaming(module, args, card, overrides)
     report, card_path = export_with_card(
         module,
         args.out,
@@ -257,6 +260,40 @@ def _run_export(args: argparse.Namespace) -> int:
     print(f"wrote {report.path} ({report.size_bytes} bytes; parity max abs error {parity})")
     if report.fp16_path is not None:
         print(f"wrote {report.fp16_path} (fp16, max abs error {report.fp16_max_abs_error:.2g})")
+    print(f"wrote {card_path}")
+    return 0
+
+
+def _export_streaming(
+    module: Any, args: argparse.Namespace, card: dict[str, Any], overrides: dict[str, Any]
+) -> int:
+    from export.streaming_export import export_streaming_with_card
+
+    refused = [
+        flag for flag, given in (("--fp16", args.fp16), ("--layout/--pad-multiple", overrides)) if given
+    ]
+    if refused or args.opset != 17:
+        raise ConfigError(
+            f"{type(module).__name__} exports as a streaming model (uint8 graphs, layout and padding of its "
+            f"own, opset 17); drop {', '.join(refused) or '--opset'}"
+        )
+    graphs, card_path = export_streaming_with_card(
+        module,
+        args.out,
+        name=args.name or args.out.stem,
+        description=args.description,
+        card_path=args.card,
+        card=card,
+        bench=not args.no_bench,
+    )
+    report = graphs.report
+    real = report.parity_real_max_abs_error
+    print(
+        f"wrote {report.path} (fusion, {report.size_bytes} bytes) and {graphs.encoder_path} (encoder, "
+        f"{graphs.encoder_size_bytes} bytes); streaming vs full-window max abs error "
+        f"{report.parity_max_abs_error:.2g} random, {'n/a' if real is None else f'{real:.2g}'} real; uint8 "
+        f"output within {graphs.uint8_max_levels} level(s)"
+    )
     print(f"wrote {card_path}")
     return 0
 

@@ -48,6 +48,7 @@ __all__ = [
     "StateLike",
     "benchmark_cpu",
     "count_macs",
+    "cpu_description",
     "export_onnx",
     "export_with_card",
     "metadata_props",
@@ -678,23 +679,34 @@ def benchmark_cpu(
         "onnxruntime InferenceSession.run, float32 batch 1 in the model's layout (padded), states zero, "
         "CPUExecutionProvider with default intra-op threads, after 3 warm-up runs"
     )
-    result["machine"] = {
-        "onnxruntime": ort.__version__,
-        "cpu_count": os.cpu_count(),
-        "processor": _cpu_name(),
-        "platform": platform.platform(),
-    }
+    result["machine"] = cpu_description()
     return result
 
 
-def _cpu_name() -> str:
+_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")
+"""The CPU features INT8 and fp32 speed follow: what a CPU figure must be read beside."""
+
+
+def cpu_description() -> dict[str, Any]:
+    """The machine a CPU figure was measured on: model name, ISA flags, cores, onnxruntime."""
+    name = platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return {
+        "onnxruntime": ort.__version__,
+        "cpu_count": os.cpu_count(),
+        "processor": name,
+        "isa": [f for f in _ISA_FLAGS if f in flags],
+        "platform": platform.platform(),
+    }
 
 
 def write_card(

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from streamer.backend.base import Backend, State
+from streamer.backend.base import Backend, FrameFeatures, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.core.features import FeatureCache, FeatureCacheStats
 from streamer.core.gate import GateReason, MotionGate, SceneCutDetector
 from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.ring import RingBuffer
@@ -201,6 +202,8 @@ class Pipeline:
         self._run = -1
         self._state: tuple[int, State] | None = None
         """A recurrent model's state and the run it belongs to; only the inference thread touches it."""
+        self._features: FeatureCache[FrameFeatures] = FeatureCache(windower.t, source.stream_id)
+        """A streaming model's per-frame features, one run at a time; only the inference thread uses it."""
 
     @property
     def stopping(self) -> bool:
@@ -226,6 +229,10 @@ class Pipeline:
     def outcome_counts(self) -> dict[str, int]:
         """Frames by how they left (or were dropped), so far."""
         return {o.value: self._outcomes[o] for o in Outcome}
+
+    def feature_stats(self) -> FeatureCacheStats:
+        """Frames encoded, reused and cache resets of a streaming model (all zero for other models)."""
+        return self._features.stats()
 
     def recorder_bytes(self) -> int:
         """Memory of the latency and inference samples kept for the report: bounded by construction."""
@@ -353,15 +360,16 @@ class Pipeline:
                 if admission is Admission.RUN:
                     admitted.append(work)
                     continue
-                if admission is Admission.PROBE and work.window is not None:
-                    self._probe(work.window)
+                if admission is Admission.PROBE:
+                    self._probe(work)
                 if self.budget.on_miss is MissAction.DROP:
                     dropped.add(work.frame.index)
         if not admitted:
             return {}, dropped
         t0 = time.monotonic()
-        if self.backend.info.state:
-            frames = await self.scheduler.call(lambda: [self._step(w) for w in admitted])
+        if self.backend.info.state or self.backend.info.streaming:
+            step = self._step if self.backend.info.state else self._fuse
+            frames = await self.scheduler.call(lambda: [step(w) for w in admitted])
             self._model_calls += len(admitted)
             self._batches[1] += len(admitted)
         else:
@@ -380,10 +388,17 @@ class Pipeline:
             self._observe(Stage.INFERENCE, elapsed)
         return {f.index: f for f in frames}, dropped
 
-    def _probe(self, window: Hyperframe) -> None:
+    def _probe(self, work: _Work) -> None:
         """Time the model on a window whose frame has left unenhanced, so a stale estimate can recover;
-        the result is thrown away, and one probe at a time is enough."""
-        if self._probing is not None and not self._probing.done():
+        the result is thrown away, and one probe at a time is enough. A streaming model's probe goes
+        through the feature cache, as its windows do: what it encodes, later windows reuse."""
+        window = work.window
+        if window is None or (self._probing is not None and not self._probing.done()):
+            return
+        if self.backend.info.streaming:
+            self._probing = asyncio.create_task(
+                self._probe_streaming(work), name=f"probe-{self.source.stream_id}"
+            )
             return
 
         # Under a key of its own: the stream's own windows may be queued beside it.
@@ -402,6 +417,21 @@ class Pipeline:
             self.budget.observe(time.monotonic() - started)
 
         self._probing = asyncio.create_task(measure(), name=f"probe-{self.source.stream_id}")
+
+    async def _probe_streaming(self, work: _Work) -> None:
+        started = time.monotonic()
+        try:
+            await self.scheduler.call(lambda: self._fuse(work))
+        except StreamerError as err:
+            log.info("stream %s: a budget probe failed: %s", self.source.stream_id, err)
+            return
+        self.budget.observe(time.monotonic() - started)
+
+    def _fuse(self, work: _Work) -> Frame:
+        """One streaming-model window, on the model's thread: its frames are encoded once per run."""
+        window = work.window
+        assert window is not None
+        return work.frame.with_pixels(self.backend.enhance_cached(window, work.run, self._features))
 
     def _step(self, work: _Work) -> Frame:
         """One recurrent step, on the model's thread; a new run (after a discontinuity) starts again

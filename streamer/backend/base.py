@@ -1,20 +1,34 @@
-"""The inference port: ``infer(batch)``, synchronous, run by the pipeline in a worker thread."""
+"""The inference port: ``infer(batch)``, synchronous, run by the pipeline in a worker thread.
+
+Streaming models (``ModelInfo.features`` not empty) also answer ``encode`` and ``fuse``: each frame is
+encoded once into feature maps, which a per-stream :class:`~streamer.core.features.FeatureCache`
+keeps beside the frames, and each window's output is fused from its T cached maps.
+``enhance_cached`` is the one place that walks a window through the cache.
+"""
 
 from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from streamer.core.features import FeatureCache
 from streamer.core.windower import OutputPosition
+from streamer.errors import ModelError
+from streamer.frame import Hyperframe, Pixels
 
-__all__ = ["Backend", "Layout", "ModelInfo", "State", "StateSpec"]
+__all__ = ["Backend", "FeatureSpec", "FrameFeatures", "Layout", "ModelInfo", "State", "StateSpec"]
 
 State = tuple[npt.NDArray[np.float32], ...]
 """A recurrent model's hidden tensors, in the order of ``ModelInfo.state``; () for stateless models."""
+
+FrameFeatures = tuple[npt.NDArray[np.float32], ...]
+"""One frame's feature maps from a streaming model's encoder, each (C, H/scale, W/scale), in the order
+of ``ModelInfo.features``."""
 
 
 class Layout(enum.Enum):
@@ -41,6 +55,16 @@ class StateSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FeatureSpec:
+    """One feature map a streaming model's encoder makes per frame: (channels, H/scale, W/scale) for
+    frames padded to H x W."""
+
+    name: str
+    channels: int
+    scale: int
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What the runtime read from the model file; the config must agree with it."""
 
@@ -56,6 +80,12 @@ class ModelInfo:
     provider: str = "CPUExecutionProvider"
     state: tuple[StateSpec, ...] = ()
     """Empty for stateless models; a recurrent model's windows of one stream must run in order."""
+    features: tuple[FeatureSpec, ...] = ()
+    """Empty unless the model streams: then each frame is encoded once and windows fuse cached maps."""
+
+    @property
+    def streaming(self) -> bool:
+        return bool(self.features)
 
 
 class Backend(abc.ABC):
@@ -80,6 +110,28 @@ class Backend(abc.ABC):
     def step(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
         """Like ``infer``, carrying a recurrent model's state: returns the frames and the next state."""
         return self.infer(batch), state
+
+    def encode(self, frames: npt.NDArray[np.uint8]) -> list[FrameFeatures]:
+        """(N, H, W, 3) uint8 RGB frames of one size -> each frame's feature maps (streaming models)."""
+        raise ModelError(f"model {self.info.name!r} is not a streaming model; it has no encoder")
+
+    def fuse(self, windows: Sequence[Sequence[FrameFeatures]], targets: npt.NDArray[np.uint8]) -> Pixels:
+        """B windows of T frames' features, in slot order, and their (B, H, W, 3) target frames -> the
+        (B, H, W, 3) enhanced target frames (streaming models)."""
+        raise ModelError(f"model {self.info.name!r} is not a streaming model; it cannot fuse features")
+
+    def enhance_cached(self, window: Hyperframe, run: int, cache: FeatureCache[FrameFeatures]) -> Pixels:
+        """The window's enhanced target frame, (H, W, 3): frames the cache lacks are encoded in one call
+        and stored, so each frame of a run is encoded once however many windows it is part of."""
+        frames = {f.index: f for f in window.frames}
+        missing = cache.missing(frames, run)
+        if missing:
+            encoded = self.encode(np.stack([frames[i].pixels for i in missing]))
+            for index, features in zip(missing, encoded, strict=True):
+                cache.put(index, run, features)
+        window_features = [cache.get(i) for i in window.indices]
+        enhanced: Pixels = self.fuse([window_features], window.target_frame.pixels[None])[0]
+        return enhanced
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -9,6 +9,18 @@ The contract a model file keeps (``export.onnx_export`` writes models that do):
   ``streamer.pad_multiple``. Without ``streamer.t`` the input's static T axis stands in;
 - recurrent models add one float32 input and one output per hidden tensor, declared in
   ``streamer.state`` as a JSON list of {"input", "output", "channels", "scale"}.
+
+A streaming model (``export.streaming_export`` writes them) is two files and keeps another contract:
+
+- the file named is the *fusion* graph; metadata ``streamer.encoder`` names its *encoder* graph, a file
+  in the same folder, and ``streamer.features`` lists the maps the encoder makes per frame as JSON
+  [{"name", "channels", "scale"}]; ``streamer.t``, ``streamer.output_position`` and
+  ``streamer.pad_multiple`` as above;
+- the encoder takes ``frame``, uint8 (N, H, W, 3) RGB, and outputs one float32 (N, channels, H/scale,
+  W/scale) tensor per feature, named as the feature;
+- the fusion graph takes ``{feature}_{slot}`` for every feature and slot 0..T-1 (one frame's map each,
+  (B, channels, H/scale, W/scale)) and ``target``, uint8 (B, H, W, 3), and outputs the enhanced target
+  frame, uint8 (B, H, W, 3). Casts, scaling, rounding and clipping all happen inside the graphs.
 """
 
 from __future__ import annotations
@@ -19,15 +31,16 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from streamer.backend.base import Backend, Layout, ModelInfo, State, StateSpec
+from streamer.backend.base import Backend, FeatureSpec, FrameFeatures, Layout, ModelInfo, State, StateSpec
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
+from streamer.frame import Pixels
 from streamer.layout import to_model_layout
 
 __all__ = ["PROVIDER_PREFERENCE", "OnnxBackend", "resolve_providers"]
@@ -41,6 +54,11 @@ PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CP
 
 _CPU = "CPUExecutionProvider"
 _EXPORT_HINT = "export.onnx_export.export_onnx writes it"
+_STREAM_HINT = "export.streaming_export.export_streaming writes streaming models"
+_ENCODER = "streamer.encoder"
+_FEATURES = "streamer.features"
+_FRAME = "frame"
+_TARGET = "target"
 
 
 def resolve_providers(providers: str | Sequence[str]) -> list[str]:
@@ -97,12 +115,17 @@ class OnnxBackend(Backend):
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         if threads is not None:
             options.intra_op_num_threads = threads
-        try:
-            session = ort.InferenceSession(str(self.path), sess_options=options, providers=requested)
-        except Exception as err:
-            raise ModelError(f"onnxruntime cannot load model {str(self.path)!r}: {err}") from err
+        session = _load(self.path, options, requested)
         self._session: ort.InferenceSession | None = session
-        self._info, self._input, self._output = _read_contract(session, self.path)
+        self._encoder: ort.InferenceSession | None = None
+        meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
+        if _ENCODER in meta:
+            encoder_path = _encoder_path(self.path, meta[_ENCODER])
+            self._encoder = _load(encoder_path, options, requested)
+            self._info = _read_streaming_contract(session, self._encoder, self.path, encoder_path)
+            self._input, self._output = _TARGET, session.get_outputs()[0].name
+        else:
+            self._info, self._input, self._output = _read_contract(session, self.path)
         logger.info(
             "model %s runs on %s (asked for %s)", self._info.name, self._info.provider, ", ".join(requested)
         )
@@ -116,10 +139,76 @@ class OnnxBackend(Backend):
         return self._info
 
     def infer(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-        """Stateless models as they are; a recurrent one starts from zeros (a one-window stream)."""
+        """Stateless models as they are; a recurrent one starts from zeros (a one-window stream); a
+        streaming one encodes every frame of every window (no cache: the full-window computation)."""
         self._check_batch(batch)
-        b, _, _, h, w = batch.shape
+        b, t, c, h, w = batch.shape
+        if self._info.streaming:
+            frames = np.ascontiguousarray(batch.transpose(0, 1, 3, 4, 2)).reshape(b * t, h, w, c)
+            features = self.encode(frames)
+            windows = [features[i * t : (i + 1) * t] for i in range(b)]
+            targets = frames[self._info.output_position.slot(t) :: t]
+            return self.fuse(windows, targets).transpose(0, 3, 1, 2)
         return self._run(batch, self.initial_state(b, h, w))[0]
+
+    def encode(self, frames: npt.NDArray[np.uint8]) -> list[FrameFeatures]:
+        encoder = self._encoder
+        if encoder is None or self._session is None:
+            return super().encode(frames)
+        _check_frames(frames, self._info.name, "encode")
+        n, h, w, _ = frames.shape
+        padded = self._pad_frames(frames)
+        hp, wp = padded.shape[1:3]
+        try:
+            maps = encoder.run([f.name for f in self._info.features], {_FRAME: padded})
+        except Exception as err:
+            raise BackendError(
+                f"onnxruntime failed encoding {n} frames of {w}x{h} with {self._info.name}: {err}"
+            ) from err
+        for spec, got in zip(self._info.features, maps, strict=True):
+            expected = (n, spec.channels, math.ceil(hp / spec.scale), math.ceil(wp / spec.scale))
+            if not isinstance(got, np.ndarray) or got.shape != expected:
+                raise BackendError(
+                    f"encoder of {self._info.name} returned {getattr(got, 'shape', got)} for feature "
+                    f"{spec.name!r}; streamer.features promises {expected} for frames padded to {wp}x{hp}"
+                )
+        return [tuple(m[i] for m in maps) for i in range(n)]
+
+    def fuse(self, windows: Sequence[Sequence[FrameFeatures]], targets: npt.NDArray[np.uint8]) -> Pixels:
+        session = self._session
+        if self._encoder is None or session is None:
+            return super().fuse(windows, targets)
+        _check_frames(targets, self._info.name, "fuse")
+        t = self._info.t
+        if len(windows) != targets.shape[0] or any(len(window) != t for window in windows):
+            raise FrameError(
+                f"model {self._info.name} fuses windows of T={t} frames' features, one per target frame; "
+                f"got {[len(window) for window in windows]} for {targets.shape[0]} targets"
+            )
+        _, h, w, _ = targets.shape
+        feeds: dict[str, npt.NDArray[np.generic]] = {_TARGET: self._pad_frames(targets)}
+        for k, spec in enumerate(self._info.features):
+            for slot in range(t):
+                maps = [window[slot][k] for window in windows]
+                feeds[f"{spec.name}_{slot}"] = maps[0][None] if len(maps) == 1 else np.stack(maps)
+        try:
+            (out,) = session.run([self._output], feeds)
+        except Exception as err:
+            raise BackendError(
+                f"onnxruntime failed fusing {len(windows)} windows of {w}x{h} with {self._info.name}: "
+                f"{err}; were the features encoded from frames of this size?"
+            ) from err
+        if out.shape[1:3] == (h, w):
+            return cast(Pixels, out)
+        return np.ascontiguousarray(out[:, :h, :w])
+
+    def _pad_frames(self, frames: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        m = self._info.pad_multiple
+        h, w = frames.shape[1:3]
+        ph, pw = -h % m, -w % m
+        if not ph and not pw:
+            return frames
+        return _pad(frames, ((0, 0), (0, ph), (0, pw), (0, 0)))
 
     def initial_state(self, batch: int, height: int, width: int) -> State:
         m = self._info.pad_multiple
@@ -154,7 +243,7 @@ class OnnxBackend(Backend):
         m = self._info.pad_multiple
         ph, pw = -h % m, -w % m
         if ph or pw:
-            batch = _pad(batch, ph, pw)
+            batch = _pad(batch, ((0, 0), (0, 0), (0, 0), (0, ph), (0, pw)))
         # One copy: the dtype conversion also makes the layout view contiguous; the scaling is in place.
         x = to_model_layout(batch, self._info.layout).astype(np.float32, order="C")
         x *= self._to_model
@@ -185,6 +274,7 @@ class OnnxBackend(Backend):
 
     def close(self) -> None:
         self._session = None
+        self._encoder = None
 
     def _check_batch(self, batch: npt.NDArray[np.uint8]) -> None:
         t = self._info.t
@@ -207,13 +297,119 @@ class OnnxBackend(Backend):
             )
 
 
-def _pad(batch: npt.NDArray[np.uint8], ph: int, pw: int) -> npt.NDArray[np.uint8]:
-    """Pads H and W at the bottom and right; reflect keeps edges natural, edge covers tiny frames."""
-    h, w = batch.shape[3], batch.shape[4]
-    widths = ((0, 0), (0, 0), (0, 0), (0, ph), (0, pw))
-    if ph < h and pw < w:
+def _pad(batch: npt.NDArray[np.uint8], widths: tuple[tuple[int, int], ...]) -> npt.NDArray[np.uint8]:
+    """Pads at the bottom and right; reflect keeps edges natural, edge covers tiny frames."""
+    if all(after < size for (_, after), size in zip(widths, batch.shape, strict=True)):
         return np.pad(batch, widths, mode="reflect")
     return np.pad(batch, widths, mode="edge")
+
+
+def _check_frames(frames: npt.NDArray[np.uint8], name: str, what: str) -> None:
+    ok = isinstance(frames, np.ndarray) and frames.dtype == np.uint8 and frames.ndim == 4
+    if not ok or frames.shape[0] < 1 or frames.shape[3] != 3 or 0 in frames.shape:
+        raise FrameError(
+            f"{what} of model {name} takes frames shaped (N>=1, H, W, 3) uint8 RGB; got shape "
+            f"{getattr(frames, 'shape', None)} dtype {getattr(frames, 'dtype', None)}"
+        )
+
+
+def _load(path: Path, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    except Exception as err:
+        raise ModelError(f"onnxruntime cannot load model {str(path)!r}: {err}") from err
+
+
+def _encoder_path(model: Path, name: str) -> Path:
+    """The encoder beside the fusion graph; metadata may name a file, never a path elsewhere."""
+    if not name or Path(name).name != name or name in {".", ".."}:
+        raise ModelError(
+            f"model {str(model)!r} has metadata {_ENCODER}={name!r}; it must be a bare file name of the "
+            f"encoder graph in the same folder"
+        )
+    path = model.parent / name
+    if not path.is_file():
+        raise ModelError(
+            f"model {str(model)!r} is a streaming model whose encoder {name!r} is missing; keep "
+            f"{str(path)!r} beside it (export writes both)"
+        )
+    return path
+
+
+def _read_streaming_contract(
+    fusion: ort.InferenceSession, encoder: ort.InferenceSession, path: Path, encoder_path: Path
+) -> ModelInfo:
+    """A streaming model's ModelInfo, or a ModelError naming the graph, tensor and rule it breaks."""
+    meta: Mapping[str, str] = fusion.get_modelmeta().custom_metadata_map
+    where = f"model {str(path)!r}"
+    if "streamer.t" not in meta:
+        raise ModelError(f"{where} is a streaming model without metadata streamer.t; {_STREAM_HINT}")
+    t = _int(meta, "streamer.t", where)
+    features = _features(meta, where)
+
+    def check(tensor: ort.NodeArg, kind: str, rank: int, graph: str) -> None:
+        if tensor.type != kind or len(tensor.shape) != rank:
+            raise ModelError(
+                f"{graph} tensor {tensor.name!r} is {tensor.type} of rank {len(tensor.shape)}; the "
+                f"streaming contract needs {kind} of rank {rank} ({_STREAM_HINT})"
+            )
+
+    enc_where = f"encoder {str(encoder_path)!r}"
+    enc_inputs = encoder.get_inputs()
+    if [i.name for i in enc_inputs] != [_FRAME]:
+        raise ModelError(
+            f"{enc_where} has inputs {[i.name for i in enc_inputs]}; it must take {_FRAME!r} alone"
+        )
+    check(enc_inputs[0], "tensor(uint8)", 4, enc_where)
+    enc_outputs = {o.name: o for o in encoder.get_outputs()}
+    for spec in features:
+        if spec.name not in enc_outputs:
+            raise ModelError(f"{enc_where} has no output {spec.name!r}, a feature streamer.features lists")
+        check(enc_outputs[spec.name], "tensor(float)", 4, enc_where)
+
+    wanted = {_TARGET} | {f"{s.name}_{slot}" for s in features for slot in range(t)}
+    inputs = {i.name: i for i in fusion.get_inputs()}
+    if set(inputs) != wanted:
+        raise ModelError(
+            f"{where} takes inputs {sorted(inputs)}; a streaming model of T={t} with features "
+            f"{[s.name for s in features]} takes exactly {sorted(wanted)}"
+        )
+    check(inputs[_TARGET], "tensor(uint8)", 4, where)
+    for name in wanted - {_TARGET}:
+        check(inputs[name], "tensor(float)", 4, where)
+    outputs = fusion.get_outputs()
+    if len(outputs) != 1:
+        raise ModelError(
+            f"{where} has {len(outputs)} outputs; a fusion graph returns the enhanced frame alone"
+        )
+    check(outputs[0], "tensor(uint8)", 4, where)
+    return ModelInfo(
+        name=meta.get("streamer.name", path.stem),
+        t=t,
+        layout=Layout.NTCHW,
+        output_position=_enum(meta, "streamer.output_position", OutputPosition, OutputPosition.CENTER, where),
+        pad_multiple=_int(meta, "streamer.pad_multiple", where) if "streamer.pad_multiple" in meta else 1,
+        provider=fusion.get_providers()[0],
+        features=features,
+    )
+
+
+def _features(meta: Mapping[str, str], where: str) -> tuple[FeatureSpec, ...]:
+    raw = meta.get(_FEATURES, "")
+    try:
+        specs = tuple(
+            FeatureSpec(str(d["name"]), int(d["channels"]), int(d["scale"])) for d in json.loads(raw)
+        )
+    except (ValueError, TypeError, KeyError) as err:
+        raise ModelError(
+            f"{where} has metadata {_FEATURES}={raw!r} ({err}); it must be a JSON list of "
+            '{"name": name, "channels": int, "scale": int}'
+        ) from None
+    if not specs or any(s.channels < 1 or s.scale < 1 for s in specs):
+        raise ModelError(
+            f"{where} has metadata {_FEATURES}={raw!r}; list at least one feature, channels and scale >= 1"
+        )
+    return specs
 
 
 def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo, str, str]:

@@ -1,6 +1,7 @@
 """The pure core: no asyncio, no sockets, no codecs; time and frames are passed in, decisions come out."""
 
 from streamer.core.batching import BatchStats, FairBatcher
+from streamer.core.features import FeatureCache, FeatureCacheStats
 from streamer.core.gate import (
     GateDecision,
     GateReason,
@@ -21,6 +22,8 @@ __all__ = [
     "DurationRecorder",
     "EdgePolicy",
     "FairBatcher",
+    "FeatureCache",
+    "FeatureCacheStats",
     "GateDecision",
     "GateReason",
     "GateStats",

@@ -3,6 +3,7 @@
 from streamer.models.conv3d import Conv3dEnhancer
 from streamer.models.convgru import ConvGRUEnhancer, StateSpec
 from streamer.models.registry import ARCHITECTURES, MODEL_ATTRIBUTES, architecture_of, build
+from streamer.models.streaming import StreamingEnhancer
 from streamer.models.temporal_filter import MotionAdaptiveTemporalFilter
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "ConvGRUEnhancer",
     "MotionAdaptiveTemporalFilter",
     "StateSpec",
+    "StreamingEnhancer",
     "architecture_of",
     "build",
 ]

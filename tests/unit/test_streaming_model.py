@@ -1,0 +1,167 @@
+"""Streaming models: two graphs, uint8 at both ends, each frame encoded once, equal to the full window."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from export.onnx_export import PARITY_TOLERANCE
+from export.streaming_export import UINT8_TOLERANCE_LEVELS, StreamingGraphs, export_streaming
+from streamer.backend.base import FrameFeatures
+from streamer.backend.onnx import OnnxBackend
+from streamer.core.features import FeatureCache
+from streamer.core.windower import Windower
+from streamer.errors import ConfigError, FrameError, ModelError
+from streamer.frame import Frame, Hyperframe
+from streamer.models import StreamingEnhancer
+
+TINY = {"half": 4, "quarter": 8, "fused": 8, "refine": 4}
+
+
+def _tiny() -> StreamingEnhancer:
+    torch.manual_seed(0)
+    model = StreamingEnhancer(**TINY)
+    with torch.no_grad():  # a visible effect, so equal outputs are not just the identity
+        model.head.weight.normal_(0.0, 0.05)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[StreamingEnhancer, StreamingGraphs]:
+    model = _tiny()
+    path = tmp_path_factory.mktemp("streaming") / "tiny.onnx"
+    return model, export_streaming(model, path, name="tiny")
+
+
+def test_each_graph_reads_one_frame_not_t(exported: tuple[StreamingEnhancer, StreamingGraphs]) -> None:
+    model, graphs = exported
+    encoder = onnx.load(graphs.encoder_path).graph
+    fusion = onnx.load(graphs.report.path).graph
+
+    def shape(value: onnx.ValueInfoProto) -> list[int | str]:
+        return [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+
+    (frame,) = encoder.input
+    assert frame.type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    assert len(shape(frame)) == 4 and shape(frame)[3] == 3  # (N, H, W, 3): frames, no T axis
+    images = [i for i in fusion.input if i.type.tensor_type.elem_type == onnx.TensorProto.UINT8]
+    assert [i.name for i in images] == ["target"]  # the one frame the fusion reads in pixels
+    maps = [i for i in fusion.input if i.name != "target"]
+    assert len(maps) == model.t * 2
+    assert all(len(shape(i)) == 4 and shape(i)[1] in (4, 8) for i in maps)  # one frame's map each
+    (out,) = fusion.output
+    assert out.type.tensor_type.elem_type == onnx.TensorProto.UINT8
+
+
+def test_streaming_path_equals_the_full_window_in_fp32(
+    exported: tuple[StreamingEnhancer, StreamingGraphs],
+) -> None:
+    _, graphs = exported
+    assert graphs.report.parity_max_abs_error <= PARITY_TOLERANCE
+    real = graphs.report.parity_real_max_abs_error
+    assert real is not None and real <= PARITY_TOLERANCE
+    assert graphs.uint8_max_levels <= UINT8_TOLERANCE_LEVELS
+    meta = {p.key: p.value for p in onnx.load(graphs.report.path).metadata_props}
+    assert meta["streamer.encoder"] == graphs.encoder_path.name
+    assert json.loads(meta["streamer.features"]) == [
+        {"name": "half", "channels": 4, "scale": 2},
+        {"name": "quarter", "channels": 8, "scale": 4},
+    ]
+
+
+def _frames(n: int, h: int, w: int, cut: int | None = None) -> list[Frame]:
+    rng = np.random.default_rng(1)
+    base = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    frames = []
+    for i in range(n):
+        pixels = np.clip(base.astype(np.int16) + rng.integers(-20, 21, base.shape), 0, 255).astype(np.uint8)
+        frames.append(
+            Frame(pixels, index=i, pts=i, time_base=Fraction(1, 30), arrival=0.0, discontinuity=i == cut)
+        )
+    return frames
+
+
+def test_the_runtime_cache_encodes_each_frame_once_and_matches_pytorch(
+    exported: tuple[StreamingEnhancer, StreamingGraphs],
+) -> None:
+    model, graphs = exported
+    backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
+    assert backend.info.streaming and backend.info.t == 5
+    frames = _frames(14, 30, 42, cut=8)  # not a multiple of 4: padded in, cropped out
+    windower = Windower(backend.info.t, position=backend.info.output_position)
+    cache: FeatureCache[FrameFeatures] = FeatureCache(backend.info.t)
+    tasks = [task for f in frames for task in windower.push(f)] + windower.flush()
+    assert len(tasks) == len(frames)
+    for task in tasks:
+        window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot)
+        cached = backend.enhance_cached(window, task.run, cache)
+        uncached = backend.infer(window.pixels()[None])[0].transpose(1, 2, 0)
+        x = torch.from_numpy(window.pixels()[None].astype(np.float32) / 255.0)
+        padded = torch.nn.functional.pad(x[0], (0, 2, 0, 2), mode="reflect")[None]
+        with torch.no_grad():
+            expected = model(padded)[0, :, :30, :42].numpy().transpose(1, 2, 0)
+        reference = np.clip(np.rint(expected * 255.0), 0, 255)
+        assert cached.shape == (30, 42, 3) and cached.dtype == np.uint8
+        assert np.max(np.abs(cached.astype(np.int16) - reference)) <= UINT8_TOLERANCE_LEVELS
+        assert np.max(np.abs(cached.astype(np.int16) - uncached)) <= UINT8_TOLERANCE_LEVELS
+    stats = cache.stats()
+    assert stats.encoded == len(frames)  # once per frame, across 14 windows of 5
+    assert stats.resets == 1  # the discontinuity at frame 8 emptied it
+
+
+def test_a_size_change_starts_an_empty_cache(exported: tuple[StreamingEnhancer, StreamingGraphs]) -> None:
+    _, graphs = exported
+    backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
+    small, large = _frames(6, 24, 32), _frames(6, 32, 48)
+    frames = small + [
+        Frame(f.pixels, index=f.index + 6, pts=f.index + 6, time_base=f.time_base, arrival=0.0) for f in large
+    ]
+    windower = Windower(backend.info.t, position=backend.info.output_position)
+    cache: FeatureCache[FrameFeatures] = FeatureCache(backend.info.t)
+    outputs = []
+    for task in [t for f in frames for t in windower.push(f)] + windower.flush():
+        window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot)
+        outputs.append(backend.enhance_cached(window, task.run, cache).shape)
+    assert outputs == [(24, 32, 3)] * 6 + [(32, 48, 3)] * 6
+    assert windower.discontinuities == 1 and cache.stats().resets == 1
+
+
+def test_bad_streaming_calls_and_files_are_clear_errors(
+    exported: tuple[StreamingEnhancer, StreamingGraphs], tmp_path: Path
+) -> None:
+    _, graphs = exported
+    backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
+    features = backend.encode(np.zeros((1, 16, 16, 3), np.uint8))
+    with pytest.raises(FrameError, match="T=5"):
+        backend.fuse([features * 4], np.zeros((1, 16, 16, 3), np.uint8))
+    with pytest.raises(FrameError, match=r"\(N>=1, H, W, 3\) uint8"):
+        backend.encode(np.zeros((1, 16, 16, 3), np.float32))  # type: ignore[arg-type]
+
+    model = onnx.load(graphs.report.path)
+    for bad in ("../elsewhere.onnx", "/etc/passwd", ""):
+        onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, "streamer.encoder": bad})
+        path = tmp_path / "hostile.onnx"
+        onnx.save(model, path)
+        with pytest.raises(ModelError, match="bare file name"):
+            OnnxBackend(path, providers=["CPUExecutionProvider"])
+    lonely = tmp_path / "lonely.onnx"
+    lonely.write_bytes(graphs.report.path.read_bytes())
+    with pytest.raises(ModelError, match="encoder 'tiny.encoder.onnx' is missing"):
+        OnnxBackend(lonely, providers=["CPUExecutionProvider"])
+
+
+def test_models_that_do_not_stream_say_so(tmp_path: Path) -> None:
+    from streamer.assets import TEMPORAL_FILTER
+
+    backend = OnnxBackend(TEMPORAL_FILTER, providers=["CPUExecutionProvider"])
+    assert not backend.info.streaming
+    with pytest.raises(ModelError, match="not a streaming model"):
+        backend.encode(np.zeros((1, 8, 8, 3), np.uint8))
+    with pytest.raises(ConfigError, match="lacks encode, fuse"):
+        export_streaming(torch.nn.Conv2d(3, 3, 1), tmp_path / "x.onnx", name="x")
