@@ -683,28 +683,15 @@ def benchmark_cpu(
     return result
 
 
-_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")
-"""The CPU features INT8 and fp32 speed follow: what a CPU figure must be read beside."""
-
-
 def cpu_description() -> dict[str, Any]:
     """The machine a CPU figure was measured on: model name, ISA flags, cores, onnxruntime."""
-    name = platform.processor() or platform.machine()
-    flags: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
+    from streamer.bench.harness import cpu_isa, cpu_name
+
     return {
         "onnxruntime": ort.__version__,
         "cpu_count": os.cpu_count(),
-        "processor": name,
-        "isa": [f for f in _ISA_FLAGS if f in flags],
+        "processor": cpu_name(),
+        "isa": list(cpu_isa()),
         "platform": platform.platform(),
     }
 

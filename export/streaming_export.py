@@ -22,7 +22,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -358,35 +357,19 @@ def export_streaming(
 def benchmark_streaming_cpu(
     path: str | os.PathLike[str], sizes: Sequence[tuple[int, int]] = _BENCH_SIZES, seconds: float = 3.0
 ) -> dict[str, Any]:
-    """Output frames per second on the CPU at batch 1, per (width, height): one encoder call on the new
-    frame plus one fusion call on T cached maps, as the runtime's steady state costs, after 3 warm-ups.
-    Uses ``streamer.backend.onnx.OnnxBackend`` itself, so the uint8 feeds are what a stream sends."""
+    """Output frames per second on the CPU at batch 1, per (width, height), in a stream's steady state:
+    one encoder call on the new frame and one fusion call on T cached maps (``bench.harness.model_fps``,
+    through ``OnnxBackend`` itself, so the uint8 feeds are what a stream sends)."""
     from streamer.backend.onnx import OnnxBackend
+    from streamer.bench.harness import model_fps
 
-    backend = OnnxBackend(path, providers=["CPUExecutionProvider"])
-    t = backend.info.t
-    result: dict[str, Any] = {}
     if not sizes:
         raise ConfigError("benchmark_streaming_cpu needs at least one (width, height)")
+    backend = OnnxBackend(path, providers=["CPUExecutionProvider"])
     try:
-        for width, height in sizes:
-            frame = np.random.default_rng(0).integers(0, 256, (1, height, width, 3), dtype=np.uint8)
-            window = backend.encode(frame) * t
-
-            for _ in range(3):
-                backend.encode(frame)
-                backend.fuse([window], frame)
-            runs = 0
-            start = time.perf_counter()
-            while (elapsed := time.perf_counter() - start) < seconds or runs < 5:
-                backend.encode(frame)
-                backend.fuse([window], frame)
-                runs += 1
-            result[f"{width}x{height}"] = {
-                "fps": round(runs / elapsed, 1),
-                "runs": runs,
-                "seconds": round(elapsed, 2),
-            }
+        result: dict[str, Any] = {
+            f"{w}x{h}": {"fps": round(model_fps(backend, w, h, seconds), 1)} for w, h in sizes
+        }
     finally:
         backend.close()
     first = f"{sizes[0][0]}x{sizes[0][1]}"

@@ -40,6 +40,10 @@ METRICS = {
     "(budget, gate, stride)",
     "streamer_frames_reused_total": "counter {stream}: frames of a skipped window that reused the last "
     "enhanced output",
+    "streamer_frames_encoded_total": "counter {stream}: frames a streaming model encoded into cached "
+    "features (once per frame of a run; 0 for other models)",
+    "streamer_feature_cache_resets_total": "counter {stream}: runs that emptied a streaming model's feature "
+    "cache (a reconnect, timestamp jump, scene cut or size change)",
     "streamer_windows_total": "counter {stream}: windows the motion gate decided on",
     "streamer_windows_skipped_total": "counter {stream}: windows the gate let skip the model",
     "streamer_gate_skip_ratio": "gauge {stream}: skipped / decided windows",
@@ -125,6 +129,8 @@ class _ServiceCollector(Collector):
         dropped = _counter("streamer_frames_dropped_total", ["stream", "reason"])
         passed = _counter("streamer_frames_passed_through_total", ["stream", "reason"])
         reused = _counter("streamer_frames_reused_total", ["stream"])
+        encoded = _counter("streamer_frames_encoded_total", ["stream"])
+        resets = _counter("streamer_feature_cache_resets_total", ["stream"])
         windows = _counter("streamer_windows_total", ["stream"])
         skipped = _counter("streamer_windows_skipped_total", ["stream"])
         ratio = _gauge("streamer_gate_skip_ratio", ["stream"])
@@ -147,6 +153,9 @@ class _ServiceCollector(Collector):
             for reason in ("budget", "gate", "stride"):
                 passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
             reused.add_metric([sid], outcomes["reused"])
+            features = p.feature_stats()
+            encoded.add_metric([sid], features.encoded)
+            resets.add_metric([sid], features.resets)
             windows.add_metric([sid], gate.windows)
             skipped.add_metric([sid], gate.skipped)
             ratio.add_metric([sid], gate.skip_ratio)
@@ -161,7 +170,8 @@ class _ServiceCollector(Collector):
             current = runner.state(now)
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
-        yield from (frames_in, frames_out, dropped, passed, reused, windows, skipped, ratio, reconnects)
+        yield from (frames_in, frames_out, dropped, passed, reused, encoded, resets, windows, skipped, ratio)
+        yield reconnects
         yield from (depth, capacity, state)
 
         calls = _counter("streamer_model_calls_total", ["model"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ASSETS", "DEFAULT_MODEL", "DEFAULT_MODEL_CARD", "TEMPORAL_FILTER"]
+__all__ = ["ASSETS", "DEFAULT_MODEL", "DEFAULT_MODEL_CARD", "STREAMING_MODEL", "TEMPORAL_FILTER"]
 
 ASSETS: Path = Path(__file__).resolve().parent
 """Where the shipped models and their JSON model cards lie."""
@@ -17,3 +17,7 @@ DEFAULT_MODEL_CARD: Path = DEFAULT_MODEL.with_suffix(".json")
 
 TEMPORAL_FILTER: Path = ASSETS / "temporal_filter_t5.onnx"
 """A fixed-weight motion-adaptive temporal denoiser (T=5, center): tiny and fast, nothing learned."""
+
+STREAMING_MODEL: Path = ASSETS / "stream_t5.onnx"
+"""The trained streaming tier: StreamingEnhancer, T=5, center; each frame encoded once
+(``stream_t5.encoder.onnx`` beside it), uint8 in and out."""

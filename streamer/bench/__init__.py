@@ -2,7 +2,8 @@
 ``streamer bench latency`` measures per-frame end-to-end latency through RTSP and WebRTC on loopback;
 ``overhead`` weighs the pipeline against a bare decode -> model -> encode loop; ``motion`` what the
 motion gate saves; ``overload`` a model slower than the frame rate, budget on and off; ``soak`` memory
-over minutes of live stream; ``batching`` streams sharing a model with cross-stream batching on and off.
+over minutes of live stream; ``batching`` streams sharing a model with cross-stream batching on and
+off; ``live`` whether each model tier keeps up with a live RTSP camera at 360p and 720p.
 
 ``register`` only builds the argparse commands; each benchmark is imported when its command runs, so
 ``streamer run`` works without the quality benchmark's ``bench`` extra (OpenCV, scikit-image) and starts
@@ -63,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_overload(kinds)
     _register_soak(kinds)
     _register_batching(kinds)
+    _register_live(kinds)
 
 
 def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -303,5 +305,41 @@ def _register_batching(kinds: argparse._SubParsersAction[argparse.ArgumentParser
 
 def _batching(args: argparse.Namespace) -> int:
     from streamer.bench.batching import run_from_args
+
+    return run_from_args(args)
+
+
+def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    live = kinds.add_parser(
+        "live",
+        help="can each model tier keep up with a live RTSP camera here: % enhanced, latency, CPU",
+        description=(
+            "For each size and model: a camera paced at --fps publishes through the real GStreamer RTSP "
+            "relay, streamer enhances it under --budget-ms and pushes it back, a player reads it. Prints "
+            "the share of frames enhanced, passed through and lost, p50/p99 glass-to-glass latency, the "
+            "model's own fps on that size, CPU used, and the CPU model with its ISA flags."
+        ),
+    )
+    live.add_argument(
+        "--sizes", default="640x360,1280x720", metavar="WxH,...", help="frame sizes (640x360,1280x720)"
+    )
+    live.add_argument("--fps", type=int, default=30, help="camera frame rate (30)")
+    live.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run (60)")
+    live.add_argument(
+        "--budget-ms", type=float, default=250.0, help="latency.budget_ms of the pipeline (250)"
+    )
+    live.add_argument(
+        "--model",
+        action="append",
+        metavar="ONNX",
+        help="a model tier to run, repeatable (default: the shipped streaming model, then conv3d_t5)",
+    )
+    live.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    live.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    live.set_defaults(func=_live)
+
+
+def _live(args: argparse.Namespace) -> int:
+    from streamer.bench.live import run_from_args
 
     return run_from_args(args)

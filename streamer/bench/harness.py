@@ -25,22 +25,27 @@ import numpy as np
 import onnxruntime as ort
 
 from streamer.app import build_pipeline
+from streamer.backend.base import Backend
 from streamer.config import Config, parse_override
 from streamer.errors import ConfigError
 from streamer.frame import Frame
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 
 __all__ = [
+    "ISA_FLAGS",
     "LiveResult",
     "LoadWatch",
     "Machine",
     "RssSampler",
     "Target",
+    "cpu_isa",
+    "cpu_name",
     "emit",
     "finite",
     "format_targets",
     "load_average",
     "markdown_targets",
+    "model_fps",
     "overrides",
     "parse_size",
     "parse_sizes",
@@ -66,10 +71,13 @@ class Machine:
     """What onnxruntime offers here; the pipelines run on the first one their config asks for."""
     load_start: float
     load_end: float
+    isa: tuple[str, ...] = ()
+    """The CPU features INT8 and fp32 speed follow (``cpu_isa()``)."""
 
     def line(self) -> str:
+        isa = f" ({', '.join(self.isa) or 'none of ' + '/'.join(ISA_FLAGS)})"
         return (
-            f"{self.cpu}, {self.cores} cores; onnxruntime {self.onnxruntime} ({self.providers}); "
+            f"{self.cpu}{isa}, {self.cores} cores; onnxruntime {self.onnxruntime} ({self.providers}); "
             f"load average {self.load_start:.2f} at start, {self.load_end:.2f} at end"
         )
 
@@ -78,13 +86,30 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def _cpu() -> str:
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")
+"""The CPU features CPU inference speed follows, fp32 and INT8: what every CPU figure is read beside."""
+
+
+def _cpuinfo(key: str) -> str | None:
     try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        cpuinfo = ""
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
-    return names[0] if names else platform.processor() or platform.machine()
+        return None
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name.strip() == key:
+            return value.strip()
+    return None
+
+
+def cpu_name() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_isa() -> tuple[str, ...]:
+    """Which of ``ISA_FLAGS`` this CPU has (empty where /proc/cpuinfo cannot tell)."""
+    flags = set((_cpuinfo("flags") or "").split())
+    return tuple(f for f in ISA_FLAGS if f in flags)
 
 
 class LoadWatch:
@@ -95,12 +120,13 @@ class LoadWatch:
 
     def machine(self) -> Machine:
         return Machine(
-            cpu=_cpu(),
+            cpu=cpu_name(),
             cores=os.cpu_count() or 1,
             onnxruntime=ort.__version__,
             providers=", ".join(ort.get_available_providers()),
             load_start=self.load,
             load_end=load_average(),
+            isa=cpu_isa(),
         )
 
 
@@ -352,3 +378,33 @@ def run_live(config: Config, seconds: float, warmup_s: float, interval_s: float 
         budget.estimate_ms,
         budget.admitted,
     )
+
+
+def model_fps(backend: Backend, width: int, height: int, seconds: float = 2.0) -> float:
+    """Output frames per second of ``backend`` alone at batch 1 on frames of ``width`` x ``height``, in
+    the steady state a stream sees: a streaming model encodes one new frame and fuses T cached maps per
+    output frame; any other model runs its whole window. After 3 warm-up frames; at least 5 timed."""
+    rng = np.random.default_rng(0)
+    t = backend.info.t
+    if backend.info.streaming:
+        frame = rng.integers(0, 256, (1, height, width, 3), dtype=np.uint8)
+        window = backend.encode(frame) * t
+
+        def one() -> None:
+            backend.encode(frame)
+            backend.fuse([window], frame)
+
+    else:
+        batch = rng.integers(0, 256, (1, t, 3, height, width), dtype=np.uint8)
+
+        def one() -> None:
+            backend.infer(batch)
+
+    for _ in range(3):
+        one()
+    runs = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or runs < 5:
+        one()
+        runs += 1
+    return runs / elapsed

@@ -36,7 +36,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import re
 import socket
 import subprocess
@@ -60,6 +59,7 @@ from av.video.stream import VideoStream
 from streamer import framecode
 from streamer.app import build_backend, build_pipeline, build_server
 from streamer.bench import rtsp_relay
+from streamer.bench.harness import cpu_isa, cpu_name
 from streamer.config import (
     Config,
     GateConfig,
@@ -729,12 +729,7 @@ def _load() -> str:
 
 
 def _machine() -> str:
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        cpuinfo = ""
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
-    return f"{names[0] if names else platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    return f"{cpu_name()} ({', '.join(cpu_isa())}), {os.cpu_count()} cores"
 
 
 async def _run(settings: Settings) -> tuple[list[PathResult], list[Skipped]]:
@@ -900,7 +895,7 @@ def format_markdown(report: LatencyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _parse_size(text: str) -> tuple[int, int]:
+def parse_size(text: str) -> tuple[int, int]:
     w, sep, h = text.lower().partition("x")
     if not sep or not w.isdigit() or not h.isdigit():
         raise ConfigError(f"--size {text!r} is not WIDTHxHEIGHT; write e.g. --size 640x360")
@@ -924,7 +919,7 @@ def _parse_paths(text: str) -> tuple[str, ...]:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """The ``bench latency`` handler: prints the table, writes --json / --markdown when asked."""
-    width, height = _parse_size(args.size)
+    width, height = parse_size(args.size)
     if args.frames < 1 or args.warmup < 0:
         raise ConfigError(
             f"--frames must be at least 1 and --warmup at least 0, got {args.frames}, {args.warmup}"

@@ -19,7 +19,6 @@ import io
 import json
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,12 +36,14 @@ import onnxruntime as ort
 from tqdm import tqdm
 
 from streamer.assets import ASSETS
-from streamer.backend.base import Backend
+from streamer.backend.base import Backend, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
+from streamer.bench.harness import cpu_isa, cpu_name
 from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
+from streamer.core.features import FeatureCache
 from streamer.core.windower import EdgePolicy, Windower
 from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
-from streamer.frame import Frame, Pixels
+from streamer.frame import Frame, Hyperframe, Pixels
 from streamer.samples import sample_clip
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
 DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
     ("conv3d_t1", "ours T=1 (single-frame ablation)"),
     ("conv3d_t5", "ours Conv3d T=5"),
+    ("stream_t5", "ours streaming T=5 (each frame encoded once)"),
     ("convgru", "ours ConvGRU"),
     ("temporal_filter_t5", "fixed temporal filter T=5"),
 )
@@ -279,18 +281,26 @@ def _nlmeans_multi(clip: Clip, h: float) -> Iterator[Pixels]:
 
 def model_frames(backend: Backend, clip: Clip) -> Iterator[Pixels]:
     """One output per frame, as the live pipeline makes it: the windower's tasks in order, replicate
-    edges, state carried from window to window for recurrent models (``step`` is ``infer`` otherwise)."""
+    edges, state carried from window to window for recurrent models (``step`` is ``infer`` otherwise),
+    each frame encoded once through a feature cache for streaming models."""
     info = backend.info
     windower = Windower(info.t, position=info.output_position, edge=EdgePolicy.REPLICATE, max_gap=None)
     planes = clip.transpose(0, 3, 1, 2)
     state = backend.initial_state(1, clip.shape[1], clip.shape[2])
+    cache: FeatureCache[FrameFeatures] = FeatureCache(info.t)
+    frames: dict[int, Frame] = {}
     last = len(clip) - 1
     for index in range(len(clip)):
         # No timestamps: the clip is one run, broken by nothing but its ends.
-        tasks = windower.push(Frame(clip[index], index, None, Fraction(1), 0.0))
+        frames[index] = Frame(clip[index], index, None, Fraction(1), 0.0)
+        tasks = windower.push(frames[index])
         if index == last:
             tasks += windower.flush()
         for task in tasks:
+            if info.streaming:
+                window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot)
+                yield backend.enhance_cached(window, task.run, cache)
+                continue
             enhanced, state = backend.step(planes[list(task.indices)][None], state)
             yield enhanced[0].transpose(1, 2, 0)
 
@@ -363,12 +373,7 @@ def check_targets(section: Section) -> list[Check]:
 
 
 def _machine() -> str:
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        cpuinfo = ""
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
-    cpu = names[0] if names else platform.processor() or platform.machine()
+    cpu = f"{cpu_name()} ({', '.join(cpu_isa())})"
     # Other work on the machine slows every method alike but skews fps; the load says how much there was.
     return f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start"
 

@@ -94,7 +94,9 @@ class StreamingEnhancer(nn.Module):
         self.mix_quarter = _mixer(mixing, t * quarter, fused)
         self.window_block = ResidualBlock(fused)
         self.up = nn.Conv2d(fused, 4 * refine, 1)
-        self.mix_half = _mixer(mixing, t * half, refine)
+        # The window's linear half maps, mixed densely: the early temporal fusion that denoises.
+        self.mix_half = nn.Conv2d(t * half, refine, 3, padding=1)
+        self.fused_down = nn.Conv2d(refine, fused, 3, stride=2, padding=1)
         self.refine = nn.Conv2d(refine, refine, 3, padding=1)
         self.head = nn.Conv2d(refine, 12, 3, padding=1)
         # A near-zero head makes the untrained model (almost) the identity on the target frame.
@@ -128,8 +130,9 @@ class StreamingEnhancer(nn.Module):
     def fuse(self, halves: torch.Tensor, quarters: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """A window's features, (B, T*half, H/2, W/2) and (B, T*quarter, H/4, W/4) stacked in slot order,
         and its target frame (B, 3, H, W) -> the enhanced target frame."""
-        q = self.window_block(activation(self.mix_quarter(quarters)))
-        y = activation(self.mix_half(halves) + F.pixel_shuffle(self.up(q), 2))
+        h = activation(self.mix_half(halves))
+        q = self.window_block(activation(self.mix_quarter(quarters) + self.fused_down(h)))
+        y = activation(h + F.pixel_shuffle(self.up(q), 2))
         y = self.head(activation(self.refine(y)))
         return target + F.pixel_shuffle(y, 2)
 

@@ -49,7 +49,8 @@ def test_each_graph_reads_one_frame_not_t(exported: tuple[StreamingEnhancer, Str
 
     (frame,) = encoder.input
     assert frame.type.tensor_type.elem_type == onnx.TensorProto.UINT8
-    assert len(shape(frame)) == 4 and shape(frame)[3] == 3  # (N, H, W, 3): frames, no T axis
+    assert len(shape(frame)) == 4
+    assert shape(frame)[3] == 3
     images = [i for i in fusion.input if i.type.tensor_type.elem_type == onnx.TensorProto.UINT8]
     assert [i.name for i in images] == ["target"]  # the one frame the fusion reads in pixels
     maps = [i for i in fusion.input if i.name != "target"]
@@ -65,7 +66,8 @@ def test_streaming_path_equals_the_full_window_in_fp32(
     _, graphs = exported
     assert graphs.report.parity_max_abs_error <= PARITY_TOLERANCE
     real = graphs.report.parity_real_max_abs_error
-    assert real is not None and real <= PARITY_TOLERANCE
+    assert real is not None
+    assert real <= PARITY_TOLERANCE
     assert graphs.uint8_max_levels <= UINT8_TOLERANCE_LEVELS
     meta = {p.key: p.value for p in onnx.load(graphs.report.path).metadata_props}
     assert meta["streamer.encoder"] == graphs.encoder_path.name
@@ -92,7 +94,8 @@ def test_the_runtime_cache_encodes_each_frame_once_and_matches_pytorch(
 ) -> None:
     model, graphs = exported
     backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
-    assert backend.info.streaming and backend.info.t == 5
+    assert backend.info.streaming
+    assert backend.info.t == 5
     frames = _frames(14, 30, 42, cut=8)  # not a multiple of 4: padded in, cropped out
     windower = Windower(backend.info.t, position=backend.info.output_position)
     cache: FeatureCache[FrameFeatures] = FeatureCache(backend.info.t)
@@ -107,7 +110,8 @@ def test_the_runtime_cache_encodes_each_frame_once_and_matches_pytorch(
         with torch.no_grad():
             expected = model(padded)[0, :, :30, :42].numpy().transpose(1, 2, 0)
         reference = np.clip(np.rint(expected * 255.0), 0, 255)
-        assert cached.shape == (30, 42, 3) and cached.dtype == np.uint8
+        assert cached.shape == (30, 42, 3)
+        assert cached.dtype == np.uint8
         assert np.max(np.abs(cached.astype(np.int16) - reference)) <= UINT8_TOLERANCE_LEVELS
         assert np.max(np.abs(cached.astype(np.int16) - uncached)) <= UINT8_TOLERANCE_LEVELS
     stats = cache.stats()
@@ -129,7 +133,8 @@ def test_a_size_change_starts_an_empty_cache(exported: tuple[StreamingEnhancer, 
         window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot)
         outputs.append(backend.enhance_cached(window, task.run, cache).shape)
     assert outputs == [(24, 32, 3)] * 6 + [(32, 48, 3)] * 6
-    assert windower.discontinuities == 1 and cache.stats().resets == 1
+    assert windower.discontinuities == 1
+    assert cache.stats().resets == 1
 
 
 def test_bad_streaming_calls_and_files_are_clear_errors(
@@ -145,14 +150,16 @@ def test_bad_streaming_calls_and_files_are_clear_errors(
 
     model = onnx.load(graphs.report.path)
     for bad in ("../elsewhere.onnx", "/etc/passwd", ""):
-        onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props}, "streamer.encoder": bad})
+        onnx.helper.set_model_props(
+            model, {**{p.key: p.value for p in model.metadata_props}, "streamer.encoder": bad}
+        )
         path = tmp_path / "hostile.onnx"
         onnx.save(model, path)
         with pytest.raises(ModelError, match="bare file name"):
             OnnxBackend(path, providers=["CPUExecutionProvider"])
     lonely = tmp_path / "lonely.onnx"
     lonely.write_bytes(graphs.report.path.read_bytes())
-    with pytest.raises(ModelError, match="encoder 'tiny.encoder.onnx' is missing"):
+    with pytest.raises(ModelError, match=r"encoder 'tiny\.encoder\.onnx' is missing"):
         OnnxBackend(lonely, providers=["CPUExecutionProvider"])
 
 
@@ -165,3 +172,47 @@ def test_models_that_do_not_stream_say_so(tmp_path: Path) -> None:
         backend.encode(np.zeros((1, 8, 8, 3), np.uint8))
     with pytest.raises(ConfigError, match="lacks encode, fuse"):
         export_streaming(torch.nn.Conv2d(3, 3, 1), tmp_path / "x.onnx", name="x")
+
+
+def test_int8_pair_loads_and_stays_close_to_fp32(
+    exported: tuple[StreamingEnhancer, StreamingGraphs], tmp_path: Path
+) -> None:
+    from export.quantize import calibration_frames, quantize_streaming
+    from streamer.samples import sample_clip
+
+    _, graphs = exported
+    fp32 = tmp_path / "tiny.onnx"
+    fp32.write_bytes(graphs.report.path.read_bytes())
+    (tmp_path / graphs.encoder_path.name).write_bytes(graphs.encoder_path.read_bytes())
+    frames = calibration_frames(str(sample_clip("carphone_pristine")), 8)
+    assert frames.shape[0] == 8
+    assert frames.dtype == np.uint8
+    pair = quantize_streaming(fp32, frames)
+    assert pair.path.name == "tiny.int8.onnx"
+    assert pair.encoder_path.name == "tiny.int8.encoder.onnx"
+    assert pair.kept_fp32  # the first and last convolutions stay fp32
+    int8 = OnnxBackend(pair.path, providers=["CPUExecutionProvider"])
+    ref = OnnxBackend(fp32, providers=["CPUExecutionProvider"])
+    assert int8.info.name == "tiny-int8"
+    assert int8.info.streaming
+    ops = {n.op_type for n in onnx.load(pair.encoder_path).graph.node}
+    assert "QuantizeLinear" in ops
+    window = frames[:5][None].transpose(0, 1, 4, 2, 3)
+    diff = np.abs(int8.infer(window).astype(np.int16) - ref.infer(window))
+    assert float(np.mean(diff)) < 2.0  # mean error under 2 levels of 255
+
+
+def test_int8_refuses_window_models_and_bad_calibration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from export.cli import main
+    from export.quantize import calibration_frames
+
+    out = tmp_path / "c.onnx"
+    assert main(["export", "--arch", "conv3d", "--model-arg", "blocks=0", "--out", str(out), "--int8"]) == 2
+    assert "--int8 quantizes streaming models" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="not a video file"):
+        calibration_frames(str(tmp_path / "missing.mp4"), 4)
+    with pytest.raises(ConfigError, match="at least 1"):
+        calibration_frames(str(tmp_path / "missing.mp4"), 0)

@@ -1,0 +1,217 @@
+"""INT8 for streaming models: static QDQ quantization calibrated on real noisy frames, quality measured.
+
+``streamer export --int8`` writes ``<stem>.int8.onnx`` and ``<stem>.int8.encoder.onnx`` beside the
+fp32 pair. Weights are per-channel QInt8; activations QUInt8 (QInt8 activations were slower than fp32
+on AVX2 without VNNI, measured in ../shared/RECIPES.md); ``reduce_range`` (7-bit weights) is on where the
+CPU lacks VNNI, whose u8 x s8 dot products would otherwise saturate, and off where it has them. The
+encoder's first convolution (it reads the raw frame) and the fusion's last (it writes the residual
+added to the output pixels) stay fp32: the two places where a quantization step is a visible error.
+
+Calibration (``--calibrate``) reads real footage, not the held-out benchmark clip: frames of a video
+file or a ``sample:NAME`` clip, each degraded with Gaussian noise of a sigma cycling over 0..40, since
+that is what the model sees live. The encoder is calibrated on those frames; the fusion graph on
+windows of their fp32 feature maps. The quality of the INT8 pair against its fp32 source (PSNR at sigma
+15 and 25 on the held-out ``bikes.mp4``, clean input against itself, flicker) and the fps of both, with
+the CPU's model name and ISA flags, go into the model card: a quantized model is never shipped
+unmeasured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import numpy.typing as npt
+import onnx
+import onnxruntime as ort
+
+from streamer.bench.harness import cpu_isa, cpu_name, model_fps
+from streamer.errors import ConfigError, ModelError, SourceError
+from streamer.samples import resolve_sample
+
+__all__ = ["Int8Pair", "calibration_frames", "quantize_streaming"]
+
+_SIGMAS = (0.0, 10.0, 25.0, 40.0)
+"""Noise added to calibration frames, in turn: the range a live camera's noise spans."""
+
+
+@dataclass(frozen=True, slots=True)
+class Int8Pair:
+    path: Path
+    encoder_path: Path
+    reduce_range: bool
+    kept_fp32: tuple[str, ...]
+    """Names of the nodes left in fp32."""
+
+
+def calibration_frames(source: str, count: int, seed: int = 0) -> npt.NDArray[np.uint8]:
+    """``count`` frames (N, H, W, 3) of ``source`` (a video file or ``sample:NAME``), spread over its
+    first 10 s, each with Gaussian noise of a sigma from ``_SIGMAS`` in turn."""
+    if count < 1:
+        raise ConfigError(f"--calibrate-frames must be at least 1, got {count}")
+    path = Path(resolve_sample(source))
+    if not path.is_file():
+        raise ConfigError(f"--calibrate {source!r} is not a video file or sample:NAME clip")
+    try:
+        with av.open(str(path)) as container:
+            decoded = [
+                np.asarray(f.to_ndarray(format="rgb24"), dtype=np.uint8)
+                for _, f in zip(range(300), container.decode(video=0), strict=False)
+            ]
+    except (av.error.FFmpegError, OSError) as err:
+        raise SourceError(f"--calibrate {source!r} cannot be decoded: {err}") from err
+    if not decoded:
+        raise SourceError(f"--calibrate {source!r} has no video frames")
+    picks = np.linspace(0, len(decoded) - 1, count).round().astype(int)
+    rng = np.random.default_rng(seed)
+    frames = []
+    for i, index in enumerate(picks):
+        frame = decoded[index].astype(np.float32)
+        frame += rng.normal(0.0, _SIGMAS[i % len(_SIGMAS)], frame.shape).astype(np.float32)
+        frames.append(np.clip(np.rint(frame), 0, 255).astype(np.uint8))
+    return np.stack(frames)
+
+
+class _Feeds:
+    """onnxruntime's CalibrationDataReader protocol over a list of feed dicts."""
+
+    def __init__(self, feeds: list[dict[str, npt.NDArray[Any]]]) -> None:
+        self._feeds: Iterator[dict[str, npt.NDArray[Any]]] = iter(feeds)
+
+    def get_next(self) -> dict[str, npt.NDArray[Any]] | None:
+        return next(self._feeds, None)
+
+
+def _convs(model: onnx.ModelProto) -> list[str]:
+    return [n.name for n in model.graph.node if n.op_type == "Conv"]
+
+
+def _quantize(
+    src: Path, dst: Path, feeds: list[dict[str, npt.NDArray[Any]]], keep: list[str], reduce: bool
+) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / "prepared.onnx"
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # its calibrator prints to stdout
+                quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
+                quantize_static(
+                    str(prepared),
+                    str(dst),
+                    _Feeds(feeds),
+                    quant_format=QuantFormat.QDQ,
+                    per_channel=True,
+                    reduce_range=reduce,
+                    activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8,
+                    nodes_to_exclude=keep,
+                    calibrate_method=CalibrationMethod.Percentile,
+                    extra_options={"CalibPercentile": 99.99},
+                )
+        except Exception as err:
+            ops = sorted({n.op_type for n in onnx.load(str(src)).graph.node})
+            raise ModelError(
+                f"onnxruntime cannot quantize {src.name}: {err}. Its ops are {ops}; an op without an INT8 "
+                f"kernel can be left in fp32"
+            ) from err
+
+
+def quantize_streaming(model: Path, frames: npt.NDArray[np.uint8], windows: int = 16) -> Int8Pair:
+    """Writes the INT8 pair of the streaming model ``model`` (fusion graph path) calibrated on ``frames``."""
+    from streamer.backend.onnx import OnnxBackend
+
+    backend = OnnxBackend(model, providers=["CPUExecutionProvider"])
+    info = backend.info
+    if not info.streaming:
+        raise ConfigError(
+            f"--int8 quantizes streaming models (their uint8 graphs); {model.name} is a window model"
+        )
+    meta = {p.key: p.value for p in onnx.load(str(model)).metadata_props}
+    encoder_src = model.with_name(meta["streamer.encoder"])
+    out = model.with_name(f"{model.stem}.int8.onnx")
+    encoder_out = model.with_name(f"{model.stem}.int8.encoder.onnx")
+    t = info.t
+    if len(frames) < t:
+        raise ConfigError(f"calibrating a T={t} model needs at least {t} frames, got {len(frames)}")
+    m = info.pad_multiple
+    h, w = frames.shape[1] // m * m, frames.shape[2] // m * m
+    frames = np.ascontiguousarray(frames[:, :h, :w])
+    features = backend.encode(frames)
+    backend.close()
+    reduce = not {"avx512_vnni", "avx_vnni", "amx_int8"} & set(cpu_isa())
+
+    encoder_model, fusion_model = onnx.load(str(encoder_src)), onnx.load(str(model))
+    keep_encoder, keep_fusion = _convs(encoder_model)[:1], _convs(fusion_model)[-1:]
+    _quantize(
+        encoder_src,
+        encoder_out,
+        [{"frame": frames[i : i + 1]} for i in range(len(frames))],
+        keep_encoder,
+        reduce,
+    )
+    starts = np.linspace(0, len(frames) - t, min(windows, len(frames) - t + 1)).round().astype(int)
+    fusion_feeds = []
+    for start in starts:
+        feed: dict[str, npt.NDArray[Any]] = {"target": frames[start + info.output_position.slot(t)][None]}
+        for k, spec in enumerate(info.features):
+            for slot in range(t):
+                feed[f"{spec.name}_{slot}"] = features[start + slot][k][None]
+        fusion_feeds.append(feed)
+    _quantize(model, out, fusion_feeds, keep_fusion, reduce)
+
+    quantized = onnx.load(str(out))
+    onnx.helper.set_model_props(
+        quantized,
+        {
+            **meta,
+            "streamer.name": f"{meta.get('streamer.name', model.stem)}-int8",
+            "streamer.encoder": encoder_out.name,
+            "streamer.int8": json.dumps(
+                {"activations": "QUInt8", "weights": "QInt8 per-channel", "reduce_range": reduce}
+            ),
+        },
+    )
+    onnx.save(quantized, str(out))
+    return Int8Pair(out, encoder_out, reduce, (*keep_encoder, *keep_fusion))
+
+
+def measure_int8(fp32: Path, int8: Path, frames: int = 30) -> dict[str, Any]:
+    """Quality of ``int8`` against ``fp32`` on held-out footage, and both models' fps, for the card."""
+    from streamer.backend.onnx import OnnxBackend
+    from streamer.bench.metrics import flicker_index, psnr
+    from streamer.bench.quality import add_noise, default_clip, load_clip, model_frames
+
+    clean, _ = load_clip(default_clip(), frames, None)
+    result: dict[str, Any] = {"clip": f"bikes.mp4 (held out), first {len(clean)} frames"}
+    backends = {
+        name: OnnxBackend(p, providers=["CPUExecutionProvider"])
+        for name, p in (("fp32", fp32), ("int8", int8))
+    }
+    try:
+        for label, sigma in (("sigma15", 15.0), ("sigma25", 25.0), ("clean", 0.0)):
+            noisy = add_noise(clean, sigma, seed=0) if sigma else clean
+            row: dict[str, float] = {}
+            for name, backend in backends.items():
+                out = np.stack(list(model_frames(backend, noisy)))
+                row[f"{name}_psnr"] = round(psnr(out, clean), 3)
+                row[f"{name}_flicker"] = round(flicker_index(out, clean), 3)
+            delta = row["int8_psnr"] - row["fp32_psnr"]
+            row["delta_db"] = round(delta, 3) if np.isfinite(delta) else 0.0
+            result[label] = row
+        for w, h in ((640, 360), (1280, 720)):
+            result[f"fps_{w}x{h}"] = {name: round(model_fps(b, w, h), 1) for name, b in backends.items()}
+    finally:
+        for backend in backends.values():
+            backend.close()
+    result["machine"] = {"processor": cpu_name(), "isa": list(cpu_isa()), "onnxruntime": ort.__version__}
+    return result

@@ -1,0 +1,229 @@
+"""``streamer bench live``: can a model tier keep up with a live camera on this machine, and at what cost?
+
+For each frame size and each model (tier), a camera paced at its frame rate publishes through the real
+GStreamer RTSP relay; streamer reads it, enhances with a latency budget and pushes it back; a player
+reads the result (the RTSP path of :mod:`streamer.bench.latency`, whose frame numbers in pixels give
+glass-to-glass latency). Per run: the share of measured frames enhanced, passed through unenhanced and
+lost, p50/p99 latency, the model's own frames per second on that size (timed alone just before, in the
+stream's steady state), and the CPU this process used over the run (camera, relay client, streamer and
+player together: one process; the relay is another and is not counted). The machine line names the CPU
+and its ISA flags, since CPU inference speed follows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from streamer.app import build_backend
+from streamer.assets import DEFAULT_MODEL, STREAMING_MODEL
+from streamer.bench.harness import LoadWatch, Machine, Target, emit, model_fps, parse_sizes, table_footer
+from streamer.bench.latency import Settings, parse_size, run_latency
+from streamer.config import ModelConfig
+from streamer.errors import ConfigError
+
+__all__ = ["LiveRow", "run_from_args", "run_live_bench"]
+
+_SHARE_TARGETS = {(640, 360): 0.99, (1280, 720): 0.95}
+"""Issue targets: the share of frames enhanced live at 30 fps on two cores."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRow:
+    size: str
+    model: str
+    sent: int
+    enhanced: int
+    passed_through: int
+    lost: int
+    source_dropped: int
+    p50_ms: float | None
+    p99_ms: float | None
+    budget_ms: float
+    model_fps: float
+    cpu_percent: float
+    """CPU seconds of this process over the run per wall second, in % of one core."""
+    seconds: float
+
+    @property
+    def enhanced_share(self) -> float:
+        return self.enhanced / self.sent if self.sent else 0.0
+
+
+def _row(model: Path, width: int, height: int, fps: int, seconds: float, budget_ms: float) -> LiveRow:
+    backend = build_backend(ModelConfig(path=model))
+    try:
+        alone = model_fps(backend, width, height)
+        name = backend.info.name
+    finally:
+        backend.close()
+    frames = round(seconds * fps)
+    settings = Settings(
+        width,
+        height,
+        fps,
+        frames,
+        warmup=2 * fps,
+        gate=False,
+        paths=("rtsp",),
+        model=model,
+        budget_ms=budget_ms,
+    )
+    cpu_start, wall_start = os.times(), time.monotonic()
+    report = run_latency(settings)
+    cpu_end, wall = os.times(), time.monotonic() - wall_start
+    if not report.rows:
+        reasons = "; ".join(s.reason for s in report.skipped) or "no result"
+        raise ConfigError(f"bench live needs the RTSP path: {reasons}")
+    row = report.rows[0]
+    cpu = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
+    return LiveRow(
+        size=f"{width}x{height}",
+        model=name,
+        sent=row.sent,
+        enhanced=row.outcomes.get("enhanced", 0),
+        passed_through=row.outcomes.get("budget_passthrough", 0),
+        lost=row.lost + row.outcomes.get("budget_drop", 0),
+        source_dropped=row.source_dropped,
+        p50_ms=row.p50_ms,
+        p99_ms=row.p99_ms,
+        budget_ms=budget_ms,
+        model_fps=alone,
+        cpu_percent=100.0 * cpu / wall if wall > 0 else 0.0,
+        seconds=wall,
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _targets(rows: list[LiveRow]) -> list[Target]:
+    targets = []
+    for (w, h), share in _SHARE_TARGETS.items():
+        size = f"{w}x{h}"
+        mine = [r for r in rows if r.size == size]
+        best = max(mine, key=lambda r: r.enhanced_share, default=None)
+        if best is None:
+            targets.append(Target(f">= {share:.0%} enhanced at {size}", None, "not measured in this run"))
+            continue
+        ok = best.enhanced_share >= share and best.lost == 0 and (best.p99_ms or 0) <= best.budget_ms
+        targets.append(
+            Target(
+                f">= {share:.0%} enhanced at {size}, 0 lost, p99 <= budget (best tier)",
+                ok,
+                f"{best.model}: {best.enhanced_share:.1%} enhanced, {best.lost} lost, "
+                f"p99 {_ms(best.p99_ms)} ms vs budget {best.budget_ms:g} ms",
+            )
+        )
+    return targets
+
+
+def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float, wall_s: float) -> str:
+    header = (
+        f"streamer bench live: RTSP camera paced at {fps} fps -> GStreamer relay -> streamer -> relay -> "
+        f"player, {seconds:g} s measured per run, gate off; {machine.line()}"
+    )
+    names = (
+        "size",
+        "model",
+        "sent",
+        "enhanced",
+        "passed",
+        "lost",
+        "p50 ms",
+        "p99 ms",
+        "budget",
+        "model fps",
+        "CPU %",
+    )
+    cells = [
+        (
+            r.size,
+            r.model,
+            str(r.sent),
+            f"{r.enhanced_share:.1%}",
+            f"{r.passed_through / r.sent:.1%}" if r.sent else "-",
+            str(r.lost),
+            _ms(r.p50_ms),
+            _ms(r.p99_ms),
+            f"{r.budget_ms:g}",
+            f"{r.model_fps:.1f}",
+            f"{r.cpu_percent:.0f}",
+        )
+        for r in rows
+    ]
+    widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
+    line = "  ".join(
+        n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(zip(names, widths, strict=True))
+    )
+    body = [
+        "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in cells
+    ]
+    notes = [
+        "enhanced / passed / lost: of the measured frames the camera sent; passed = left unenhanced because "
+        "the model would have missed the budget; lost = never reached the player or dropped by the budget",
+        "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
+        "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "
+        "encodes one frame and fuses T cached maps), timed just before the run",
+        "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
+        "is not counted",
+    ]
+    return "\n".join([header, "", line, "-" * len(line), *body, *table_footer(notes, _targets(rows), wall_s)])
+
+
+def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: float) -> str:
+    lines = [
+        "| size | model | enhanced | passed through | lost | p50 ms | p99 ms | budget ms | model fps "
+        "| CPU % |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        passed = f"{r.passed_through / r.sent:.1%}" if r.sent else "-"
+        lines.append(
+            f"| {r.size} | {r.model} | {r.enhanced_share:.1%} | {passed} | {r.lost} | {_ms(r.p50_ms)} | "
+            f"{_ms(r.p99_ms)} | {r.budget_ms:g} | {r.model_fps:.1f} | {r.cpu_percent:.0f} |"
+        )
+    lines += ["", f"RTSP at {fps} fps, {seconds:g} s per run, gate off; {machine.line()}."]
+    lines += [f"- {t.verdict} {t.name}: {t.detail}" for t in _targets(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def run_live_bench(
+    sizes: list[tuple[int, int]], models: list[Path], fps: int, seconds: float, budget_ms: float
+) -> tuple[list[LiveRow], Machine, float]:
+    watch = LoadWatch()
+    started = time.monotonic()
+    rows = [_row(m, w, h, fps, seconds, budget_ms) for w, h in sizes for m in models]
+    return rows, watch.machine(), time.monotonic() - started
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    sizes = parse_sizes(args.sizes, "--sizes")
+    for w, h in sizes:
+        parse_size(f"{w}x{h}")  # the frame number must fit: even sides, a minimum size
+    if args.seconds <= 0 or not 1 <= args.fps <= 120 or args.budget_ms <= 0:
+        raise ConfigError(
+            f"--seconds and --budget-ms must be positive and --fps in 1..120; got {args.seconds}, "
+            f"{args.budget_ms}, {args.fps}"
+        )
+    models = [Path(m) for m in args.model] if args.model else [STREAMING_MODEL, DEFAULT_MODEL]
+    for model in models:
+        if not model.is_file():
+            raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model")
+    rows, machine, wall = run_live_bench(sizes, models, args.fps, args.seconds, args.budget_ms)
+    data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
+    return emit(
+        format_table(rows, machine, args.fps, args.seconds, wall),
+        format_markdown(rows, machine, args.fps, args.seconds),
+        data,
+        args.json,
+        args.markdown,
+    )
