@@ -44,6 +44,8 @@ METRICS = {
     "features (once per frame of a run; 0 for other models)",
     "streamer_feature_cache_resets_total": "counter {stream}: runs that emptied a streaming model's feature "
     "cache (a reconnect, timestamp jump, scene cut or size change)",
+    "streamer_budget_miss_warnings_total": "counter {stream}: warnings that over 5% of the frames due for "
+    "enhancement left unenhanced (latency budget) over a minute: the tier, size or budget needs changing",
     "streamer_windows_total": "counter {stream}: windows the motion gate decided on",
     "streamer_windows_skipped_total": "counter {stream}: windows the gate let skip the model",
     "streamer_gate_skip_ratio": "gauge {stream}: skipped / decided windows",
@@ -131,6 +133,7 @@ class _ServiceCollector(Collector):
         reused = _counter("streamer_frames_reused_total", ["stream"])
         encoded = _counter("streamer_frames_encoded_total", ["stream"])
         resets = _counter("streamer_feature_cache_resets_total", ["stream"])
+        misses = _counter("streamer_budget_miss_warnings_total", ["stream"])
         windows = _counter("streamer_windows_total", ["stream"])
         skipped = _counter("streamer_windows_skipped_total", ["stream"])
         ratio = _gauge("streamer_gate_skip_ratio", ["stream"])
@@ -156,6 +159,7 @@ class _ServiceCollector(Collector):
             features = p.feature_stats()
             encoded.add_metric([sid], features.encoded)
             resets.add_metric([sid], features.resets)
+            misses.add_metric([sid], p.miss_stats().warnings)
             windows.add_metric([sid], gate.windows)
             skipped.add_metric([sid], gate.skipped)
             ratio.add_metric([sid], gate.skip_ratio)
@@ -171,7 +175,7 @@ class _ServiceCollector(Collector):
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
         yield from (frames_in, frames_out, dropped, passed, reused, encoded, resets, windows, skipped, ratio)
-        yield reconnects
+        yield from (misses, reconnects)
         yield from (depth, capacity, state)
 
         calls = _counter("streamer_model_calls_total", ["model"])

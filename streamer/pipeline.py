@@ -34,6 +34,7 @@ from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.core.features import FeatureCache, FeatureCacheStats
 from streamer.core.gate import GateReason, MotionGate, SceneCutDetector
 from streamer.core.latency import Admission, LatencyBudget, MissAction
+from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.ring import RingBuffer
 from streamer.core.stats import DurationRecorder
 from streamer.core.windower import Windower, WindowTask
@@ -142,6 +143,7 @@ class Pipeline:
         scene_cuts: SceneCutDetector | None = None,
         scheduler: InferenceScheduler | None = None,
         observe: StageObserver = ignore,
+        misses: MissWatch | None = None,
     ) -> None:
         model = backend.info
         if windower.t != model.t:
@@ -202,6 +204,8 @@ class Pipeline:
         self._run = -1
         self._state: tuple[int, State] | None = None
         """A recurrent model's state and the run it belongs to; only the inference thread touches it."""
+        self._misses = misses if misses is not None else MissWatch()
+        """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
         self._features: FeatureCache[FrameFeatures] = FeatureCache(windower.t, source.stream_id)
         """A streaming model's per-frame features, one run at a time; only the inference thread uses it."""
 
@@ -229,6 +233,10 @@ class Pipeline:
     def outcome_counts(self) -> dict[str, int]:
         """Frames by how they left (or were dropped), so far."""
         return {o.value: self._outcomes[o] for o in Outcome}
+
+    def miss_stats(self) -> MissWatchStats:
+        """How often this stream was warned about for passing over 5% of its frames through in a minute."""
+        return self._misses.stats()
 
     def feature_stats(self) -> FeatureCacheStats:
         """Frames encoded, reused and cache resets of a streaming model (all zero for other models)."""
@@ -456,6 +464,8 @@ class Pipeline:
             return self._count(_Output(frame, frame, Outcome.STRIDE_PASSTHROUGH))
         if work.plan is _Plan.ENHANCE:
             done = enhanced.get(frame.index)
+            if self.budget.budget_ms is not None:
+                self._watch_misses(frame, missed=done is None)
             if done is not None:
                 return self._count(_Output(frame, done, Outcome.ENHANCED))
             if frame.index in dropped:
@@ -465,6 +475,23 @@ class Pipeline:
         if self.on_skip is SkipAction.REUSE and last is not None and last[0] == work.run:
             return self._count(_Output(frame, frame.with_pixels(last[1].pixels), Outcome.REUSED))
         return self._count(_Output(frame, frame, Outcome.GATE_PASSTHROUGH))
+
+    def _watch_misses(self, frame: Frame, missed: bool) -> None:
+        if not self._misses.observe(time.monotonic(), missed):
+            return
+        model = self.backend.info
+        log.warning(
+            "stream %s: %.0f%% of the frames due for enhancement left unenhanced over the last minute "
+            "(model %s at %dx%d, latency.budget_ms %g): this machine cannot keep that up; choose a faster "
+            "model tier (the streaming model, an INT8 file), a smaller resolution, window.stride 2, or a "
+            "larger budget",
+            frame.stream_id,
+            100 * self._misses.share(),
+            model.name,
+            frame.width,
+            frame.height,
+            self.budget.budget_ms,
+        )
 
     def _count(self, out: _Output) -> _Output:
         self._outcomes[out.outcome] += 1

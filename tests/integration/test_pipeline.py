@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from streamer.assets import DEFAULT_MODEL
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import Config, load_config
 from streamer.core.latency import LatencyBudget
+from streamer.core.misswatch import MissWatch
 from streamer.core.windower import Windower
 from streamer.errors import ConfigError, ModelMismatchError
 from streamer.frame import Frame
@@ -79,6 +81,30 @@ def test_model_slower_than_budget_passes_frames_through_and_counts_them() -> Non
     assert report.frames_out == 20
     assert report.outcomes["budget_passthrough"] == 20
     assert report.model_calls == 0
+
+
+def test_a_stream_that_keeps_missing_its_budget_is_warned_about_once_per_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A 1 ms budget is missed by every frame (the centre window's lookahead alone is 66 ms at 30 fps);
+    # a 1 s watch window stands in for the minute.
+    model = str(Path(__file__).parents[2] / "streamer" / "assets" / "temporal_filter_t5.onnx")
+    pipeline = Pipeline(
+        SyntheticSource(width=96, height=64, fps=30, frames=75, realtime=True),
+        NullSink(),
+        OnnxBackend(model),
+        Windower(5),
+        budget=LatencyBudget(1.0),
+        misses=MissWatch(0.05, 1.0),
+    )
+    with caplog.at_level(logging.WARNING, logger="streamer.pipeline"):
+        report = asyncio.run(pipeline.run())
+    assert report.outcomes["budget_passthrough"] >= 70  # frames flushed at the end wait for no lookahead
+    warnings = [
+        r.getMessage() for r in caplog.records if "left unenhanced over the last minute" in r.getMessage()
+    ]
+    assert 1 <= len(warnings) == pipeline.miss_stats().warnings <= 2
+    assert "model temporal_filter_t5 at 96x64, latency.budget_ms 1" in warnings[0]
 
 
 def test_a_poisoned_estimate_recovers_through_a_probe_that_delays_no_frame() -> None:
