@@ -403,12 +403,6 @@ class Pipeline:
         window = work.window
         if window is None or (self._probing is not None and not self._probing.done()):
             return
-        if self.backend.info.streaming:
-            self._probing = asyncio.create_task(
-                self._probe_streaming(work), name=f"probe-{self.source.stream_id}"
-            )
-            return
-
         # Under a key of its own: the stream's own windows may be queued beside it.
         key = f"{self._key}~probe"
 
@@ -416,7 +410,10 @@ class Pipeline:
             self.scheduler.attach(key)
             started = time.monotonic()
             try:
-                await self.scheduler.infer(key, [window])
+                if self.backend.info.streaming:
+                    await self.scheduler.call(lambda: self._fuse(work))
+                else:
+                    await self.scheduler.infer(key, [window])
             except StreamerError as err:
                 log.info("stream %s: a budget probe failed: %s", self.source.stream_id, err)
                 return
@@ -425,15 +422,6 @@ class Pipeline:
             self.budget.observe(time.monotonic() - started)
 
         self._probing = asyncio.create_task(measure(), name=f"probe-{self.source.stream_id}")
-
-    async def _probe_streaming(self, work: _Work) -> None:
-        started = time.monotonic()
-        try:
-            await self.scheduler.call(lambda: self._fuse(work))
-        except StreamerError as err:
-            log.info("stream %s: a budget probe failed: %s", self.source.stream_id, err)
-            return
-        self.budget.observe(time.monotonic() - started)
 
     def _fuse(self, work: _Work) -> Frame:
         """One streaming-model window, on the model's thread: its frames are encoded once per run."""
