@@ -46,7 +46,9 @@ __all__ = [
     "PARITY_TOLERANCE",
     "ExportReport",
     "StateLike",
+    "bench_summary",
     "benchmark_cpu",
+    "card_header",
     "count_macs",
     "cpu_description",
     "export_onnx",
@@ -673,12 +675,19 @@ def benchmark_cpu(
             "runs": runs,
             "seconds": round(elapsed, 2),
         }
+    return bench_summary(
+        result,
+        sizes,
+        "onnxruntime InferenceSession.run, float32 batch 1 in the model's layout (padded), states zero, "
+        "CPUExecutionProvider with default intra-op threads, after 3 warm-up runs",
+    )
+
+
+def bench_summary(result: dict[str, Any], sizes: Sequence[tuple[int, int]], measured: str) -> dict[str, Any]:
+    """A card's ``cpu_benchmark``: the per-size figures, the first size's fps, how and where measured."""
     first = f"{sizes[0][0]}x{sizes[0][1]}"
     result["fps"], result["resolution"], result["batch"] = result[first]["fps"], first, 1
-    result["measured"] = (
-        "onnxruntime InferenceSession.run, float32 batch 1 in the model's layout (padded), states zero, "
-        "CPUExecutionProvider with default intra-op threads, after 3 warm-up runs"
-    )
+    result["measured"] = measured
     result["machine"] = cpu_description()
     return result
 
@@ -730,6 +739,19 @@ def write_card(
     return target
 
 
+def card_header(module: nn.Module, description: str) -> dict[str, Any]:
+    """What every model card says of the module: description, architecture, its config, its size."""
+    from streamer.models.registry import architecture_of  # keeps this module model-agnostic
+
+    config = getattr(module, "config", None)
+    return {
+        "description": description,
+        "architecture": architecture_of(module) or f"{type(module).__module__}.{type(module).__qualname__}",
+        "parameters": config() if callable(config) else None,
+        "parameter_count": sum(p.numel() for p in module.parameters()),
+    }
+
+
 def export_with_card(
     module: nn.Module,
     path: str | os.PathLike[str],
@@ -742,10 +764,7 @@ def export_with_card(
     **export_args: Any,
 ) -> tuple[ExportReport, Path]:
     """``export_onnx`` and then the model card: architecture, size, cost, parity and measured CPU speed."""
-    from streamer.models.registry import architecture_of  # keeps this module model-agnostic
-
     report = export_onnx(module, path, name=name, **export_args)
-    config = getattr(module, "config", None)
     states = tuple(
         _State(str(s["input"]), str(s["output"]), int(s["channels"]), int(s["scale"])) for s in report.states
     )
@@ -759,13 +778,8 @@ def export_with_card(
         states=states,
     )
     hw = _parity_sizes((360, 640), report.pad_multiple)[0]
-    body: dict[str, Any] = {
-        "description": description,
-        "architecture": architecture_of(module) or f"{type(module).__module__}.{type(module).__qualname__}",
-        "parameters": config() if callable(config) else None,
-        "parameter_count": sum(p.numel() for p in module.parameters()),
-        "macs_per_frame_640x360": count_macs(module, _inputs(contract, 1, hw, seed=0, random_state=False)),
-    }
+    body = card_header(module, description)
+    body["macs_per_frame_640x360"] = count_macs(module, _inputs(contract, 1, hw, seed=0, random_state=False))
     if bench:
         body["cpu_benchmark"] = benchmark_cpu(report.path)
     body.update(card or {})

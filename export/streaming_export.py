@@ -39,8 +39,9 @@ from export.onnx_export import (
     MIN_OPSET,
     PARITY_TOLERANCE,
     ExportReport,
+    bench_summary,
+    card_header,
     count_macs,
-    cpu_description,
     metadata_props,
     write_card,
 )
@@ -372,14 +373,12 @@ def benchmark_streaming_cpu(
         }
     finally:
         backend.close()
-    first = f"{sizes[0][0]}x{sizes[0][1]}"
-    result["fps"], result["resolution"], result["batch"] = result[first]["fps"], first, 1
-    result["measured"] = (
+    return bench_summary(
+        result,
+        sizes,
         "streamer's OnnxBackend: encode one uint8 frame + fuse one window of T cached maps per output frame, "
-        "CPUExecutionProvider with default intra-op threads, after 3 warm-up runs"
+        "CPUExecutionProvider with default intra-op threads, after 3 warm-up runs",
     )
-    result["machine"] = cpu_description()
-    return result
 
 
 def export_streaming_with_card(
@@ -394,8 +393,6 @@ def export_streaming_with_card(
     real_frames: bool = True,
 ) -> tuple[StreamingGraphs, Path]:
     """``export_streaming`` and then the model card: both files, the cost per output frame, parity, speed."""
-    from streamer.models.registry import architecture_of
-
     graphs = export_streaming(module, path, name=name, real_frames=real_frames)
     spec: Any = module
     h, w = (-(-v // int(spec.pad_multiple)) * int(spec.pad_multiple) for v in (360, 640))
@@ -404,12 +401,8 @@ def export_streaming_with_card(
     )
     window_macs = count_macs(module, (torch.zeros(1, int(spec.t), 3, h, w),))
     per_frame = window_macs - (int(spec.t) - 1) * encode_macs
-    config = getattr(module, "config", None)
-    body: dict[str, Any] = {
-        "description": description,
-        "architecture": architecture_of(module) or f"{type(module).__module__}.{type(module).__qualname__}",
-        "parameters": config() if callable(config) else None,
-        "parameter_count": sum(p.numel() for p in module.parameters()),
+    body = card_header(module, description)
+    body |= {
         "streaming": {
             "encoder_file": graphs.encoder_path.name,
             "encoder_size_bytes": graphs.encoder_size_bytes,
