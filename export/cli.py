@@ -168,6 +168,25 @@ def _add_export(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--calibrate-frames", type=int, default=32, help="frames --int8 calibrates on (32)")
+    p.add_argument(
+        "--int8-min-psnr",
+        type=float,
+        default=50.0,
+        metavar="DB",
+        help=(
+            "--int8 keeps a convolution in fp32 unless the INT8 graph's output stays within DB of fp32's on "
+            "the calibration windows (PSNR; default 50, about 0.3 dB off a 40 dB denoiser; lower is "
+            "faster and less faithful)"
+        ),
+    )
+    p.add_argument(
+        "--streaming",
+        action="store_true",
+        help=(
+            "export a conv3d model in its streaming form (same function: each frame embedded once, the "
+            "Conv3d over the T cached maps), which --int8 can quantize"
+        ),
+    )
     p.add_argument("--card", type=Path, help="model card path (default: next to --out, .json)")
     p.add_argument("--no-bench", action="store_true", help="skip the CPU speed measurement in the card")
     p.set_defaults(func=_run_export)
@@ -259,6 +278,8 @@ def _run_export(args: argparse.Namespace) -> int:
     if args.pad_multiple is not None:
         overrides["pad_multiple"] = args.pad_multiple
     torch.manual_seed(0)
+    if args.streaming:
+        module = _as_streaming(module, card)
     if is_streaming(module):
         return _export_streaming(module, args, card, overrides)
     if args.int8:
@@ -285,6 +306,19 @@ def _run_export(args: argparse.Namespace) -> int:
         print(f"wrote {report.fp16_path} (fp16, max abs error {report.fp16_max_abs_error:.2g})")
     print(f"wrote {card_path}")
     return 0
+
+
+def _as_streaming(module: Any, card: dict[str, Any]) -> Any:
+    from streamer.models.conv3d import Conv3dEnhancer
+    from streamer.models.streaming import StreamingEnhancer
+
+    if not isinstance(module, Conv3dEnhancer):
+        raise ConfigError(
+            f"--streaming converts conv3d models; {type(module).__name__} is not one (a streaming "
+            "architecture exports as streaming without the flag)"
+        )
+    card["converted_from"] = {"architecture": "conv3d", "parameters": module.config()}
+    return StreamingEnhancer.from_conv3d(module)
 
 
 def _export_streaming(
@@ -322,7 +356,12 @@ def _export_streaming(
         from streamer.bench.harness import finite
 
         frames = calibration_frames(args.calibrate, args.calibrate_frames)
-        pair = quantize_streaming(report.path, frames)
+        pair = quantize_streaming(
+            report.path,
+            frames,
+            min_psnr_db=args.int8_min_psnr,
+            progress=lambda line: print(line, file=sys.stderr),
+        )
         measured = measure_int8(report.path, pair.path)
         body = json.loads(card_path.read_text())
         body["int8"] = {
@@ -331,6 +370,9 @@ def _export_streaming(
             "calibration": f"{args.calibrate}, {len(frames)} frames, Gaussian noise sigma 0/10/25/40 in turn",
             "reduce_range": pair.reduce_range,
             "kept_fp32": list(pair.kept_fp32),
+            "min_psnr_db": pair.min_psnr_db,
+            "calibration_psnr_db": pair.psnr_db,
+            "sensitivity_db": pair.solo_db,
             "measured": measured,
         }
         card_path.write_text(json.dumps(finite(body), indent=2, allow_nan=False) + "\n")

@@ -21,7 +21,7 @@ from torch import nn
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import ResidualBlock, activation
+from streamer.models.conv3d import Conv3dEnhancer, ResidualBlock, activation
 
 __all__ = ["StreamingEnhancer"]
 
@@ -44,22 +44,20 @@ def _mixer(kind: str, inputs: int, outputs: int) -> nn.Module:
 class StreamingEnhancer(nn.Module):
     """(B, T, 3, H, W) float in [0, 1], NTCHW -> (B, 3, H, W); ``encode`` + ``fuse`` for streaming.
 
-    Per frame (``encode``): a 2x2 stride-2 entry (space-to-depth and a 1x1 projection in one op), a 3x3
-    convolution at 1/2 resolution (``half`` channels kept), a strided convolution to 1/4 and a residual
-    block there (``quarter`` channels kept). Per window (``fuse``): the T quarter maps are mixed by a
-    1x1 convolution and a residual block, brought up by depth-to-space, joined with the T half maps
-    mixed by a 1x1 convolution, refined and turned into a residual on the target frame. H and W must
-    be multiples of 4.
+    Per frame (``encode``): a 2x2 stride-2 entry (space-to-depth and a 1x1 projection in one op) gives
+    linear maps at 1/2 resolution (``half`` channels kept); with ``quarter`` > 0, a 3x3 convolution, a
+    strided one and a residual block also give maps at 1/4 resolution (``quarter`` channels kept). Per
+    window (``fuse``): the T half maps are mixed densely by a 3x3 convolution (the early temporal
+    fusion that denoises), taken to 1/4 by a strided convolution and joined there by the mixed quarter
+    maps, through ``blocks`` residual blocks, brought up by depth-to-space, joined with the half-res
+    fusion by a skip, refined and turned into a residual on the target frame. With ``quarter=0`` this
+    is ``Conv3dEnhancer``'s function exactly (``from_conv3d``). H and W must be multiples of 4.
     """
 
     layout: ClassVar[Layout] = Layout.NTCHW
     value_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     state_specs: ClassVar[tuple[()]] = ()
     pad_multiple: ClassVar[int] = 4
-    feature_names: ClassVar[tuple[str, str]] = ("half", "quarter")
-    """The maps ``encode`` returns, in order: the graphs' tensor names and the runtime's cache entries."""
-    feature_scales: ClassVar[tuple[int, int]] = (2, 4)
-    """Downscale of each map against the (padded) frame."""
 
     def __init__(
         self,
@@ -70,14 +68,15 @@ class StreamingEnhancer(nn.Module):
         fused: int = 32,
         refine: int = 16,
         mixing: str = "separable",
+        blocks: int = 1,
     ) -> None:
         super().__init__()
         if mixing not in _MIXING:
             raise ConfigError(f"StreamingEnhancer mixing must be one of {sorted(_MIXING)}; got {mixing!r}")
-        if min(t, half, quarter, fused, refine) < 1:
+        if min(t, half, fused, refine) < 1 or min(quarter, blocks) < 0:
             raise ConfigError(
-                f"StreamingEnhancer needs t, half, quarter, fused, refine >= 1; got t={t}, half={half}, "
-                f"quarter={quarter}, fused={fused}, refine={refine}"
+                f"StreamingEnhancer needs t, half, fused, refine >= 1 and quarter, blocks >= 0; got t={t}, "
+                f"half={half}, quarter={quarter}, fused={fused}, refine={refine}, blocks={blocks}"
             )
         self.t = t
         self.output_position = position
@@ -86,27 +85,70 @@ class StreamingEnhancer(nn.Module):
         self.quarter_channels = quarter
         self.fused = fused
         self.refine_channels = refine
-        self.entry = nn.Conv2d(3, half, 2, stride=2)
-        self.spatial = nn.Conv2d(half, half, 3, padding=1)
-        self.down = nn.Conv2d(half, quarter, 3, stride=2, padding=1)
-        self.frame_block = ResidualBlock(quarter)
         self.mixing = mixing
-        self.mix_quarter = _mixer(mixing, t * quarter, fused)
-        self.window_block = ResidualBlock(fused)
-        self.up = nn.Conv2d(fused, 4 * refine, 1)
-        # The window's linear half maps, mixed densely: the early temporal fusion that denoises.
+        self.blocks = blocks
+        self.entry = nn.Conv2d(3, half, 2, stride=2)
+        if quarter:
+            self.spatial = nn.Conv2d(half, half, 3, padding=1)
+            self.down = nn.Conv2d(half, quarter, 3, stride=2, padding=1)
+            self.frame_block = ResidualBlock(quarter)
+            self.mix_quarter = _mixer(mixing, t * quarter, fused)
         self.mix_half = nn.Conv2d(t * half, refine, 3, padding=1)
         self.fused_down = nn.Conv2d(refine, fused, 3, stride=2, padding=1)
+        self.window_blocks = nn.Sequential(*(ResidualBlock(fused) for _ in range(blocks)))
+        self.up = nn.Conv2d(fused, 4 * refine, 1)
         self.refine = nn.Conv2d(refine, refine, 3, padding=1)
         self.head = nn.Conv2d(refine, 12, 3, padding=1)
         # A near-zero head makes the untrained model (almost) the identity on the target frame.
         nn.init.normal_(self.head.weight, std=1e-3)
         nn.init.zeros_(cast(torch.Tensor, self.head.bias))
 
+    @classmethod
+    def from_conv3d(cls, model: Conv3dEnhancer) -> StreamingEnhancer:
+        """The same function as ``model``, split for streaming: its per-frame embedding becomes the
+        encoder, its Conv3d spanning all T frames a dense 3x3 over the T stacked half maps."""
+        t, embed, features = model.t, model.embed_channels, model.features
+        out = cls(
+            t=t,
+            position=model.output_position,
+            half=embed,
+            quarter=0,
+            fused=model.channels,
+            refine=features,
+            blocks=model.blocks,
+        )
+        with torch.no_grad():
+            out.entry.weight.copy_(model.embed.weight.reshape(embed, 3, 2, 2))
+            cast(torch.Tensor, out.entry.bias).copy_(cast(torch.Tensor, model.embed.bias))
+            fuse = model.fuse.weight.permute(0, 2, 1, 3, 4)  # (out, T, embed, 3, 3): slot-major channels
+            out.mix_half.weight.copy_(fuse.reshape(features, t * embed, 3, 3))
+            cast(torch.Tensor, out.mix_half.bias).copy_(cast(torch.Tensor, model.fuse.bias))
+            for target, source in (
+                (out.fused_down, model.down),
+                (out.window_blocks, model.body),
+                (out.up, model.up),
+                (out.refine, model.refine),
+                (out.head, model.head),
+            ):
+                target.load_state_dict(source.state_dict())
+        return out
+
     @property
-    def feature_channels(self) -> tuple[int, int]:
+    def feature_names(self) -> tuple[str, ...]:
+        """The maps ``encode`` returns, in order: the graphs' tensor names and the runtime's cache entries."""
+        return ("half", "quarter") if self.quarter_channels else ("half",)
+
+    @property
+    def feature_scales(self) -> tuple[int, ...]:
+        """Downscale of each map against the (padded) frame."""
+        return (2, 4) if self.quarter_channels else (2,)
+
+    @property
+    def feature_channels(self) -> tuple[int, ...]:
         """Channels of each cached feature map, in ``encode``'s output order."""
-        return (self.half_channels, self.quarter_channels)
+        if self.quarter_channels:
+            return (self.half_channels, self.quarter_channels)
+        return (self.half_channels,)
 
     def config(self) -> dict[str, int | str]:
         """The constructor's arguments, for checkpoints and model cards."""
@@ -118,20 +160,28 @@ class StreamingEnhancer(nn.Module):
             "fused": self.fused,
             "refine": self.refine_channels,
             "mixing": self.mixing,
+            "blocks": self.blocks,
         }
 
-    def encode(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, 3, H, W) frames in [0, 1] -> their (N, half, H/2, W/2) and (N, quarter, H/4, W/4) features."""
+    def encode(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(N, 3, H, W) frames in [0, 1] -> their (N, half, H/2, W/2) features and, with ``quarter``,
+        their (N, quarter, H/4, W/4) ones."""
         h = self.entry(frames - 0.5)
+        if not self.quarter_channels:
+            return (h,)
         q = activation(self.spatial(activation(h)))
-        q = self.frame_block(activation(self.down(q)))
-        return h, q
+        return h, self.frame_block(activation(self.down(q)))
 
-    def fuse(self, halves: torch.Tensor, quarters: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """A window's features, (B, T*half, H/2, W/2) and (B, T*quarter, H/4, W/4) stacked in slot order,
-        and its target frame (B, 3, H, W) -> the enhanced target frame."""
-        h = activation(self.mix_half(halves))
-        q = self.window_block(activation(self.mix_quarter(quarters) + self.fused_down(h)))
+    def fuse(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """A window's features, one tensor per map in ``feature_names`` order with the T slots stacked
+        on channels ((B, T*half, H/2, W/2), then (B, T*quarter, H/4, W/4)), and its target frame
+        (B, 3, H, W) -> the enhanced target frame."""
+        *maps, target = inputs
+        h = activation(self.mix_half(maps[0]))
+        q = self.fused_down(h)
+        if self.quarter_channels:
+            q = q + self.mix_quarter(maps[1])
+        q = self.window_blocks(activation(q))
         y = activation(h + F.pixel_shuffle(self.up(q), 2))
         y = self.head(activation(self.refine(y)))
         return target + F.pixel_shuffle(y, 2)
@@ -139,9 +189,9 @@ class StreamingEnhancer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, _, c, h, w = x.shape
         t = self.t  # a Python int, not a traced size: export needs the kernels' shapes static
-        halves, quarters = self.encode(x.reshape(b * t, c, h, w))
-        return self.fuse(
-            halves.reshape(b, t * self.half_channels, h // 2, w // 2),
-            quarters.reshape(b, t * self.quarter_channels, h // 4, w // 4),
-            x[:, self.slot],
-        )
+        maps = self.encode(x.reshape(b * t, c, h, w))
+        stacked = [
+            m.reshape(b, t * channels, h // scale, w // scale)
+            for m, channels, scale in zip(maps, self.feature_channels, self.feature_scales, strict=True)
+        ]
+        return self.fuse(*stacked, x[:, self.slot])

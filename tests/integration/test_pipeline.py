@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from streamer.app import build_pipeline
-from streamer.assets import DEFAULT_MODEL
+from streamer.assets import DEFAULT_MODEL, STREAMING_MODEL
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import Config, load_config
 from streamer.core.latency import LatencyBudget
@@ -203,3 +203,21 @@ def test_recurrent_state_is_carried_and_reset_at_a_discontinuity(tmp_path: Path)
     assert report.model_calls == 8
     # h' = (h + frame) / 2 from zero: 100, 150, 175, 188 (rounded), then again from zero after the jump.
     assert levels == [100, 150, 175, 188, 100, 150, 175, 188]
+
+
+def test_streaming_model_encodes_each_frame_of_a_real_clip_once(real_clip: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bikes_streaming.mp4"
+    config = configured(
+        source={"kind": "file", "path": str(real_clip)},
+        model={"path": str(STREAMING_MODEL)},
+        **{"sink.kind": "file", "sink.path": str(out), "gate.enabled": False},
+    )
+    pipeline = build_pipeline(config)
+    report = asyncio.run(pipeline.run())
+    source, written = probe(real_clip), probe(out)
+    assert report.frames_in == report.frames_out == source.frames == written.frames
+    assert written.pts == source.pts
+    assert report.outcomes["enhanced"] == source.frames
+    features = pipeline.feature_stats()
+    assert features.encoded == source.frames  # once each, though every frame is in T windows
+    assert features.resets == report.discontinuities  # each scene cut started an empty cache

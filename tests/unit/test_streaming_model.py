@@ -20,6 +20,7 @@ from streamer.core.windower import Windower
 from streamer.errors import ConfigError, FrameError, ModelError
 from streamer.frame import Frame, Hyperframe
 from streamer.models import StreamingEnhancer
+from streamer.models.conv3d import Conv3dEnhancer
 
 TINY = {"half": 4, "quarter": 8, "fused": 8, "refine": 4}
 
@@ -211,8 +212,60 @@ def test_int8_refuses_window_models_and_bad_calibration(
     out = tmp_path / "c.onnx"
     assert main(["export", "--arch", "conv3d", "--model-arg", "blocks=0", "--out", str(out), "--int8"]) == 2
     assert "--int8 quantizes streaming models" in capsys.readouterr().err
+    assert main(["export", "--arch", "convgru", "--out", str(out), "--streaming"]) == 2
+    assert "--streaming converts conv3d models" in capsys.readouterr().err
     assert not out.exists()
     with pytest.raises(ConfigError, match="not a video file"):
         calibration_frames(str(tmp_path / "missing.mp4"), 4)
     with pytest.raises(ConfigError, match="at least 1"):
         calibration_frames(str(tmp_path / "missing.mp4"), 0)
+
+
+SMALL_CONV3D = {"embed": 4, "features": 6, "channels": 8, "blocks": 1}
+
+
+def _conv3d() -> Conv3dEnhancer:
+    torch.manual_seed(1)
+    model = Conv3dEnhancer(**SMALL_CONV3D)
+    with torch.no_grad():
+        model.head.weight.normal_(0.0, 0.05)
+    return model.eval()
+
+
+def test_a_conv3d_model_streams_as_the_same_function(tmp_path: Path) -> None:
+    window = _conv3d()
+    streaming = StreamingEnhancer.from_conv3d(window).eval()
+    assert streaming.feature_names == ("half",)
+    x = torch.rand(2, 5, 3, 32, 48)
+    with torch.no_grad():
+        assert float((window(x) - streaming(x)).abs().max()) <= PARITY_TOLERANCE
+    graphs = export_streaming(streaming, tmp_path / "s.onnx", name="s")
+    meta = {p.key: p.value for p in onnx.load(graphs.report.path).metadata_props}
+    assert json.loads(meta["streamer.features"]) == [{"name": "half", "channels": 4, "scale": 2}]
+    backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
+    frames = (x[0].permute(0, 2, 3, 1).numpy() * 255).round().astype(np.uint8)
+    out = backend.fuse([backend.encode(frames)], frames[2:3])
+    with torch.no_grad():
+        expected = window(torch.from_numpy(frames).permute(0, 3, 1, 2)[None].float() / 255)
+    levels = np.clip(expected[0].permute(1, 2, 0).numpy() * 255, 0, 255)
+    assert float(np.abs(out[0].astype(np.float64) - levels).max()) <= UINT8_TOLERANCE_LEVELS
+
+
+def test_a_conv3d_export_is_rebuilt_from_its_onnx_file(tmp_path: Path) -> None:
+    from export.onnx_export import export_onnx
+    from export.recover import conv3d_from_onnx, main
+
+    window = _conv3d()
+    path = tmp_path / "w.onnx"
+    export_onnx(window, path, name="w", real_frames=False)
+    rebuilt = conv3d_from_onnx(path)
+    assert rebuilt.config() == window.config()
+    for key, value in window.state_dict().items():
+        assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
+    assert main([str(path), "--out", str(tmp_path / "w.pt")]) == 0
+    assert set(torch.load(tmp_path / "w.pt", weights_only=True)) == set(window.state_dict())
+    with pytest.raises(ConfigError, match="does not exist"):
+        conv3d_from_onnx(tmp_path / "missing.onnx")
+    export_streaming(_tiny(), tmp_path / "s.onnx", name="s", real_frames=False)
+    with pytest.raises(ModelError, match="not an exported Conv3dEnhancer"):
+        conv3d_from_onnx(tmp_path / "s.onnx")

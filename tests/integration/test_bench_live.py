@@ -1,0 +1,61 @@
+"""``streamer bench live`` for a few seconds through the real GStreamer relay: one row per size and tier."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from streamer.assets import STREAMING_MODEL, TEMPORAL_FILTER
+from streamer.bench import register, rtsp_relay
+from streamer.errors import ConfigError
+
+
+def _bench(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="streamer")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["bench", "live", *argv])
+    result: int = args.func(args)
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = rtsp_relay.unavailable()
+    if missing is not None:
+        pytest.skip(f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
+    json_path, md_path = tmp_path / "live.json", tmp_path / "live.md"
+    models = ["--model", str(TEMPORAL_FILTER), "--model", str(STREAMING_MODEL)]
+    argv = ["--sizes", "320x180", "--seconds", "2", "--budget-ms", "2000", *models]
+    assert _bench([*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
+
+    table = capsys.readouterr().out
+    assert "streamer bench live" in table
+    assert "targets:" in table
+    report = json.loads(json_path.read_text())
+    assert [r["model"] for r in report["rows"]] == ["temporal_filter_t5", "stream_t5"]
+    assert report["machine"]["cpu"]
+    assert isinstance(report["machine"]["isa"], list)
+    for row in report["rows"]:
+        assert row["size"] == "320x180"
+        assert row["sent"] == 60
+        assert row["enhanced"] + row["passed_through"] + row["lost"] <= row["sent"]
+        assert row["enhanced"] > 0  # a 2 s budget leaves time for any tier at this size
+        assert row["p50_ms"] <= row["p99_ms"]
+        assert row["model_fps"] > 0
+        assert row["cpu_percent"] > 0
+    assert "| 320x180 | stream_t5 |" in md_path.read_text()
+
+
+def test_bad_arguments_are_one_line_errors() -> None:
+    with pytest.raises(ConfigError, match="WIDTHxHEIGHT"):
+        _bench(["--sizes", "big"])
+    with pytest.raises(ConfigError, match="--seconds and --budget-ms must be positive"):
+        _bench(["--sizes", "320x180", "--seconds", "0"])
+    with pytest.raises(ConfigError, match="is not a file"):
+        _bench(["--sizes", "320x180", "--model", "/nonexistent.onnx"])
