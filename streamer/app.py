@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from fractions import Fraction
 
 from streamer.assets import DEFAULT_MODEL
@@ -40,6 +42,8 @@ from streamer.webrtc.source import WhipSource
 
 __all__ = ["build_backend", "build_pipeline", "build_server", "build_sink", "build_source", "build_stream"]
 
+log = logging.getLogger(__name__)
+
 
 def build_server(config: Config) -> WebRtcServer | None:
     """The WHIP/WHEP server, when the source or the sink speaks WebRTC."""
@@ -54,6 +58,8 @@ def build_server(config: Config) -> WebRtcServer | None:
         w.max_body_bytes,
         stun_servers=tuple(w.stun_servers),
         connect_timeout_s=w.connect_timeout_s,
+        max_sessions=w.max_sessions,
+        max_players=w.max_players,
     )
 
 
@@ -139,7 +145,12 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
 
 def build_backend(model: ModelConfig) -> Backend:
     path = model.path if model.path is not None else DEFAULT_MODEL
-    return OnnxBackend(path, providers=model.providers, threads=model.threads, spin=model.spin)
+    threads = model.threads
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:
+        log.warning("model.threads %d is more than this machine's %d cores; using %d", threads, cores, cores)
+        threads = cores
+    return OnnxBackend(path, providers=model.providers, threads=threads, spin=model.spin)
 
 
 def build_stream(

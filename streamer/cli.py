@@ -25,6 +25,7 @@ from streamer.errors import StreamerError
 from streamer.frame import Frame
 from streamer.logs import configure_logging
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.redact import escape_control, redact_text
 from streamer.service import Service, StreamResult
 
 __all__ = ["main"]
@@ -249,14 +250,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"stream {result.stream_id}")
         if result.report is None:
             print(
-                f"failed      {result.error}" if result.error is not None else "stopped     before it opened"
+                f"failed      {redact_text(str(result.error))}"
+                if result.error is not None
+                else "stopped     before it opened"
             )
             continue
         sink = sinks.get(result.stream_id)
         output = sink.path if sink is not None and sink.kind == "file" else None
         print(format_report(result.report, output))
         if result.error is not None:
-            print(f"failed      {result.error}")
+            print(f"failed      {redact_text(str(result.error))}")
     return EXIT_FAILED if any(r.error is not None for r in results) else 0
 
 
@@ -274,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except StreamerError as exc:
-        print(f"streamer: error: {exc}", file=sys.stderr)
+        print(f"streamer: error: {escape_control(redact_text(str(exc)))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("streamer: interrupted", file=sys.stderr)

@@ -18,6 +18,7 @@ from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
 from streamer.pipeline import SkipAction
 from streamer.samples import resolve_sample
+from streamer.webrtc.ice import is_loopback
 
 __all__ = [
     "Config",
@@ -119,6 +120,8 @@ class WhipSourceConfig(_Strict):
 class FileSinkConfig(_Strict):
     kind: Literal["file"] = "file"
     path: Path
+    overwrite: bool = True
+    """Replace an existing file. A stream added through the control API must set it to true itself."""
     codec: str = "libx264"
     preset: str = "veryfast"
     crf: int = Field(18, ge=0, le=51)
@@ -156,6 +159,10 @@ class WebRtcConfig(_Strict):
     stun_servers: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=1024 * 1024)
     connect_timeout_s: float = Field(20.0, gt=0.0)
+    max_sessions: int = Field(64, ge=1, le=4096)
+    """WHIP and WHEP sessions open at once; an offer past it gets 429."""
+    max_players: int = Field(16, ge=1, le=4096)
+    """WHEP players of one stream at once (each has its own encoder); past it, 429."""
 
 
 class ModelConfig(_Strict):
@@ -163,6 +170,9 @@ class ModelConfig(_Strict):
     """None: the model shipped inside the package."""
     providers: Literal["auto"] | list[str] = "auto"
     threads: int | None = Field(None, ge=1)
+    """onnxruntime intra-op threads; None: its default. More than the machine's cores only contend: a
+    config file's value is cut to them (with a warning, as a config may be written for another
+    machine); a stream added through the control API asking for more is refused."""
     spin: bool = False
     """Let onnxruntime's threads spin between ops: faster alone, slower beside decode and encode."""
 
@@ -200,6 +210,14 @@ class GateConfig(_Strict):
     hold: int = Field(3, ge=1)
     refresh_s: float | None = Field(2.0, gt=0.0)
     on_skip: SkipAction = SkipAction.REUSE
+    tile: int | None = Field(None, ge=8, le=1024)
+    """Decide per tile of this many pixels and enhance only the box of the changed tiles (window models
+    with ``on_skip: reuse``); None: whole frames. ``area_on`` is then the share of a tile that must move."""
+    halo: int = Field(32, ge=0, le=512)
+    """Context around the box the model also sees; at least its receptive field (conv3d_t5: about 26
+    pixels), so the box's pixels equal the whole frame's."""
+    max_region: float = Field(0.5, gt=0.0, le=1.0)
+    """A box (with its halo) covering more of the frame than this runs the whole frame instead."""
 
     @model_validator(mode="after")
     def _ordered(self) -> GateConfig:
@@ -216,6 +234,9 @@ class GateConfig(_Strict):
             area_off=self.area_off,
             hold=self.hold,
             refresh_s=self.refresh_s,
+            tile=self.tile,
+            halo=self.halo,
+            max_region=self.max_region,
         )
 
 
@@ -268,7 +289,33 @@ class HttpConfig(_Strict):
     port: int | None = Field(None, ge=0, le=65535)
     """None: no HTTP endpoint; 0: any free port."""
     token: str | None = Field(None, min_length=1)
-    """Bearer token for adding and removing streams; without one, only loopback clients may."""
+    """Bearer token for every route (adding and removing streams included); without one, reads are open
+    and only trusted loopback clients may add and remove streams."""
+    read_token: str | None = Field(None, min_length=1)
+    """A second bearer token that reads (GET /streams, /metrics) but cannot add or remove: for monitoring."""
+    public_probes: bool = True
+    """/healthz and /readyz answer without a token (Kubernetes probes); false: they need one too."""
+    trust_loopback: bool | None = None
+    """Without a token, loopback clients may add and remove streams. None: only while ``host`` is a
+    loopback address (behind a proxy on the same host, every client looks local: set false)."""
+    media_roots: list[Path] = Field(default_factory=list, max_length=64)
+    """Directories whose files streams added through the API may read (file sources) and write (file
+    sinks); empty: no file paths through the API. Sample clips are always allowed."""
+    model_roots: list[Path] = Field(default_factory=list, max_length=64)
+    """Directories whose ONNX files API streams may load; empty: only the shipped default model."""
+    allowed_hosts: list[str] | None = Field(None, max_length=1024)
+    """Hosts API streams may pull from or push to over RTSP; None: any."""
+    max_streams: int = Field(32, ge=1, le=4096)
+    """Streams running at once, config and API together; an add past it gets 429."""
+    ended_retention_s: float = Field(300.0, ge=0.0, le=86400.0)
+    """An ended stream's status stays in /streams this long, then it is removed with its metrics."""
+    body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
+    """A request body not received in this time gets 408."""
+
+    def trusts_loopback(self) -> bool:
+        if self.trust_loopback is not None:
+            return self.trust_loopback
+        return is_loopback(self.host)
 
 
 SourceConfig = Annotated[

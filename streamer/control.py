@@ -8,24 +8,32 @@
 - ``POST /streams``: add a stream (JSON, one item of the config's ``streams:``) -> 201; 400 for a bad
   stream, 409 for a taken id. ``DELETE /streams/{id}``: drain and remove it -> 200 with its summary.
 
-Adding and removing need ``Authorization: Bearer <http.token>`` when a token is set; without one they
-are allowed from loopback clients only. Bodies are capped at 64 KiB.
+With ``http.token`` set, every route needs ``Authorization: Bearer <token>`` (the probes too when
+``http.public_probes`` is false); ``http.read_token`` opens the GET routes only, for monitoring. Without a
+token, reads are open and adding and removing are allowed from loopback clients only, and only while
+``http.trust_loopback`` holds. A stream added here may use files only under ``http.media_roots`` and
+``http.model_roots`` (:mod:`streamer.confine`); at most ``http.max_streams`` run at once. Bodies are
+capped at 64 KiB and must arrive within ``http.body_timeout_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamer.config import HttpConfig, stream_config
-from streamer.errors import ConfigError, StreamerError, StreamExistsError
+from streamer.confine import ApiPolicy
+from streamer.errors import AccessError, ConfigError, LimitError, StreamerError, StreamExistsError
 from streamer.httpserve import check_bearer, serve
 from streamer.pipeline import PipelineReport
+from streamer.redact import escape_control, redact_text
 from streamer.service import Service
 from streamer.webrtc.ice import is_loopback
 
@@ -34,6 +42,10 @@ __all__ = ["ControlServer"]
 log = logging.getLogger(__name__)
 
 _MAX_BODY = 64 * 1024
+_OPEN, _READ, _CONTROL = "open", "read", "control"
+"""Route access: anyone; a read or control token where one is set; the control token (or trusted loopback)."""
+
+_Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 class ControlServer:
@@ -44,14 +56,19 @@ class ControlServer:
         self.config = config
         self._port = config.port
         self._runner: web.AppRunner | None = None
+        self.policy = ApiPolicy.from_config(config)
         app = web.Application(client_max_size=_MAX_BODY)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/streams", self._list)
-        app.router.add_post("/streams", self._add)
-        app.router.add_get("/streams/{id}", self._one)
-        app.router.add_delete("/streams/{id}", self._remove)
+        probe = _READ if not config.public_probes else _OPEN
+        for method, path, handler, access in (
+            ("GET", "/healthz", self._healthz, probe),
+            ("GET", "/readyz", self._readyz, probe),
+            ("GET", "/metrics", self._metrics, _READ),
+            ("GET", "/streams", self._list, _READ),
+            ("POST", "/streams", self._add, _CONTROL),
+            ("GET", "/streams/{id}", self._one, _READ),
+            ("DELETE", "/streams/{id}", self._remove, _CONTROL),
+        ):
+            app.router.add_route(method, path, self._guarded(handler, access))
         self.app = app
 
     @property
@@ -68,6 +85,34 @@ class ControlServer:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+
+    def _guarded(self, handler: _Handler, access: str) -> _Handler:
+        """``handler`` behind the route's access rule, checked before anything else runs."""
+
+        async def guarded(request: web.Request) -> web.Response:
+            self._authorize(request, access)
+            return await handler(request)
+
+        return guarded
+
+    def _authorize(self, request: web.Request, access: str) -> None:
+        token, read_token = self.config.token, self.config.read_token
+        if access == _OPEN:
+            return
+        if access == _READ:
+            tokens = [t for t in (token, read_token) if t is not None]
+            if tokens:
+                check_bearer(request, *tokens)
+            return
+        if token is not None:
+            check_bearer(request, token)
+            return
+        if not self.config.trusts_loopback() or not is_loopback(request.remote or ""):
+            raise _error(
+                web.HTTPForbidden,
+                "adding and removing streams needs http.token here (only loopback clients of a loopback "
+                "bind are trusted without one); set one and send 'Authorization: Bearer <token>'",
+            )
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "streams": len(self.service.runners)})
@@ -94,7 +139,6 @@ class ControlServer:
         raise _error(web.HTTPNotFound, f"no stream {sid!r}; running: {sorted(self.service.runners)}")
 
     async def _add(self, request: web.Request) -> web.Response:
-        self._authorize(request)
         if request.content_type != "application/json":
             raise _error(web.HTTPUnsupportedMediaType, "send the stream as Content-Type: application/json")
         too_large = web.HTTPRequestEntityTooLarge(
@@ -105,9 +149,16 @@ class ControlServer:
         if request.content_length is not None and request.content_length > _MAX_BODY:
             raise too_large
         try:
-            data: Any = json.loads(await request.read())
+            data: Any = json.loads(await asyncio.wait_for(request.read(), self.config.body_timeout_s))
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
+        except TimeoutError:
+            raise _error(
+                web.HTTPRequestTimeout, f"the body did not arrive within {self.config.body_timeout_s:g} s"
+            ) from None
+        except ConnectionError:
+            log.info("a client hung up while sending a stream to add")
+            raise _error(web.HTTPBadRequest, "the connection closed before the body ended") from None
         except (ValueError, UnicodeDecodeError) as err:
             raise _error(web.HTTPBadRequest, f"the body is not JSON: {err}") from None
         if not isinstance(data, dict):
@@ -115,9 +166,15 @@ class ControlServer:
                 web.HTTPBadRequest, "the body must be a JSON object: one item of the config's streams"
             )
         try:
-            runner = await self.service.add(stream_config(data, self.service.config))
+            stream = stream_config(data, self.service.config)
+            self.policy.check(stream, data)
+            runner = await self.service.add(stream)
         except StreamExistsError as err:
             raise _error(web.HTTPConflict, str(err)) from None
+        except AccessError as err:
+            raise _error(web.HTTPForbidden, str(err)) from None
+        except LimitError as err:
+            raise _error(web.HTTPTooManyRequests, str(err)) from None
         except StreamerError as err:
             raise _error(web.HTTPBadRequest, str(err)) from None
         log.warning("stream %s: added through the control API", runner.id)
@@ -128,32 +185,23 @@ class ControlServer:
         )
 
     async def _remove(self, request: web.Request) -> web.Response:
-        self._authorize(request)
         sid = request.match_info["id"]
         try:
             result = await self.service.remove(sid)
         except ConfigError as err:
             raise _error(web.HTTPNotFound, str(err)) from None
-        body: dict[str, Any] = {"id": sid, "error": None if result.error is None else str(result.error)}
+        body: dict[str, Any] = {
+            "id": sid,
+            "error": None if result.error is None else redact_text(str(result.error)),
+        }
         if result.report is not None:
             body["report"] = _summary(result.report)
         return web.json_response(body)
 
-    def _authorize(self, request: web.Request) -> None:
-        if self.config.token is not None:
-            check_bearer(request, self.config.token)
-            return
-        peer = request.remote or ""
-        if not is_loopback(peer):
-            raise _error(
-                web.HTTPForbidden,
-                "adding and removing streams from another machine needs http.token; set one and send "
-                "'Authorization: Bearer <token>'",
-            )
-
 
 def _error(kind: type[web.HTTPException], reason: str) -> web.HTTPException:
-    return kind(text=reason.replace("\n", " ") + "\n")
+    """One line: credentials masked and control characters escaped, whatever the request put in it."""
+    return kind(text=escape_control(redact_text(reason)) + "\n")
 
 
 def _summary(report: PipelineReport) -> dict[str, Any]:

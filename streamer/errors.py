@@ -21,11 +21,13 @@ inherits the builtin a caller would naturally catch, so ``except ValueError`` an
 from __future__ import annotations
 
 __all__ = [
+    "AccessError",
     "BackendError",
     "ConfigError",
     "EndOfStream",
     "FrameError",
     "FrameEvictedError",
+    "LimitError",
     "ModelError",
     "ModelMismatchError",
     "SinkError",
@@ -42,6 +44,14 @@ class StreamerError(Exception):
 
 class ConfigError(StreamerError, ValueError):
     """Raised when a configuration value is missing, unknown, mistyped or contradictory."""
+
+
+class AccessError(StreamerError, PermissionError):
+    """Raised when a control-API request asks for a file, host or resource it is not allowed."""
+
+
+class LimitError(StreamerError, OverflowError):
+    """Raised when a request would take the process past a configured cap (streams, sessions)."""
 
 
 class StreamExistsError(ConfigError):

@@ -36,11 +36,13 @@ async def serve(app: web.Application, host: str, port: int, setting: str) -> tup
     return runner, bound
 
 
-def check_bearer(request: web.Request, token: str) -> None:
-    """Raises 401 with a one-line reason unless the request carries ``Authorization: Bearer <token>``."""
+def check_bearer(request: web.Request, token: str, *others: str) -> None:
+    """Raises 401 with a one-line reason unless the request carries ``Authorization: Bearer <t>`` for
+    ``token`` or one of ``others``."""
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     given = credentials.strip().encode()
-    if scheme.lower() == "bearer" and hmac.compare_digest(given, token.encode()):
+    matches = [hmac.compare_digest(given, t.encode()) for t in (token, *others)]  # each compared in full
+    if scheme.lower() == "bearer" and any(matches):
         return
     error = ', error="invalid_token"' if scheme else ""
     raise web.HTTPUnauthorized(

@@ -32,14 +32,14 @@ import numpy.typing as npt
 from streamer.backend.base import Backend, FrameFeatures, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.core.features import FeatureCache, FeatureCacheStats
-from streamer.core.gate import GateReason, MotionGate, SceneCutDetector
+from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector
 from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.ring import RingBuffer
 from streamer.core.stats import DurationRecorder
 from streamer.core.windower import Windower, WindowTask
-from streamer.errors import ConfigError, EndOfStream, ModelMismatchError, StreamerError
-from streamer.frame import Frame, Hyperframe, StreamInfo
+from streamer.errors import ConfigError, EndOfStream, ModelMismatchError, SourceError, StreamerError
+from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sources.base import Source
@@ -82,6 +82,8 @@ class _Work:
     plan: _Plan
     run: int
     window: Hyperframe | None = None
+    region: Region | None = None
+    """Set for a region run: ``window`` holds the crop, and only ``region.paste`` replaces the last output."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,15 @@ class Pipeline:
         self.backend = backend
         self.windower = windower
         self.gate = gate if gate is not None else MotionGate(enabled=False)
+        if self.gate.tile is not None and (model.state or model.streaming or on_skip is not SkipAction.REUSE):
+            # A region pasted over the last output needs a window model whose output is a function of
+            # the window alone, and a last output to paste over.
+            log.info(
+                "stream %s: gate.tile ignored: regions need a window model that is neither streaming nor "
+                "recurrent, and gate.on_skip reuse",
+                source.stream_id,
+            )
+            self.gate.tile = None
         self.budget = budget if budget is not None else LatencyBudget()
         self.on_skip = on_skip
         self.cuts = scene_cuts if scene_cuts is not None else SceneCutDetector(None)
@@ -194,6 +205,11 @@ class Pipeline:
         """When the sink write under way started (None: none is): how the service sees a blocked sink."""
         self._frames_in = 0
         self._frames_out = 0
+        self._pixels_due = 0
+        self._pixels_enhanced = 0
+        """Pixels of the windows due, and pixels the model ran on for them (a region run: its crop)."""
+        self._source_error: SourceError | None = None
+        """What ended the source, kept until the frames it had delivered are written."""
         self._model_calls = 0
         self._outcomes: Counter[Outcome] = Counter()
         self._batches: Counter[int] = Counter()
@@ -229,6 +245,11 @@ class Pipeline:
             "passthrough": self._outcomes[Outcome.BUDGET_PASSTHROUGH],
             "dropped": self._outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
         }
+
+    def pixel_stats(self) -> tuple[int, int]:
+        """(pixels of the windows due, pixels the model ran on for them): what the gate saved, tiles
+        included (a region run counts its crop)."""
+        return self._pixels_due, self._pixels_enhanced
 
     def outcome_counts(self) -> dict[str, int]:
         """Frames by how they left (or were dropped), so far."""
@@ -291,6 +312,11 @@ class Pipeline:
                 )
         if error is not None:
             raise error from None
+        failed = self._source_error
+        if failed is not None:
+            raise type(failed)(
+                f"{failed} ({self._frames_out} frames delivered before it were written)"
+            ) from failed
 
     async def _ingest(self, info: StreamInfo) -> None:
         try:
@@ -298,6 +324,9 @@ class Pipeline:
                 try:
                     frame = await self.source.recv()
                 except EndOfStream:
+                    break
+                except SourceError as err:  # what it delivered is still enhanced and written
+                    self._source_error = err
                     break
                 self._frames_in += 1
                 self.last_frame_at = time.monotonic()
@@ -327,7 +356,18 @@ class Pipeline:
         self._observe(Stage.GATE, time.monotonic() - started)
         if decision.reason is GateReason.FIRST and task.run > 0:
             log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
-        return _Work(frame, _Plan.ENHANCE if decision.run_model else _Plan.SKIP, task.run, window)
+        region = decision.region
+        self._pixels_due += frame.width * frame.height
+        if decision.run_model:
+            self._pixels_enhanced += region.crop_pixels if region is not None else frame.width * frame.height
+        if region is not None:
+            top, bottom, left, right = region.crop
+            window = Hyperframe(
+                tuple(f.with_pixels(f.pixels[top:bottom, left:right]) for f in window.frames),
+                window.target,
+                window.fps,
+            )
+        return _Work(frame, _Plan.ENHANCE if decision.run_model else _Plan.SKIP, task.run, window, region)
 
     async def _infer(self) -> None:
         last: tuple[int, Frame] | None = None
@@ -454,6 +494,8 @@ class Pipeline:
             done = enhanced.get(frame.index)
             if self.budget.budget_ms is not None:
                 self._watch_misses(frame, missed=done is None)
+            if done is not None and work.region is not None:
+                done = frame.with_pixels(self._paste(work.region, done, last, work.run))
             if done is not None:
                 return self._count(_Output(frame, done, Outcome.ENHANCED))
             if frame.index in dropped:
@@ -463,6 +505,19 @@ class Pipeline:
         if self.on_skip is SkipAction.REUSE and last is not None and last[0] == work.run:
             return self._count(_Output(frame, frame.with_pixels(last[1].pixels), Outcome.REUSED))
         return self._count(_Output(frame, frame, Outcome.GATE_PASSTHROUGH))
+
+    @staticmethod
+    def _paste(region: Region, crop: Frame, last: tuple[int, Frame] | None, run: int) -> Pixels:
+        """The last output with the region's tiles replaced by their newly enhanced pixels; without a
+        last output of this run (the budget passed it through), the crop over the original frame."""
+        top, bottom, left, right = region.paste
+        y, x = top - region.crop[0], left - region.crop[2]
+        base = last[1].pixels if last is not None and last[0] == run else None
+        if base is None:
+            return crop.pixels
+        out = base.copy()
+        out[top:bottom, left:right] = crop.pixels[y : y + bottom - top, x : x + right - left]
+        return out
 
     def _watch_misses(self, frame: Frame, missed: bool) -> None:
         if not self._misses.observe(time.monotonic(), missed):

@@ -21,9 +21,10 @@ from streamer.app import build_backend, build_server, build_stream
 from streamer.backend.base import Backend
 from streamer.config import Config, StreamConfig
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
-from streamer.errors import ConfigError, StreamerError, StreamExistsError
+from streamer.errors import ConfigError, LimitError, StreamerError, StreamExistsError
 from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OutputHook, Pipeline, PipelineReport
+from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
 from streamer.webrtc.server import WebRtcServer
 
@@ -51,6 +52,11 @@ class _Model:
     scheduler: InferenceScheduler
 
 
+def _model_key(stream: StreamConfig) -> str:
+    """Streams whose model settings are equal share one loaded model and its scheduler."""
+    return stream.model.model_dump_json()
+
+
 class StreamRunner:
     """One supervised stream: its pipeline, its task, its health."""
 
@@ -62,6 +68,7 @@ class StreamRunner:
         self.report: PipelineReport | None = None
         self.error: BaseException | None = None
         self.started = time.monotonic()
+        self.ended_at: float | None = None
 
     @property
     def id(self) -> str:
@@ -101,7 +108,7 @@ class StreamRunner:
             "outcomes": p.outcome_counts(),
             "gate_skip_ratio": round(gate.skip_ratio, 4),
             "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in p.queue_stats()},
-            "error": None if self.error is None else str(self.error),
+            "error": None if self.error is None else redact_text(str(self.error)),
         }
 
 
@@ -196,6 +203,23 @@ class Service:
                 f"stream {stream.id!r} uses WebRTC but this process has no WHIP/WHEP server; start it with "
                 "a WebRTC stream in its config"
             )
+        running = len(self.runners)
+        if running >= self.config.http.max_streams:
+            raise LimitError(
+                f"{running} streams are running, http.max_streams; remove one (DELETE /streams/{{id}}) "
+                "or raise the cap"
+            )
+        if stream.id in self.runners:
+            raise StreamExistsError(
+                f"stream {stream.id!r} is already running; remove it first or pick another id"
+            )
+        key = _model_key(stream)
+        if key not in self._models:  # loading a model can take seconds: never on the event loop
+            backend = await asyncio.to_thread(build_backend, stream.model)
+            if key in self._models:  # another add loaded it meanwhile
+                backend.close()
+            else:
+                self._models[key] = self._new_model(backend)
         runner = self._build(stream)
         self._start(runner)
         return runner
@@ -209,9 +233,26 @@ class Service:
         await self._drain([runner])
         del self.runners[stream_id]
         self.metrics.forget(stream_id)
+        await self._release_models()
         log.warning("stream %s: removed", stream_id)
         self._changed.set()
         return StreamResult(runner.id, runner.report, runner.error)
+
+    async def _release_models(self) -> None:
+        """Close the models no stream uses any more: a session per distinct model config, not for ever."""
+        used = {_model_key(r.config) for r in self.runners.values()}
+        for key in [k for k in self._models if k not in used]:
+            model = self._models.pop(key)
+            await model.scheduler.aclose()
+            model.backend.close()
+
+    async def _reap(self, now: float) -> None:
+        """Streams that ended more than ``http.ended_retention_s`` ago leave /streams and /metrics."""
+        retention = self.config.http.ended_retention_s
+        for runner in list(self.runners.values()):
+            ended = runner.ended_at is not None and now - runner.ended_at >= retention
+            if ended and self.runners.get(runner.id) is runner:
+                await self.remove(runner.id)
 
     def statuses(self) -> list[dict[str, object]]:
         now = time.monotonic()
@@ -227,19 +268,21 @@ class Service:
     # --- internals -------------------------------------------------------------------------------
 
     def _model(self, stream: StreamConfig) -> _Model:
-        key = stream.model.model_dump_json()
+        key = _model_key(stream)
         model = self._models.get(key)
         if model is None:
-            backend = build_backend(stream.model)
-            runtime = self.config.runtime
-            scheduler = InferenceScheduler(
-                backend,
-                runtime.batch_for(backend.info.provider),
-                runtime.max_wait_ms,
-                on_call=self.metrics.call_observer(backend.info.name),
-            )
-            model = self._models[key] = _Model(backend, scheduler)
+            model = self._models[key] = self._new_model(build_backend(stream.model))
         return model
+
+    def _new_model(self, backend: Backend) -> _Model:
+        runtime = self.config.runtime
+        scheduler = InferenceScheduler(
+            backend,
+            runtime.batch_for(backend.info.provider),
+            runtime.max_wait_ms,
+            on_call=self.metrics.call_observer(backend.info.name),
+        )
+        return _Model(backend, scheduler)
 
     def _build(self, stream: StreamConfig) -> StreamRunner:
         if stream.id in self.runners:
@@ -287,6 +330,7 @@ class Service:
             log.exception("stream %s: unexpected error", runner.id)
             runner.error = err
         finally:
+            runner.ended_at = time.monotonic()
             self._changed.set()
 
     async def _drain(self, runners: list[StreamRunner]) -> None:
@@ -315,7 +359,10 @@ class Service:
 
     async def _watch(self) -> None:
         while True:
-            self._log_changes(time.monotonic())
+            now = time.monotonic()
+            self._log_changes(now)
+            if self.config.http.port is not None and not self._stop.is_set():
+                await self._reap(now)
             await asyncio.sleep(_MONITOR_PERIOD_S)
 
     def _log_changes(self, now: float) -> None:

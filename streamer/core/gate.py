@@ -1,9 +1,15 @@
-"""Decides per window whether the model must run, from frame differencing on downscaled luma.
+"""Decides per window whether the model must run, and on which region, from frame differencing on
+downscaled luma.
 
 Surveillance scenes are static most of the time; re-enhancing an unchanged picture wastes the model.
 The gate compares the window's target frame with its *reference* (the last target the model ran on):
 when few enough pixels changed, the reference's enhanced output is still right and is reused. Comparing
 against the reference, not the previous frame, means slow drift accumulates until it triggers a run.
+
+With ``tile`` set, the same comparison is made per tile, each tile against the frame it was last
+enhanced from: a person crossing a parked-car scene changes a few tiles, and only the box around them
+(plus a ``halo`` of context wider than the model's receptive field, so the box's pixels come out as
+they would from the whole frame) goes through the model; the other tiles keep their enhanced pixels.
 """
 
 from __future__ import annotations
@@ -17,7 +23,15 @@ import numpy.typing as npt
 from streamer.errors import ConfigError
 from streamer.frame import Hyperframe, Pixels
 
-__all__ = ["GateDecision", "GateReason", "GateStats", "MotionGate", "SceneCutDetector", "luma_thumbnail"]
+__all__ = [
+    "GateDecision",
+    "GateReason",
+    "GateStats",
+    "MotionGate",
+    "Region",
+    "SceneCutDetector",
+    "luma_thumbnail",
+]
 
 _LUMA = np.array([77, 150, 29], dtype=np.uint16)
 """BT.601 luma weights scaled by 256: Y = (77 R + 150 G + 29 B) >> 8."""
@@ -53,11 +67,28 @@ class GateReason(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Region:
+    """Where a region run works, in full-resolution pixels: the model sees ``crop`` (``paste`` and its
+    halo), and only ``paste`` (whole tiles) replaces the previous output. Boxes are (top, bottom, left,
+    right), bottom and right exclusive."""
+
+    crop: tuple[int, int, int, int]
+    paste: tuple[int, int, int, int]
+
+    @property
+    def crop_pixels(self) -> int:
+        top, bottom, left, right = self.crop
+        return (bottom - top) * (right - left)
+
+
+@dataclass(frozen=True, slots=True)
 class GateDecision:
     run_model: bool
     score: float
     """Fraction of thumbnail pixels whose luma moved more than the threshold since the reference."""
     reason: GateReason
+    region: Region | None = None
+    """Set when only part of the frame must be enhanced (``tile`` mode); None: the whole frame."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +118,9 @@ class MotionGate:
         area_off: float = 0.0025,
         hold: int = 3,
         refresh_s: float | None = 2.0,
+        tile: int | None = None,
+        halo: int = 32,
+        max_region: float = 0.5,
     ) -> None:
         if not 0.0 <= area_off <= area_on <= 1.0:
             raise ConfigError(
@@ -99,6 +133,11 @@ class MotionGate:
             )
         if refresh_s is not None and refresh_s <= 0:
             raise ConfigError(f"gate.refresh_s must be positive seconds or null, got {refresh_s}")
+        if (tile is not None and tile < 8) or halo < 0 or not 0.0 < max_region <= 1.0:
+            raise ConfigError(
+                f"gate.tile must be >= 8 pixels or null, gate.halo >= 0 and gate.max_region in (0, 1]; got "
+                f"{tile}, {halo}, {max_region}"
+            )
         self.enabled = enabled
         self.downscale_width = downscale_width
         self.pixel_threshold = pixel_threshold
@@ -106,6 +145,9 @@ class MotionGate:
         self.area_off = area_off
         self.hold = hold
         self.refresh_s = refresh_s
+        self.tile = tile
+        self.halo = halo
+        self.max_region = max_region
         self._reference: npt.NDArray[np.float32] | None = None
         self._reference_time = 0.0
         self._moving = True
@@ -135,6 +177,8 @@ class MotionGate:
         reference = self._reference
         if reference is None or reference.shape != thumb.shape:
             return self._run(thumb, now, 1.0, GateReason.FIRST)
+        if self.tile is not None:
+            return self._decide_tiles(thumb, reference, window.target_frame.pixels.shape[:2], now)
         score = float(np.count_nonzero(np.abs(thumb - reference) > self.pixel_threshold)) / thumb.size
         if score >= self.area_on:
             self._moving, self._quiet = True, 0
@@ -146,6 +190,61 @@ class MotionGate:
         if self.refresh_s is not None and now - self._reference_time >= self.refresh_s:
             return self._run(thumb, now, score, GateReason.REFRESH)
         return GateDecision(False, score, GateReason.STATIC)
+
+    def _decide_tiles(
+        self,
+        thumb: npt.NDArray[np.float32],
+        reference: npt.NDArray[np.float32],
+        size: tuple[int, ...],
+        now: float,
+    ) -> GateDecision:
+        """Per tile, against what each tile was last enhanced from: nothing changed -> reuse, some tiles
+        -> their bounding box, most of the frame or a due refresh -> the whole frame."""
+        height, width = size[0], size[1]
+        step = height / thumb.shape[0], width / thumb.shape[1]
+        assert self.tile is not None
+        moved = np.abs(thumb - reference) > self.pixel_threshold
+        score = float(np.count_nonzero(moved)) / moved.size
+        if self.refresh_s is not None and now - self._reference_time >= self.refresh_s:
+            return self._run(thumb, now, score, GateReason.REFRESH)
+        rows, cols = -(-height // self.tile), -(-width // self.tile)
+        ys, xs = np.nonzero(moved)
+        # A thumbnail sample covers step pixels: each moved sample marks the tile its centre falls in.
+        ty = np.minimum(((ys + 0.5) * step[0] // self.tile).astype(int), rows - 1)
+        tx = np.minimum(((xs + 0.5) * step[1] // self.tile).astype(int), cols - 1)
+        counts = np.zeros((rows, cols), dtype=np.int64)
+        np.add.at(counts, (ty, tx), 1)
+        per_tile = max(1.0, (self.tile / step[0]) * (self.tile / step[1]))
+        changed = counts / per_tile >= self.area_on
+        if not changed.any():
+            return GateDecision(False, score, GateReason.STATIC)
+        r, c = np.nonzero(changed)
+        paste = (
+            int(r.min()) * self.tile,
+            min(height, (int(r.max()) + 1) * self.tile),
+            int(c.min()) * self.tile,
+            min(width, (int(c.max()) + 1) * self.tile),
+        )
+        crop = (
+            max(0, paste[0] - self.halo),
+            min(height, paste[1] + self.halo),
+            max(0, paste[2] - self.halo),
+            min(width, paste[3] + self.halo),
+        )
+        region = Region(crop, paste)
+        if region.crop_pixels >= self.max_region * height * width:
+            return self._run(thumb, now, score, GateReason.MOTION)
+        # The pasted tiles are re-enhanced from this frame: that is their reference now.
+        top, bottom, left, right = (
+            int(paste[0] / step[0]),
+            int(-(-paste[1] // step[0])),
+            int(paste[2] / step[1]),
+            int(-(-paste[3] // step[1])),
+        )
+        updated = reference.copy()
+        updated[top:bottom, left:right] = thumb[top:bottom, left:right]
+        self._reference = updated
+        return GateDecision(True, score, GateReason.MOTION, region)
 
     def _run(
         self, thumb: npt.NDArray[np.float32], now: float, score: float, reason: GateReason

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator
 from fractions import Fraction
@@ -62,8 +63,17 @@ class FileSource(ThreadedSource):
         self._time_base = Fraction(0)
 
     def _open(self) -> StreamInfo:
-        if not self.path.exists():
-            raise SourceNotFoundError(f"video file '{self.path}' does not exist; check the path")
+        try:
+            mode = self.path.stat().st_mode
+        except FileNotFoundError:
+            raise SourceNotFoundError(f"video file '{self.path}' does not exist; check the path") from None
+        except OSError as exc:
+            raise SourceError(f"video file '{self.path}' cannot be read: {exc.strerror}") from None
+        if not stat.S_ISREG(mode):
+            # Opening a FIFO waits for a writer, and a thread blocked in open() cannot be stopped.
+            raise SourceError(
+                f"'{self.path}' is not a regular file (a FIFO, device or directory); pass a video file"
+            )
         try:
             self._container = av.open(str(self.path))
         except av.error.FFmpegError as exc:

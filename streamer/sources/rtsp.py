@@ -41,6 +41,7 @@ from av.video.frame import VideoFrame
 from streamer.channel import DropPolicy
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
+from streamer.redact import redact_url
 from streamer.sources.base import ThreadedSource
 
 __all__ = [
@@ -61,32 +62,6 @@ Transport = Literal["tcp", "udp"]
 
 DEFAULT_FPS = Fraction(30)
 """Frame rate assumed when the stream states none, so sinks can still size their encoder."""
-
-_SECRET_QUERY_KEYS = ("pass", "pwd", "token", "secret", "key", "auth", "sig")
-"""Query parameters whose values are hidden too: some cameras take credentials there."""
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its user info and secret-looking query values replaced by ``***``.
-
-    ``rtsp://user:pass@cam:554/live?token=x`` -> ``rtsp://***@cam:554/live?token=***``. Anything that
-    shows a URL (logs, errors, stats) goes through this.
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<malformed URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    query = parts.query
-    if query:
-        pairs = [
-            (k, "***" if any(s in k.lower() for s in _SECRET_QUERY_KEYS) else v)
-            for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
-        ]
-        query = urllib.parse.urlencode(pairs, safe="*")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def check_rtsp_url(url: str, what: str) -> None:

@@ -105,7 +105,9 @@ class WebRtcServer:
 
     ``port=0`` binds a free port (see :attr:`url`). ``ice_addresses`` None offers the bind address
     (127.0.0.1 for loopback, every interface for a wildcard bind). A session that has not connected
-    within ``connect_timeout_s`` is ended, so a stale offer cannot hold a stream's publisher slot.
+    within ``connect_timeout_s`` is ended, and a newer publisher replaces one that has not connected,
+    so a stale offer cannot hold a stream's publisher slot. At most ``max_sessions`` sessions are open,
+    ``max_players`` of them players of one stream; past either, an offer gets 429.
     """
 
     def __init__(
@@ -118,6 +120,8 @@ class WebRtcServer:
         *,
         stun_servers: tuple[str, ...] = (),
         connect_timeout_s: float = 20.0,
+        max_sessions: int = 64,
+        max_players: int = 16,
     ) -> None:
         if not token and not is_loopback(host):
             raise ConfigError(
@@ -135,6 +139,8 @@ class WebRtcServer:
         self._max_body = max_body_bytes
         self._stun = stun_servers
         self._connect_timeout = connect_timeout_s
+        self._max_sessions = max_sessions
+        self._max_players = max_players
         self._viewer = importlib.resources.files(__package__).joinpath("viewer.html").read_text("utf-8")
         self._ingests: dict[str, Ingest] = {}
         self._hubs: dict[str, FrameHub] = {}
@@ -236,11 +242,15 @@ class WebRtcServer:
             raise self._unknown("WHIP source", stream, self._ingests)
         offer = await self._read_offer(request, "whip")
         held = self._publishers.get(stream)
-        if held is not None:
+        if held is not None and held.pc.connectionState == "connected":
             raise web.HTTPConflict(
                 text=f"stream {stream!r} already has a publisher; it must leave (DELETE its session URL) or "
                 "disconnect first\n"
             )
+        if held is not None:  # an offer that never connected holds no slot against a newer publisher
+            log.info("WHIP session %s on %s replaced before it connected", held.id, stream)
+            await self._end(held)
+        self._check_room("whip", stream)
         session = self._open_session("whip", stream)
         self._publishers[stream] = session
         answer, video = await self._negotiate(session, offer, "recvonly")
@@ -259,6 +269,7 @@ class WebRtcServer:
         if hub is None:
             raise self._unknown("WHEP stream", stream, self._hubs)
         offer = await self._read_offer(request, "whep")
+        self._check_room("whep", stream)
         session = self._open_session("whep", stream)
         session.track = hub.subscribe()
         answer, _ = await self._negotiate(session, offer, "sendonly")
@@ -327,6 +338,19 @@ class WebRtcServer:
         if problem is not None:
             raise web.HTTPBadRequest(text=problem + "\n")
         return sdp
+
+    def _check_room(self, kind: _Kind, stream: str) -> None:
+        """429 past ``max_sessions`` in all or ``max_players`` on one stream: each session is a peer
+        connection, sockets and (for a player) an encoder, so an unbounded number exhausts the box."""
+        if len(self._sessions) >= self._max_sessions:
+            raise web.HTTPTooManyRequests(
+                text=f"{len(self._sessions)} WebRTC sessions are open (webrtc.max_sessions); retry later\n"
+            )
+        players = sum(1 for s in self._sessions.values() if s.kind == "whep" and s.stream == stream)
+        if kind == "whep" and players >= self._max_players:
+            raise web.HTTPTooManyRequests(
+                text=f"stream {stream!r} has {players} players (webrtc.max_players); try again later\n"
+            )
 
     def _open_session(self, kind: _Kind, stream: str) -> _Session:
         pc = RTCPeerConnection(rtc_configuration(self._stun))

@@ -141,6 +141,15 @@ def test_missing_file_is_source_not_found(tmp_path: Path) -> None:
     assert isinstance(caught.value, FileNotFoundError)
 
 
+def test_a_fifo_or_folder_is_refused_without_blocking_on_open(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.mp4"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer for ever
+
+    for path in (fifo, tmp_path):
+        with pytest.raises(SourceError, match="is not a regular file"):
+            drain(FileSource(path))
+
+
 def test_random_bytes_are_a_source_error_naming_the_file(tmp_path: Path) -> None:
     junk = tmp_path / "junk.mp4"
     junk.write_bytes(np.random.default_rng(7).integers(0, 256, 20_000, dtype=np.uint8).tobytes())

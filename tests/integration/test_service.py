@@ -61,8 +61,11 @@ class Serving:
         self.task = task
         self.results: dict[str, StreamResult] = {}
 
-    async def get(self, path: str) -> tuple[int, Any]:
-        async with aiohttp.ClientSession() as http, http.get(self.control.url + path) as response:
+    async def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(self.control.url + path, headers=headers) as response,
+        ):
             body = (
                 await response.json()
                 if response.content_type == "application/json"
@@ -376,14 +379,15 @@ def test_the_control_api_adds_and_removes_streams_and_refuses_bad_requests() -> 
             status, reason = await post(
                 run, b'{"id": "x", "source": {"kind": "file", "path": "/no/such.mp4"}}', json_auth
             )
-            assert status == 201  # the path is checked when the stream opens: it fails alone
-            await run.wait_states({"x": "failed", "base": "live"})
+            assert status == 403  # no http.media_roots: no file paths through the API
+            assert "http.media_roots is empty" in reason
             assert (await post(run, b'{"id": "base"}', json_auth))[0] == 409
             assert (await post(run, b"[" + b"1," * 40000 + b"1]", json_auth))[0] == 413
             status, _ = await post(run, added, json_auth)
             assert status == 201
             await run.wait_states({"extra": "ended"})
-            status, one = await run.get("/streams/extra")
+            assert (await run.get("/streams/extra"))[0] == 401  # every route needs the token
+            status, one = await run.get("/streams/extra", auth)
             assert status == 200
             assert one["counters"]["out"] == 20
             assert (await delete(run, "extra", {}))[0] == 401
@@ -391,17 +395,17 @@ def test_the_control_api_adds_and_removes_streams_and_refuses_bad_requests() -> 
             assert status == 200
             assert '"frames_out": 20' in text
             assert (await delete(run, "extra", auth))[0] == 404
-            assert (await run.get("/streams/extra"))[0] == 404
-            _, text = await run.get("/metrics")
+            assert (await run.get("/streams/extra", auth))[0] == 404
+            assert (await run.get("/metrics"))[0] == 401
+            _, text = await run.get("/metrics", auth)
             assert 'stream="extra"' not in text
-            status, health = await run.get("/healthz")
+            status, health = await run.get("/healthz")  # probes stay public by default
             assert status == 200
-            assert health["streams"] == 2
+            assert health["streams"] == 1
         return run
 
     run = asyncio.run(scenario())
-    assert set(run.results) == {"base", "x"}
-    assert "does not exist" in str(run.results["x"].error)
+    assert set(run.results) == {"base"}
 
 
 def test_sigterm_drains_closes_a_valid_mp4_and_logs_json_lines_without_secrets(tmp_path: Path) -> None:
@@ -461,3 +465,118 @@ streams:
     assert "stream live: ended" in messages
     assert any(m.startswith("stream nocam: ") for m in messages)
     assert "hunter2" not in stderr
+
+
+def test_the_control_api_confines_files_caps_streams_reaps_ended_ones_and_frees_their_models(
+    tmp_path: Path, real_clip: Path
+) -> None:
+    media, models = tmp_path / "media", tmp_path / "models"
+    media.mkdir()
+    models.mkdir()
+    (media / "clip.mp4").write_bytes(real_clip.read_bytes())
+    (media / "taken.mp4").write_bytes(b"not mine")
+    (models / "fast.onnx").write_bytes(Path(FAST_MODEL).read_bytes())
+    config = config_of(
+        [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
+        **{
+            "http.token": "c0ntrol",
+            "http.read_token": "r3ad",
+            "http.media_roots": [str(media)],
+            "http.model_roots": [str(models)],
+            "http.max_streams": 2,
+            "http.ended_retention_s": 0.0,
+            "http.body_timeout_s": 0.5,
+        },
+    )
+    control = {"Authorization": "Bearer c0ntrol", "Content-Type": "application/json"}
+    read = {"Authorization": "Bearer r3ad"}
+
+    async def post(run: Serving, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(run.control.url + "/streams", json=body, headers=headers) as r,
+        ):
+            return r.status, await r.text()
+
+    async def gone(run: Serving, sid: str) -> None:
+        for _ in range(400):
+            if (await run.get(f"/streams/{sid}", read))[0] == 404:
+                return
+            await asyncio.sleep(0.05)
+        pytest.fail(f"stream {sid} was not reaped")
+
+    async def slow_body(run: Serving) -> bytes:
+        host, port = run.control.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /streams HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer c0ntrol\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"id":'
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readline(), 30)
+        writer.close()
+        return head
+
+    async def scenario() -> None:
+        async with serving(config) as run:
+            await run.wait_states({"base": "live"})
+            assert (await run.get("/streams", read))[0] == 200
+            assert (await run.get("/metrics", read))[0] == 200
+            assert (await post(run, {"id": "r"}, {**read, "Content-Type": "application/json"}))[0] == 401
+            refused = [
+                {"source": {"kind": "file", "path": "/etc/hostname"}},
+                {"source": {"kind": "file", "path": f"{media}/../media/../models/fast.onnx"}},
+                {"sink": {"kind": "file", "path": f"{tmp_path}/escaped.mp4"}},
+                {"sink": {"kind": "file", "path": f"{media}/taken.mp4"}},
+                {"model": {"path": FAST_MODEL}},
+            ]
+            for body in refused:
+                status, reason = await post(run, {"id": "bad", **body}, control)
+                assert status == 403, body
+                assert len(reason.strip().splitlines()) == 1
+            assert (media / "taken.mp4").read_bytes() == b"not mine"
+            assert not (tmp_path / "escaped.mp4").exists()
+            models_before = len(run.service.schedulers())
+            status, _ = await post(
+                run,
+                {
+                    "id": "clip",
+                    "source": {"kind": "file", "path": str(media / "clip.mp4"), "max_frames": 12},
+                    "sink": {"kind": "file", "path": str(media / "out.mp4")},
+                    "model": {"path": str(models / "fast.onnx"), "threads": 1},
+                },
+                control,
+            )
+            assert status == 201
+            assert len(run.service.schedulers()) == models_before + 1  # its own model config
+            status, reason = await post(run, {"id": "third"}, control)
+            assert status == 429
+            assert "http.max_streams" in reason
+            await gone(run, "clip")  # ended, then reaped (retention 0 s)
+            assert probe(media / "out.mp4").frames == 12
+            assert len(run.service.schedulers()) == models_before  # freed with its last stream
+            _, text = await run.get("/metrics", read)
+            assert 'stream="clip"' not in text
+            assert (await slow_body(run)).startswith(b"HTTP/1.1 408")
+            assert (await run.get("/streams/base", read))[0] == 200
+
+    asyncio.run(scenario())
+
+
+def test_without_a_token_only_trusted_loopback_clients_may_add_streams() -> None:
+    config = config_of(
+        [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
+        **{"http.trust_loopback": False, "http.public_probes": False},
+    )
+
+    async def scenario() -> None:
+        async with serving(config) as run:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(run.control.url + "/streams", json={"id": "x"}) as r,
+            ):
+                assert r.status == 403
+                assert "needs http.token" in await r.text()
+            assert (await run.get("/streams"))[0] == 200  # no token at all: reads stay open
+
+    asyncio.run(scenario())

@@ -226,6 +226,15 @@ def test_a_new_publisher_after_the_first_left_starts_a_new_run() -> None:
             first = await publish(http, server, "cam", CountingCamera(first_code=0))
             await source.open()
             before = [await source.recv() for _ in range(10)]
+            pc = RTCPeerConnection(rtc_configuration())
+            pc.addTransceiver("video", direction="sendonly")
+            with restrict_host_addresses(LOOPBACK):
+                await pc.setLocalDescription(await pc.createOffer())
+            sdp = {"Content-Type": "application/sdp", "Authorization": f"Bearer {TOKEN}"}
+            async with http.post(f"{server.url}/whip/cam", data=pc.localDescription.sdp, headers=sdp) as r:
+                assert r.status == 409  # the first is connected: it keeps the slot
+                assert "already has a publisher" in await r.text()
+            await pc.close()
             await leave(http, server, first)
             second = await publish(http, server, "cam", CountingCamera(first_code=500, seed=1))
             after = [await source.recv()]

@@ -89,7 +89,15 @@ def test_thumbnail_is_downscaled_luma() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"area_on": 0.01, "area_off": 0.02}, {"hold": 0}, {"downscale_width": 0}, {"refresh_s": 0.0}],
+    [
+        {"area_on": 0.01, "area_off": 0.02},
+        {"hold": 0},
+        {"downscale_width": 0},
+        {"refresh_s": 0.0},
+        {"tile": 4},
+        {"halo": -1},
+        {"max_region": 0.0},
+    ],
 )
 def test_bad_settings(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
@@ -112,3 +120,39 @@ def test_scene_cut_detection_can_be_off() -> None:
     detector = SceneCutDetector(None)
     assert not detector.is_cut(np.zeros((8, 8, 3), np.uint8))
     assert not detector.is_cut(np.full((8, 8, 3), 255, np.uint8))
+
+
+def test_tiles_send_only_the_box_around_the_change_and_keep_the_rest() -> None:
+    g = gate(downscale_width=64, tile=16, halo=8, max_region=0.9)
+    assert g.decide(scene(0, box_x=20), now=0.0).region is None  # the first window: the whole frame
+    assert not g.decide(scene(1, box_x=20), now=0.1).run_model  # nothing moved
+    moved = g.decide(scene(2, box_x=28), now=0.2)
+    assert moved.run_model
+    assert moved.reason is GateReason.MOTION
+    region = moved.region
+    assert region is not None
+    top, bottom, left, right = region.paste
+    assert (top, bottom) == (16, 48)  # the tiles rows 20..36 fall in, whole tiles
+    assert left <= 20
+    assert right >= 44
+    assert (left % 16, right % 16) == (0, 0)
+    assert right - left <= 48
+    assert region.crop == (top - 8, bottom + 8, left - 8, right + 8)
+    assert region.crop_pixels < H * W / 2
+    # The pasted tiles were enhanced from this frame: the same scene again needs nothing.
+    assert not g.decide(scene(3, box_x=28), now=0.3).run_model
+
+
+def test_tiles_fall_back_to_the_whole_frame_for_big_changes_and_refreshes() -> None:
+    g = gate(downscale_width=64, tile=16, halo=8, max_region=0.5, refresh_s=1.0)
+    g.decide(scene(0), now=0.0)
+    lit = g.decide(scene(1, light=40), now=0.1)  # the lights go up: every tile changed
+    assert lit.run_model
+    assert lit.region is None
+    assert not g.decide(scene(2, light=40), now=0.5).run_model
+    refresh = g.decide(scene(3, light=40), now=1.2)
+    assert refresh.reason is GateReason.REFRESH
+    assert refresh.region is None
+    edge = g.decide(scene(4, box_x=W - 16, light=40), now=1.3)
+    assert edge.region is not None
+    assert edge.region.crop[3] == W  # clipped to the frame

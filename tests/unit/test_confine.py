@@ -1,0 +1,106 @@
+"""What a stream added through the control API may touch: files under the roots, nothing else."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamer.config import HttpConfig, StreamConfig
+from streamer.confine import ApiPolicy
+from streamer.errors import AccessError
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> dict[str, Path]:
+    media, models, outside = tmp_path / "media", tmp_path / "models", tmp_path / "outside"
+    for d in (media, models, outside):
+        d.mkdir()
+    (media / "clip.mp4").write_bytes(b"x")
+    (outside / "secret.mp4").write_bytes(b"x")
+    (models / "m.onnx").write_bytes(b"x")
+    (outside / "m.onnx").write_bytes(b"x")
+    (media / "link.mp4").symlink_to(outside / "secret.mp4")
+    (media / "dirlink").symlink_to(outside)
+    return {"media": media, "models": models, "outside": outside}
+
+
+def _policy(roots: dict[str, Path], **extra: Any) -> ApiPolicy:
+    return ApiPolicy.from_config(
+        HttpConfig(media_roots=[roots["media"]], model_roots=[roots["models"]], **extra)
+    )
+
+
+def _check(policy: ApiPolicy, body: dict[str, Any]) -> None:
+    policy.check(StreamConfig.model_validate(body), body)
+
+
+def test_files_under_the_roots_are_allowed(roots: dict[str, Path]) -> None:
+    policy = _policy(roots)
+    _check(policy, {"source": {"kind": "file", "path": str(roots["media"] / "clip.mp4")}})
+    _check(policy, {"sink": {"kind": "file", "path": str(roots["media"] / "new.mp4")}})
+    _check(policy, {"model": {"path": str(roots["models"] / "m.onnx")}})
+    _check(policy, {"source": {"kind": "file", "path": "sample:bikes"}})  # shipped with the package
+    _check(policy, {"sink": {"kind": "file", "path": str(roots["media"] / "clip.mp4"), "overwrite": True}})
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"source": {"kind": "file", "path": "/etc/passwd"}}, "outside http.media_roots"),
+        ({"source": {"kind": "file", "path": "{media}/../outside/secret.mp4"}}, "outside http.media_roots"),
+        ({"source": {"kind": "file", "path": "{media}/link.mp4"}}, "outside http.media_roots"),
+        ({"source": {"kind": "file", "path": "{media}/dirlink/secret.mp4"}}, "outside http.media_roots"),
+        ({"source": {"kind": "file", "path": "{media}/missing.mp4"}}, "cannot be resolved"),
+        ({"source": {"kind": "file", "path": "{media}"}}, "not a regular file"),
+        ({"source": {"kind": "file", "path": "clip.mp4"}}, "must be an absolute path"),
+        ({"source": {"kind": "file", "path": "{media}/" + "a" * 5000}}, "cannot be resolved"),
+        ({"sink": {"kind": "file", "path": "{outside}/x.mp4"}}, "outside http.media_roots"),
+        ({"sink": {"kind": "file", "path": "{media}/../outside/x.mp4"}}, "outside http.media_roots"),
+        ({"sink": {"kind": "file", "path": "{media}/dirlink/x.mp4"}}, "outside http.media_roots"),
+        ({"sink": {"kind": "file", "path": "{media}/clip.mp4"}}, "exists; pick a new name"),
+        ({"sink": {"kind": "file", "path": "{media}/link.mp4", "overwrite": True}}, "not a regular file"),
+        ({"model": {"path": "{outside}/m.onnx"}}, "outside http.model_roots"),
+        ({"model": {"path": "{media}/clip.mp4"}}, "outside http.model_roots"),
+    ],
+)
+def test_anything_else_is_refused_naming_the_field(
+    roots: dict[str, Path], body: dict[str, Any], reason: str
+) -> None:
+    def fill(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, str):
+            return value.replace("{media}", str(roots["media"])).replace("{outside}", str(roots["outside"]))
+        return value
+
+    with pytest.raises(AccessError, match=re.escape(reason)):
+        _check(_policy(roots), fill(body))
+
+
+def test_no_roots_means_no_file_paths_through_the_api(roots: dict[str, Path]) -> None:
+    policy = ApiPolicy.from_config(HttpConfig())
+    with pytest.raises(AccessError, match=re.escape("http.media_roots is empty")):
+        _check(policy, {"source": {"kind": "file", "path": str(roots["media"] / "clip.mp4")}})
+    with pytest.raises(AccessError, match=re.escape("http.model_roots is empty")):
+        _check(policy, {"model": {"path": str(roots["models"] / "m.onnx")}})
+    _check(policy, {"source": {"kind": "synthetic"}, "sink": {"kind": "null"}})
+
+
+def test_rtsp_hosts_can_be_limited() -> None:
+    policy = ApiPolicy.from_config(HttpConfig(allowed_hosts=["cam.local", "127.0.0.1"]))
+    _check(policy, {"source": {"kind": "rtsp", "url": "rtsp://u:p@CAM.local:554/x"}})
+    with pytest.raises(AccessError, match=re.escape("sink.url names a host outside http.allowed_hosts")):
+        _check(policy, {"sink": {"kind": "rtsp", "url": "rtsp://203.0.113.9/push"}})
+    with pytest.raises(AccessError, match=re.escape("source.url")):
+        _check(policy, {"source": {"kind": "rtsp", "url": "rtsp://cam.local.evil.example/x"}})
+
+
+def test_model_threads_past_the_cores_are_refused(roots: dict[str, Path]) -> None:
+    cores = os.cpu_count() or 1
+    _check(_policy(roots), {"model": {"threads": cores}})
+    with pytest.raises(AccessError, match=re.escape(f"more than this machine's {cores} cores")):
+        _check(_policy(roots), {"model": {"threads": cores + 98}})
