@@ -212,12 +212,14 @@ class GateConfig(_Strict):
     on_skip: SkipAction = SkipAction.REUSE
     tile: int | None = Field(None, ge=8, le=1024)
     """Decide per tile of this many pixels and enhance only the box of the changed tiles (window models
-    with ``on_skip: reuse``); None: whole frames. ``area_on`` is then the share of a tile that must move."""
+    with ``on_skip: reuse``); None: whole frames."""
     halo: int = Field(32, ge=0, le=512)
     """Context around the box the model also sees; at least its receptive field (conv3d_t5: about 26
     pixels), so the box's pixels equal the whole frame's."""
     max_region: float = Field(0.5, gt=0.0, le=1.0)
     """A box (with its halo) covering more of the frame than this runs the whole frame instead."""
+    tile_area: float = Field(0.05, gt=0.0, le=1.0)
+    """Share of a tile's thumbnail samples that must move in one frame of the window for it to change."""
 
     @model_validator(mode="after")
     def _ordered(self) -> GateConfig:
@@ -237,6 +239,7 @@ class GateConfig(_Strict):
             tile=self.tile,
             halo=self.halo,
             max_region=self.max_region,
+            tile_area=self.tile_area,
         )
 
 

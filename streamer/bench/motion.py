@@ -8,10 +8,13 @@ PyAV (H.264, crf 12) and decoded again: those decoded frames are the clean refer
 the file with seeded Gaussian sensor noise added on read (``source.noise_sigma``), so the model has
 something to do and the gate must ride over noise.
 
-The same pipeline (default config, default model, null sink) runs twice on the same noisy input: gate
-off (every window through the model) and gate on (``gate.*`` from the config, ``on_skip: reuse``). Each
-frame written is scored against its clean frame: PSNR over the frames where the object is in view
-(*moving*) and over the rest (*static*).
+The same pipeline (default config, default model, null sink) runs three times on the same noisy input:
+gate off (every window through the model), gate on (``gate.*`` from the config, ``on_skip: reuse``)
+and tiles (gate on with ``gate.tile``: only the box of the changed tiles, with its halo, goes through
+the model). Each frame written is scored against its clean frame: PSNR over the frames where the object
+is in view (*moving*) and over the rest (*static*). The tiles run also counts the pixels the model ran
+on, against the whole-frame gate's, and its seam: the mean difference from the gate-off output on the
+pixels next to a tile border, against the mean difference elsewhere.
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ MIN_REDUCTION = 0.80
 """Model calls the gate must save on the scene, against the gate off."""
 MAX_PSNR_LOSS_DB = 0.1
 """How much lower PSNR on the moving frames may be with the gate on."""
+MIN_PIXEL_SAVING = 3.0
+"""How many times fewer pixels the tiles run must put through the model than the whole-frame gate."""
+MAX_SEAM_RATIO = 1.2
+"""Tile-border difference from the gate-off output, over the difference elsewhere: 1 is no seam."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +102,12 @@ class GateRun:
     psnr_all: float
     fps: float
     outcomes: dict[str, int]
+    pixels_enhanced: int
+    """Pixels the model ran on (a region run counts its crop, halo included)."""
+    seam_border: float | None = None
+    """Tiles run: mean |output - gate-off output| within 2 px of a tile border, 0..255."""
+    seam_interior: float | None = None
+    """The same away from tile borders."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +122,9 @@ class MotionReport:
     runs: tuple[GateRun, ...]
     reduction: float
     """1 - gate-on model windows / gate-off model windows."""
+    tile: int
+    pixel_saving: float
+    """Pixels the whole-frame gate put through the model over those the tiles run did."""
     targets: tuple[Target, ...]
     notes: tuple[str, ...]
     wall_s: float
@@ -182,8 +198,15 @@ def _mean(values: Sequence[float]) -> float:
 # The runs
 
 
-def _run(config: Config, gate: bool, clean: Sequence[Pixels], scene: Scene) -> GateRun:
-    written: dict[int, Pixels] = {}
+def _run(
+    config: Config,
+    label: str,
+    clean: Sequence[Pixels],
+    scene: Scene,
+    written: dict[int, Pixels],
+    reference: dict[int, Pixels] | None = None,
+) -> GateRun:
+    """One run; ``written`` receives its output frames, ``reference`` (the gate-off run's) measures a seam."""
 
     def hook(source: Frame, sent: Frame, outcome: Outcome) -> None:
         written[source.index] = sent.pixels
@@ -197,8 +220,11 @@ def _run(config: Config, gate: bool, clean: Sequence[Pixels], scene: Scene) -> G
     scores = {i: _psnr(pixels, clean[i]) for i, pixels in written.items()}
     moving = [s for i, s in scores.items() if first <= i <= last]
     static = [s for i, s in scores.items() if not first <= i <= last]
+    border = interior = None
+    if reference is not None and config.gate.tile is not None:
+        border, interior = _seam(written, reference, config.gate.tile)
     return GateRun(
-        gate="on" if gate else "off",
+        gate=label,
         frames=report.frames_out,
         model_windows=report.windows_enhanced,
         model_calls=report.model_calls,
@@ -208,12 +234,35 @@ def _run(config: Config, gate: bool, clean: Sequence[Pixels], scene: Scene) -> G
         psnr_all=_mean(list(scores.values())),
         fps=report.fps,
         outcomes={k: v for k, v in report.outcomes.items() if v},
+        pixels_enhanced=pipeline.pixel_stats()[1],
+        seam_border=border,
+        seam_interior=interior,
     )
 
 
-def check_targets(off: GateRun, on: GateRun) -> list[Target]:
+def _seam(written: dict[int, Pixels], reference: dict[int, Pixels], tile: int) -> tuple[float, float]:
+    """Mean |written - reference| on pixels within 2 px of a tile border, and on the others."""
+    h, w = next(iter(written.values())).shape[:2]
+    near = np.zeros((h, w), dtype=bool)
+    for k in range(tile, h, tile):
+        near[max(0, k - 2) : k + 2] = True
+    for k in range(tile, w, tile):
+        near[:, max(0, k - 2) : k + 2] = True
+    border = interior = 0.0
+    for i, pixels in written.items():
+        diff = np.abs(pixels.astype(np.int16) - reference[i]).mean(axis=2)
+        border += float(diff[near].mean())
+        interior += float(diff[~near].mean())
+    return border / len(written), interior / len(written)
+
+
+def check_targets(off: GateRun, on: GateRun, tiles: GateRun) -> list[Target]:
     reduction = 1 - on.model_windows / off.model_windows if off.model_windows else 0.0
     loss = off.psnr_moving - on.psnr_moving
+    saving = on.pixels_enhanced / tiles.pixels_enhanced if tiles.pixels_enhanced else 0.0
+    tile_loss = off.psnr_moving - tiles.psnr_moving
+    border, interior = tiles.seam_border or 0.0, tiles.seam_interior or 0.0
+    seam = border / interior if interior else 1.0
     return [
         Target(
             f"model calls cut by >= {MIN_REDUCTION:.0%} against the gate off",
@@ -225,10 +274,25 @@ def check_targets(off: GateRun, on: GateRun) -> list[Target]:
             bool(loss <= MAX_PSNR_LOSS_DB),
             f"{on.psnr_moving:.2f} vs {off.psnr_moving:.2f} dB ({-loss:+.2f} dB)",
         ),
+        Target(
+            f"tiles: >= {MIN_PIXEL_SAVING:g}x fewer pixels through the model than the whole-frame gate",
+            saving >= MIN_PIXEL_SAVING,
+            f"{saving:.2f}x ({tiles.pixels_enhanced:,} vs {on.pixels_enhanced:,} pixels)",
+        ),
+        Target(
+            f"tiles: PSNR on the moving frames within {MAX_PSNR_LOSS_DB} dB of always running the model",
+            bool(tile_loss <= MAX_PSNR_LOSS_DB),
+            f"{tiles.psnr_moving:.2f} vs {off.psnr_moving:.2f} dB ({-tile_loss:+.2f} dB)",
+        ),
+        Target(
+            f"tiles: no seam (difference from gate off at tile borders <= {MAX_SEAM_RATIO:g}x elsewhere)",
+            seam <= MAX_SEAM_RATIO,
+            f"{seam:.2f}x ({border:.2f} vs {interior:.2f} levels)",
+        ),
     ]
 
 
-def run_motion(scene_args: dict[str, Any], extra: dict[str, Any]) -> MotionReport:
+def run_motion(scene_args: dict[str, Any], extra: dict[str, Any], tile: int = 32) -> MotionReport:
     watch = LoadWatch()
     started = time.monotonic()
     scene, frames = make_scene(**scene_args)
@@ -240,8 +304,9 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any]) -> MotionRepor
         first, last = scene.moving
         noisy = [_psnr(noise(c), c) for c in clean]
         runs = []
+        reference: dict[int, Pixels] = {}
         config = load_config(None, extra)
-        for gate in (False, True):
+        for label, gate in (("off", {"gate.enabled": False}), ("on", {}), ("tiles", {"gate.tile": tile})):
             config = load_config(
                 None,
                 {
@@ -251,15 +316,19 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any]) -> MotionRepor
                     "source.seed": scene.seed,
                     "sink.kind": "null",
                     **extra,
-                    "gate.enabled": gate,
+                    "gate.enabled": True,
+                    **gate,
                 },
             )
-            runs.append(_run(config, gate, clean, scene))
-    off, on = runs
+            written = reference if label == "off" else {}
+            runs.append(_run(config, label, clean, scene, written, None if label == "off" else reference))
+            del written
+        reference.clear()
+    off, on, tiles = runs
     backend = build_backend(config.model)
     model, provider = backend.info, backend.info.provider
     backend.close()
-    gate_settings = config.gate.model_dump(mode="json", exclude={"enabled"})
+    gate_settings = config.gate.model_dump(mode="json", exclude={"enabled", "tile"})
     notes = [
         f"scene: scikit-image's rocket (background) and chelsea's head ({scene.object_size[0]}x"
         f"{scene.object_size[1]} px) crossing during frames {first}-{last} of {scene.frames} "
@@ -268,7 +337,9 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any]) -> MotionRepor
         "model windows: windows that went through the model; calls: backend calls (runtime.max_batch "
         f"{config.runtime.batch_for(provider)} windows each at most); fps: frames written / wall time, "
         "file read as fast as the pipeline goes",
-        "gate " + ", ".join(f"{k}={v}" for k, v in gate_settings.items()),
+        "gate " + ", ".join(f"{k}={v}" for k, v in gate_settings.items()) + f"; tiles: gate.tile={tile}",
+        "Mpx: pixels through the model (a tiles run counts each crop, halo included); seam: mean "
+        "|output - gate-off output| within 2 px of a tile border / elsewhere, 0..255",
     ]
     return MotionReport(
         machine=watch.machine(),
@@ -278,9 +349,11 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any]) -> MotionRepor
         gate_settings=gate_settings,
         input_psnr_moving=_mean(noisy[first : last + 1]),
         input_psnr_static=_mean(noisy[:first] + noisy[last + 1 :]),
-        runs=(off, on),
+        runs=(off, on, tiles),
         reduction=1 - on.model_windows / off.model_windows if off.model_windows else 0.0,
-        targets=tuple(check_targets(off, on)),
+        tile=tile,
+        pixel_saving=on.pixels_enhanced / tiles.pixels_enhanced if tiles.pixels_enhanced else 0.0,
+        targets=tuple(check_targets(off, on, tiles)),
         notes=tuple(notes),
         wall_s=time.monotonic() - started,
     )
@@ -294,39 +367,54 @@ def format_table(report: MotionReport) -> str:
     )
     lines = [wrapped(header), ""]
     head = (
-        f"{'gate':<6}  {'model windows':>13}  {'calls':>5}  {'reused':>6}  {'PSNR moving':>11}  "
-        f"{'PSNR static':>11}  {'PSNR all':>8}  {'fps':>6}"
+        f"{'gate':<6}  {'model windows':>13}  {'calls':>5}  {'reused':>6}  {'Mpx':>7}  {'PSNR moving':>11}  "
+        f"{'PSNR static':>11}  {'PSNR all':>8}  {'seam':>11}  {'fps':>6}"
     )
     lines += [head, "-" * len(head)]
     lines.append(
-        f"{'input':<6}  {'—':>13}  {'—':>5}  {'—':>6}  {report.input_psnr_moving:>11.2f}  "
-        f"{report.input_psnr_static:>11.2f}  {'':>8}  {'—':>6}"
+        f"{'input':<6}  {'—':>13}  {'—':>5}  {'—':>6}  {'—':>7}  {report.input_psnr_moving:>11.2f}  "
+        f"{report.input_psnr_static:>11.2f}  {'':>8}  {'—':>11}  {'—':>6}"
     )
     for r in report.runs:
         lines.append(
-            f"{r.gate:<6}  {r.model_windows:>13}  {r.model_calls:>5}  {r.reused:>6}  {r.psnr_moving:>11.2f}  "
-            f"{r.psnr_static:>11.2f}  {r.psnr_all:>8.2f}  {r.fps:>6.1f}"
+            f"{r.gate:<6}  {r.model_windows:>13}  {r.model_calls:>5}  {r.reused:>6}  "
+            f"{r.pixels_enhanced / 1e6:>7.1f}  {r.psnr_moving:>11.2f}  {r.psnr_static:>11.2f}  "
+            f"{r.psnr_all:>8.2f}  {_seam_text(r):>11}  {r.fps:>6.1f}"
         )
-    lines += ["", f"model windows cut by {report.reduction:.1%}"]
+    lines += [
+        "",
+        f"model windows cut by {report.reduction:.1%}; tiles: {report.pixel_saving:.2f}x fewer pixels "
+        "through the model than the whole-frame gate",
+    ]
     lines += table_footer(report.notes, report.targets, report.wall_s)
     return "\n".join(lines)
+
+
+def _seam_text(run: GateRun) -> str:
+    if run.seam_border is None or run.seam_interior is None:
+        return "—"
+    return f"{run.seam_border:.2f}/{run.seam_interior:.2f}"
 
 
 def format_markdown(report: MotionReport) -> str:
     s = report.scene
     lines = [
-        "| gate | model windows | backend calls | reused | PSNR moving (dB) | PSNR static (dB) | fps |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        f"| noisy input | — | — | — | {report.input_psnr_moving:.2f} | {report.input_psnr_static:.2f} | — |",
+        "| gate | model windows | backend calls | reused | Mpx through the model | PSNR moving (dB) | "
+        "PSNR static (dB) | seam border/elsewhere | fps |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| noisy input | — | — | — | — | {report.input_psnr_moving:.2f} | "
+        f"{report.input_psnr_static:.2f} | — | — |",
     ]
     for r in report.runs:
         lines.append(
-            f"| {r.gate} | {r.model_windows} | {r.model_calls} | {r.reused} | {r.psnr_moving:.2f} | "
-            f"{r.psnr_static:.2f} | {r.fps:.1f} |"
+            f"| {r.gate} | {r.model_windows} | {r.model_calls} | {r.reused} | "
+            f"{r.pixels_enhanced / 1e6:.1f} | {r.psnr_moving:.2f} | {r.psnr_static:.2f} | {_seam_text(r)} | "
+            f"{r.fps:.1f} |"
         )
     lines += [
         "",
-        f"Model windows cut by {report.reduction:.1%}.",
+        f"Model windows cut by {report.reduction:.1%}; tiles ({report.tile} px): {report.pixel_saving:.2f}x "
+        "fewer pixels through the model than the whole-frame gate.",
         "",
         *markdown_targets(report.targets),
         "",
@@ -357,5 +445,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "fps": args.fps,
     }
-    report = run_motion(scene, extra)
+    if not 8 <= args.tile <= 1024:
+        raise ConfigError(f"--tile {args.tile} must be 8..1024 pixels")
+    report = run_motion(scene, extra, args.tile)
     return emit(format_table(report), format_markdown(report), asdict(report), args.json, args.markdown)

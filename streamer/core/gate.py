@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamer.errors import ConfigError
-from streamer.frame import Hyperframe, Pixels
+from streamer.frame import Frame, Hyperframe, Pixels
 
 __all__ = [
     "GateDecision",
@@ -32,6 +32,9 @@ __all__ = [
     "SceneCutDetector",
     "luma_thumbnail",
 ]
+
+_THUMBS_KEPT = 32
+"""Thumbnails kept for the tile gate: more than any window's frames."""
 
 _LUMA = np.array([77, 150, 29], dtype=np.uint16)
 """BT.601 luma weights scaled by 256: Y = (77 R + 150 G + 29 B) >> 8."""
@@ -121,6 +124,7 @@ class MotionGate:
         tile: int | None = None,
         halo: int = 32,
         max_region: float = 0.5,
+        tile_area: float = 0.05,
     ) -> None:
         if not 0.0 <= area_off <= area_on <= 1.0:
             raise ConfigError(
@@ -133,10 +137,15 @@ class MotionGate:
             )
         if refresh_s is not None and refresh_s <= 0:
             raise ConfigError(f"gate.refresh_s must be positive seconds or null, got {refresh_s}")
-        if (tile is not None and tile < 8) or halo < 0 or not 0.0 < max_region <= 1.0:
+        if (
+            (tile is not None and tile < 8)
+            or halo < 0
+            or not 0.0 < max_region <= 1.0
+            or not 0 < tile_area <= 1
+        ):
             raise ConfigError(
-                f"gate.tile must be >= 8 pixels or null, gate.halo >= 0 and gate.max_region in (0, 1]; got "
-                f"{tile}, {halo}, {max_region}"
+                f"gate.tile must be >= 8 pixels or null, gate.halo >= 0, gate.max_region and gate.tile_area "
+                f"in (0, 1]; got {tile}, {halo}, {max_region}, {tile_area}"
             )
         self.enabled = enabled
         self.downscale_width = downscale_width
@@ -148,7 +157,9 @@ class MotionGate:
         self.tile = tile
         self.halo = halo
         self.max_region = max_region
+        self.tile_area = tile_area
         self._reference: npt.NDArray[np.float32] | None = None
+        self._thumbs: dict[tuple[int, tuple[int, ...]], npt.NDArray[np.float32]] = {}
         self._reference_time = 0.0
         self._moving = True
         self._quiet = 0
@@ -158,6 +169,7 @@ class MotionGate:
     def reset(self) -> None:
         """Forget the reference: the next window runs the model."""
         self._reference = None
+        self._thumbs.clear()
         self._moving = True
         self._quiet = 0
 
@@ -178,7 +190,10 @@ class MotionGate:
         if reference is None or reference.shape != thumb.shape:
             return self._run(thumb, now, 1.0, GateReason.FIRST)
         if self.tile is not None:
-            return self._decide_tiles(thumb, reference, window.target_frame.pixels.shape[:2], now)
+            # Every frame of the window counts: a temporal model's output at a pixel moves when a
+            # neighbour frame changes there, even where the target frame did not.
+            masks = [np.abs(self._thumb(f) - reference) > self.pixel_threshold for f in window.frames]
+            return self._decide_tiles(thumb, masks, window.target_frame.pixels.shape[:2], now)
         score = float(np.count_nonzero(np.abs(thumb - reference) > self.pixel_threshold)) / thumb.size
         if score >= self.area_on:
             self._moving, self._quiet = True, 0
@@ -191,45 +206,60 @@ class MotionGate:
             return self._run(thumb, now, score, GateReason.REFRESH)
         return GateDecision(False, score, GateReason.STATIC)
 
+    def _thumb(self, frame: Frame) -> npt.NDArray[np.float32]:
+        """A frame's thumbnail, computed once though the frame stands in T windows."""
+        key = (frame.index, frame.pixels.shape)
+        thumb = self._thumbs.get(key)
+        if thumb is None:
+            thumb = self._thumbs[key] = luma_thumbnail(frame.pixels, self.downscale_width)
+            while len(self._thumbs) > _THUMBS_KEPT:
+                del self._thumbs[next(iter(self._thumbs))]
+        return thumb
+
     def _decide_tiles(
         self,
         thumb: npt.NDArray[np.float32],
-        reference: npt.NDArray[np.float32],
+        masks: list[npt.NDArray[np.bool_]],
         size: tuple[int, ...],
         now: float,
     ) -> GateDecision:
         """Per tile, against what each tile was last enhanced from: nothing changed -> reuse, some tiles
-        -> their bounding box, most of the frame or a due refresh -> the whole frame."""
+        -> their bounding box, most of the frame or a due refresh -> the whole frame. ``masks``: the
+        moved thumbnail samples of each frame of the window."""
+        assert self.tile is not None
+        assert self._reference is not None
         height, width = size[0], size[1]
         step = height / thumb.shape[0], width / thumb.shape[1]
-        assert self.tile is not None
-        moved = np.abs(thumb - reference) > self.pixel_threshold
+        moved = np.logical_or.reduce(masks)
         score = float(np.count_nonzero(moved)) / moved.size
         if self.refresh_s is not None and now - self._reference_time >= self.refresh_s:
             return self._run(thumb, now, score, GateReason.REFRESH)
         rows, cols = -(-height // self.tile), -(-width // self.tile)
-        ys, xs = np.nonzero(moved)
-        # A thumbnail sample covers step pixels: each moved sample marks the tile its centre falls in.
-        ty = np.minimum(((ys + 0.5) * step[0] // self.tile).astype(int), rows - 1)
-        tx = np.minimum(((xs + 0.5) * step[1] // self.tile).astype(int), cols - 1)
-        counts = np.zeros((rows, cols), dtype=np.int64)
-        np.add.at(counts, (ty, tx), 1)
         per_tile = max(1.0, (self.tile / step[0]) * (self.tile / step[1]))
-        changed = counts / per_tile >= self.area_on
+        # A tile changed when, in one frame of the window, more than tile_area of it moved: per frame,
+        # so sensor noise scattered over T frames does not add up to a change.
+        changed = np.zeros((rows, cols), dtype=bool)
+        for mask in masks:
+            changed |= self._tile_counts(mask, step, rows, cols) / per_tile >= self.tile_area
         if not changed.any():
             return GateDecision(False, score, GateReason.STATIC)
-        r, c = np.nonzero(changed)
+        # The model's output moves wherever a change is within its reach (``halo``), even in a tile that
+        # did not change: the box takes the changed samples' extent plus the halo, out to whole tiles.
+        ys, xs = np.nonzero(moved)
+        keep = changed[self._tile_of(ys, step[0], rows), self._tile_of(xs, step[1], cols)]
+        ys, xs = ys[keep], xs[keep]
+        tile, halo = self.tile, self.halo
         paste = (
-            int(r.min()) * self.tile,
-            min(height, (int(r.max()) + 1) * self.tile),
-            int(c.min()) * self.tile,
-            min(width, (int(c.max()) + 1) * self.tile),
+            max(0, int(ys.min() * step[0]) - halo) // tile * tile,
+            min(height, -(-(int((ys.max() + 1) * step[0]) + halo) // tile) * tile),
+            max(0, int(xs.min() * step[1]) - halo) // tile * tile,
+            min(width, -(-(int((xs.max() + 1) * step[1]) + halo) // tile) * tile),
         )
         crop = (
-            max(0, paste[0] - self.halo),
-            min(height, paste[1] + self.halo),
-            max(0, paste[2] - self.halo),
-            min(width, paste[3] + self.halo),
+            max(0, paste[0] - halo),
+            min(height, paste[1] + halo),
+            max(0, paste[2] - halo),
+            min(width, paste[3] + halo),
         )
         region = Region(crop, paste)
         if region.crop_pixels >= self.max_region * height * width:
@@ -241,10 +271,23 @@ class MotionGate:
             int(paste[2] / step[1]),
             int(-(-paste[3] // step[1])),
         )
-        updated = reference.copy()
+        updated = self._reference.copy()
         updated[top:bottom, left:right] = thumb[top:bottom, left:right]
         self._reference = updated
         return GateDecision(True, score, GateReason.MOTION, region)
+
+    def _tile_of(self, samples: npt.NDArray[np.intp], step: float, count: int) -> npt.NDArray[np.intp]:
+        """The tile each thumbnail sample's centre falls in, along one axis."""
+        assert self.tile is not None
+        return np.minimum(((samples + 0.5) * step // self.tile).astype(np.intp), count - 1)
+
+    def _tile_counts(
+        self, mask: npt.NDArray[np.bool_], step: tuple[float, float], rows: int, cols: int
+    ) -> npt.NDArray[np.int64]:
+        ys, xs = np.nonzero(mask)
+        counts = np.zeros((rows, cols), dtype=np.int64)
+        np.add.at(counts, (self._tile_of(ys, step[0], rows), self._tile_of(xs, step[1], cols)), 1)
+        return counts
 
     def _run(
         self, thumb: npt.NDArray[np.float32], now: float, score: float, reason: GateReason

@@ -44,15 +44,20 @@ def test_gate_off_and_on_run_on_the_same_input(tmp_path: Path, capsys: pytest.Ca
     assert _bench(argv) == 0
 
     report = json.loads(json_path.read_text())
-    off, on = report["runs"]
-    assert (off["gate"], on["gate"]) == ("off", "on")
-    assert off["frames"] == on["frames"] == 40
+    off, on, tiles = report["runs"]
+    assert (off["gate"], on["gate"], tiles["gate"]) == ("off", "on", "tiles")
+    assert off["frames"] == on["frames"] == tiles["frames"] == 40
     assert off["model_windows"] == 40
+    assert off["pixels_enhanced"] == 40 * 160 * 90
     assert on["model_windows"] + on["reused"] == 40
     assert report["reduction"] == pytest.approx(1 - on["model_windows"] / 40)
-    assert all(20 < run[key] < 60 for run in (off, on) for key in ("psnr_moving", "psnr_static"))
+    assert all(20 < run[key] < 60 for run in (off, on, tiles) for key in ("psnr_moving", "psnr_static"))
+    assert 0 < tiles["pixels_enhanced"] <= on["pixels_enhanced"]
+    assert tiles["seam_border"] is not None
+    assert tiles["seam_interior"] is not None
     assert report["gate_settings"]["on_skip"] == "reuse"
-    assert [t["name"][:11] for t in report["targets"]] == ["model calls", "PSNR on the"]
+    names = [t["name"][:11] for t in report["targets"]]
+    assert names == ["model calls", "PSNR on the", "tiles: >= 3", "tiles: PSNR", "tiles: no s"]
 
     out = " ".join(capsys.readouterr().out.split())  # unwrapped
     assert "load average" in out
@@ -60,20 +65,41 @@ def test_gate_off_and_on_run_on_the_same_input(tmp_path: Path, capsys: pytest.Ca
     assert "| noisy input |" in md_path.read_text()
 
 
-def _run(gate: str, windows: int, psnr_moving: float) -> GateRun:
-    return GateRun(gate, 300, windows, windows, 300 - windows, psnr_moving, 35.0, 35.0, 30.0, {})
+def _run(
+    gate: str, windows: int, psnr_moving: float, pixels: int = 0, seam: tuple[float, float] | None = None
+) -> GateRun:
+    border, interior = seam if seam is not None else (None, None)
+    counts = (300, windows, windows, 300 - windows)
+    return GateRun(gate, *counts, psnr_moving, 35.0, 35.0, 30.0, {}, pixels, border, interior)
 
 
 def test_targets_pass_and_fail_on_the_numbers() -> None:
-    off = _run("off", 300, 33.75)
-    assert [t.passed for t in check_targets(off, _run("on", 40, 33.70))] == [True, True]
-    assert [t.passed for t in check_targets(off, _run("on", 61, 33.80))] == [False, True]
-    assert [t.passed for t in check_targets(off, _run("on", 36, 33.28))] == [True, False]
+    off = _run("off", 300, 33.75, 300 * 1000)
+    tiles = _run("tiles", 40, 33.70, 12_000, (1.0, 1.0))
+    assert [t.passed for t in check_targets(off, _run("on", 40, 33.70, 40_000), tiles)] == [True] * 5
+    assert [t.passed for t in check_targets(off, _run("on", 61, 33.80, 61_000), tiles)][:2] == [False, True]
+    assert [t.passed for t in check_targets(off, _run("on", 36, 33.28, 36_000), tiles)][:2] == [True, False]
+    on = _run("on", 40, 33.70, 40_000)
+    worse = [
+        _run("tiles", 40, 33.70, 20_000, (1.0, 1.0)),  # only 2x fewer pixels
+        _run("tiles", 40, 33.60, 12_000, (1.0, 1.0)),  # 0.15 dB lost on the moving frames
+        _run("tiles", 40, 33.70, 12_000, (1.5, 1.0)),  # a seam
+    ]
+    assert [[t.passed for t in check_targets(off, on, w)][2:] for w in worse] == [
+        [False, True, True],
+        [True, False, True],
+        [True, True, False],
+    ]
 
 
 @pytest.mark.parametrize(
     ("argv", "flag"),
-    [(["--moving", "1.5"], "--moving"), (["--frames", "5"], "--frames"), (["--size", "33x20"], "--size")],
+    [
+        (["--moving", "1.5"], "--moving"),
+        (["--frames", "5"], "--frames"),
+        (["--size", "33x20"], "--size"),
+        (["--tile", "4"], "--tile"),
+    ],
 )
 def test_bad_arguments_are_config_errors(argv: list[str], flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):

@@ -21,6 +21,7 @@ from streamer.core.windower import Windower
 from streamer.errors import ConfigError, ModelMismatchError
 from streamer.frame import Frame
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.samples import sample_clip
 from streamer.sinks.null import NullSink
 from streamer.sources.synthetic import SyntheticSource
 from tests.media import probe
@@ -221,3 +222,45 @@ def test_streaming_model_encodes_each_frame_of_a_real_clip_once(real_clip: Path,
     features = pipeline.feature_stats()
     assert features.encoded == source.frames  # once each, though every frame is in T windows
     assert features.resets == report.discontinuities  # each scene cut started an empty cache
+
+
+def _crossing_scene(path: Path, frames: int) -> Path:
+    """bikes.mp4's first frame, still, with a white square crossing it; lossless, so only the square moves."""
+    with av.open(str(sample_clip("bikes"))) as clip:
+        background = next(clip.decode(video=0)).to_ndarray(format="rgb24")
+    h, w = background.shape[:2]
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = w, h, "bgr0"
+        for i in range(frames):
+            pixels = background.copy()
+            pixels[100:148, 40 + 6 * i : 88 + 6 * i] = (250, 250, 240)
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")))
+        out.mux(stream.encode(None))
+    return path
+
+
+def test_the_tile_gate_enhances_only_the_box_around_a_moving_subject(tmp_path: Path) -> None:
+    clip = _crossing_scene(tmp_path / "scene.mkv", 30)
+    outputs: dict[str, dict[int, np.ndarray]] = {"whole": {}, "tiles": {}}
+    pixels = {}
+    for name, gate in (("whole", {"gate.enabled": False}), ("tiles", {"gate.tile": 64})):
+        config = configured(source={"kind": "file", "path": str(clip)}, **{"gate.refresh_s": None, **gate})
+        written = outputs[name]
+
+        def keep(src: Frame, out: Frame, _: Outcome, written: dict[int, np.ndarray] = written) -> None:
+            written[src.index] = out.pixels
+
+        pipeline = build_pipeline(config, on_output=keep)
+        report = asyncio.run(pipeline.run())
+        assert report.frames_out == 30
+        pixels[name] = pipeline.pixel_stats()
+    due, whole = pixels["whole"]
+    assert due == whole == 30 * 640 * 272
+    assert pixels["tiles"][0] == due
+    assert pixels["tiles"][1] * 3 <= whole  # the box and its halo, not the frame
+    for index in range(30):
+        diff = np.abs(outputs["tiles"][index].astype(np.int16) - outputs["whole"][index])
+        # Away from the square the scene is still, so reused pixels equal fresh ones; the box is run
+        # with a halo wider than the model's reach, so its pixels equal the whole frame's.
+        assert int(diff.max()) <= 1, index
