@@ -44,18 +44,19 @@ __all__ = [
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No inf or nan anywhere: an infinite timeout or backoff overflows where it is used, a nan compares false.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class FileSourceConfig(_Strict):
     kind: Literal["file"] = "file"
     path: Path
     """Any file PyAV reads (its first video stream is used), or ``sample:NAME`` for a sample clip."""
-    max_frames: int | None = Field(None, ge=1)
+    max_frames: int | None = Field(None, ge=1, le=10**9)
     """Stop after this many frames; None reads the whole file."""
     noise_sigma: float = Field(0.0, ge=0.0, le=128.0)
     """Gaussian noise added on read (0..255 units): a known degradation for demos and benchmarks."""
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
 
     @field_validator("path", mode="before")
     @classmethod
@@ -69,9 +70,9 @@ class SyntheticSourceConfig(_Strict):
     width: int = Field(640, ge=16, le=7680)
     height: int = Field(360, ge=16, le=4320)
     fps: int = Field(30, ge=1, le=240)
-    frames: int | None = Field(300, ge=1)
+    frames: int | None = Field(300, ge=1, le=10**9)
     noise_sigma: float = Field(0.0, ge=0.0, le=128.0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     realtime: bool = False
 
 
@@ -81,11 +82,11 @@ _STREAM_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 class _Backoff(_Strict):
     reconnect: bool = True
     """Reconnect after a failure, a stall or the end; false: the first failure stops the run."""
-    max_attempts: int | None = Field(None, ge=1)
+    max_attempts: int | None = Field(None, ge=1, le=10**6)
     """Consecutive failed attempts before giving up; null retries for ever."""
-    backoff_initial_s: float = Field(0.5, gt=0.0)
+    backoff_initial_s: float = Field(0.5, gt=0.0, le=3600.0)
     """First retry delay; doubles after each failure."""
-    backoff_max_s: float = Field(10.0, gt=0.0)
+    backoff_max_s: float = Field(10.0, gt=0.0, le=3600.0)
     """Cap on the retry delay."""
     jitter: float = Field(0.2, ge=0.0, lt=1.0)
     """Each delay varies by +/- this fraction, so many clients do not retry in lockstep."""
@@ -100,9 +101,9 @@ class RtspSourceConfig(_Backoff):
     url: str
     """rtsp:// or rtsps:// URL; inline credentials are fine, they are never logged."""
     transport: Literal["tcp", "udp"] = "tcp"
-    open_timeout_s: float = Field(5.0, gt=0.0)
-    read_timeout_s: float = Field(5.0, gt=0.0)
-    stall_timeout_s: float = Field(5.0, gt=0.0)
+    open_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
+    read_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
+    stall_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     """No frame for this long: drop the connection and reconnect."""
 
 
@@ -110,7 +111,7 @@ class WhipSourceConfig(_Strict):
     kind: Literal["whip"] = "whip"
     stream: str = Field("0", pattern=_STREAM_ID)
     """Publishers POST to /whip/{stream}."""
-    open_timeout_s: float | None = Field(None, gt=0.0)
+    open_timeout_s: float | None = Field(None, gt=0.0, le=86400.0)
     """How long to wait for the first publisher; None waits for ever."""
     end_on_unpublish: bool = False
     fps: int = Field(30, ge=1, le=240)
@@ -125,8 +126,8 @@ class FileSinkConfig(_Strict):
     codec: str = "libx264"
     preset: str = "veryfast"
     crf: int = Field(18, ge=0, le=51)
-    bitrate: int | None = Field(None, ge=1)
-    gop: int | None = Field(None, ge=1)
+    bitrate: int | None = Field(None, ge=1, le=10**9)
+    gop: int | None = Field(None, ge=1, le=10**4)
 
 
 class NullSinkConfig(_Strict):
@@ -137,12 +138,12 @@ class RtspSinkConfig(_Backoff):
     kind: Literal["rtsp"] = "rtsp"
     url: str
     """rtsp:// or rtsps:// URL to publish to (ANNOUNCE/RECORD)."""
-    bitrate: int = Field(2_000_000, ge=1)
-    gop: int = Field(30, ge=1)
+    bitrate: int = Field(2_000_000, ge=1, le=10**9)
+    gop: int = Field(30, ge=1, le=10**4)
     preset: str = "ultrafast"
     tune: str = "zerolatency"
     transport: Literal["tcp", "udp"] = "tcp"
-    timeout_s: float = Field(5.0, gt=0.0)
+    timeout_s: float = Field(5.0, gt=0.0, le=600.0)
 
 
 class WhepSinkConfig(_Strict):
@@ -154,11 +155,11 @@ class WhepSinkConfig(_Strict):
 class WebRtcConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-    token: str | None = Field(None, min_length=1)
+    token: str | None = Field(None, min_length=1, max_length=4096)
     ice_addresses: list[str] | None = None
     stun_servers: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=1024 * 1024)
-    connect_timeout_s: float = Field(20.0, gt=0.0)
+    connect_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
     max_sessions: int = Field(64, ge=1, le=4096)
     """WHIP and WHEP sessions open at once; an offer past it gets 429."""
     max_players: int = Field(16, ge=1, le=4096)
@@ -169,7 +170,7 @@ class ModelConfig(_Strict):
     path: Path | None = None
     """None: the model shipped inside the package."""
     providers: Literal["auto"] | list[str] = "auto"
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=1024)
     """onnxruntime intra-op threads; None: its default. More than the machine's cores only contend: a
     config file's value is cut to them (with a warning, as a config may be written for another
     machine); a stream added through the control API asking for more is refused."""
@@ -178,13 +179,13 @@ class ModelConfig(_Strict):
 
 
 class WindowConfig(_Strict):
-    t: int | None = Field(None, ge=1)
+    t: int | None = Field(None, ge=1, le=256)
     """None: the model's T. A number must equal it."""
-    stride: int = Field(1, ge=1)
+    stride: int = Field(1, ge=1, le=256)
     position: OutputPosition | None = None
     """None: the model's output position."""
     edge: EdgePolicy = EdgePolicy.REPLICATE
-    max_gap_s: float | None = Field(1.0, gt=0.0)
+    max_gap_s: float | None = Field(1.0, gt=0.0, le=3600.0)
     scene_cut: float | None = Field(40.0, gt=0.0, le=255.0)
     """Mean luma change (0..255) between frames that counts as an editing cut and ends the run."""
 
@@ -203,12 +204,12 @@ class WindowConfig(_Strict):
 
 class GateConfig(_Strict):
     enabled: bool = True
-    downscale_width: int = Field(160, ge=8)
+    downscale_width: int = Field(160, ge=8, le=7680)
     pixel_threshold: float = Field(12.0, ge=0.0, le=255.0)
     area_on: float = Field(0.005, ge=0.0, le=1.0)
     area_off: float = Field(0.0025, ge=0.0, le=1.0)
-    hold: int = Field(3, ge=1)
-    refresh_s: float | None = Field(2.0, gt=0.0)
+    hold: int = Field(3, ge=1, le=10**4)
+    refresh_s: float | None = Field(2.0, gt=0.0, le=86400.0)
     on_skip: SkipAction = SkipAction.REUSE
     tile: int | None = Field(None, ge=8, le=1024)
     """Decide per tile of this many pixels and enhance only the box of the changed tiles (window models
@@ -244,7 +245,7 @@ class GateConfig(_Strict):
 
 
 class LatencyConfig(_Strict):
-    budget_ms: float | None = Field(None, gt=0.0)
+    budget_ms: float | None = Field(None, gt=0.0, le=60_000.0)
     on_miss: MissAction = MissAction.PASSTHROUGH
 
     def build(self) -> LatencyBudget:
@@ -258,12 +259,12 @@ class RuntimeConfig(_Strict):
     max_wait_ms: float = Field(5.0, ge=0.0, le=1000.0)
     """How long a window may wait for windows of other streams to join its batch."""
     queue_size: int = Field(8, ge=1, le=1024)
-    ring_capacity: int | None = Field(None, ge=1)
-    drain_timeout_s: float = Field(10.0, gt=0.0)
+    ring_capacity: int | None = Field(None, ge=1, le=1024)
+    drain_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
     """On SIGTERM/SIGINT or removal, how long in-flight frames may take to drain before sinks are closed."""
-    stall_after_s: float = Field(5.0, gt=0.0)
+    stall_after_s: float = Field(5.0, gt=0.0, le=3600.0)
     """No frame from a source for this long: the stream reports ``stalled``."""
-    sink_blocked_after_s: float = Field(2.0, gt=0.0)
+    sink_blocked_after_s: float = Field(2.0, gt=0.0, le=3600.0)
     """One sink write taking longer than this: the stream reports ``sink_blocked``."""
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     log_format: Literal["text", "json"] = "text"
@@ -291,10 +292,10 @@ class HttpConfig(_Strict):
     host: str = "127.0.0.1"
     port: int | None = Field(None, ge=0, le=65535)
     """None: no HTTP endpoint; 0: any free port."""
-    token: str | None = Field(None, min_length=1)
+    token: str | None = Field(None, min_length=1, max_length=4096)
     """Bearer token for every route (adding and removing streams included); without one, reads are open
     and only trusted loopback clients may add and remove streams."""
-    read_token: str | None = Field(None, min_length=1)
+    read_token: str | None = Field(None, min_length=1, max_length=4096)
     """A second bearer token that reads (GET /streams, /metrics) but cannot add or remove: for monitoring."""
     public_probes: bool = True
     """/healthz and /readyz answer without a token (Kubernetes probes); false: they need one too."""

@@ -17,7 +17,7 @@ from typing import Literal
 
 from streamer.redact import escape_control, redact_text
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure_logging"]
+__all__ = ["THIRD_PARTY_LOGGERS", "JsonFormatter", "TextFormatter", "configure_logging"]
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -63,6 +63,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+THIRD_PARTY_LOGGERS = ("aioice", "aiortc", "av", "libav")
+"""Libraries whose INFO lines are per packet or per candidate: WARNING unless ``log_level: debug``."""
+
+
 def configure_logging(level: str, fmt: Literal["text", "json"] = "text") -> None:
     """Route the root logger to stderr at ``level`` in ``fmt``; called once, by the CLI."""
     handler = logging.StreamHandler(sys.stderr)
@@ -72,3 +76,6 @@ def configure_logging(level: str, fmt: Literal["text", "json"] = "text") -> None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # aioice logs every ICE candidate pair at INFO (60% of a WHEP burst's log): their detail is for debugging.
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)

@@ -54,6 +54,8 @@ METRICS = {
     "streamer_model_pending_windows": "gauge {model}: windows waiting for a batch",
     "streamer_inference_provider_info": "gauge {model, provider}: 1 for the execution provider in use",
     "streamer_reconnects_total": "counter {stream, side}: RTSP reconnections of the source or the sink",
+    "streamer_connect_failures_total": "counter {stream}: RTSP source connection attempts that failed (a "
+    "dead or silent camera counts here while it reads connecting)",
     "streamer_queue_depth": "gauge {stream, queue}: items in each bounded hand-off",
     "streamer_queue_capacity": "gauge {stream, queue}: capacity of each hand-off",
     "streamer_stream_state": "gauge {stream, state}: 1 for the stream's current state",
@@ -138,6 +140,7 @@ class _ServiceCollector(Collector):
         skipped = _counter("streamer_windows_skipped_total", ["stream"])
         ratio = _gauge("streamer_gate_skip_ratio", ["stream"])
         reconnects = _counter("streamer_reconnects_total", ["stream", "side"])
+        failures = _counter("streamer_connect_failures_total", ["stream"])
         depth = _gauge("streamer_queue_depth", ["stream", "queue"])
         capacity = _gauge("streamer_queue_capacity", ["stream", "queue"])
         state = _gauge("streamer_stream_state", ["stream", "state"])
@@ -167,6 +170,9 @@ class _ServiceCollector(Collector):
             sink_reconnects = p.sink.rtsp_stats().reconnects if isinstance(p.sink, RtspSink) else 0
             reconnects.add_metric([sid, "source"], src_reconnects)
             reconnects.add_metric([sid, "sink"], sink_reconnects)
+            failures.add_metric(
+                [sid], p.source.rtsp_stats().failures if isinstance(p.source, RtspSource) else 0
+            )
             for queue in p.queue_stats():
                 kind = queue.name.split(":", 1)[0]
                 depth.add_metric([sid, kind], queue.depth)
@@ -175,7 +181,7 @@ class _ServiceCollector(Collector):
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
         yield from (frames_in, frames_out, dropped, passed, reused, encoded, resets, windows, skipped, ratio)
-        yield from (misses, reconnects)
+        yield from (misses, reconnects, failures)
         yield from (depth, capacity, state)
 
         calls = _counter("streamer_model_calls_total", ["model"])

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from streamer.app import build_backend, build_server, build_stream
 from streamer.backend.base import Backend
@@ -26,6 +27,7 @@ from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OutputHook, Pipeline, PipelineReport
 from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
+from streamer.sources.rtsp import RtspSource
 from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["Service", "StreamResult", "StreamRunner"]
@@ -50,6 +52,25 @@ class StreamResult:
 class _Model:
     backend: Backend
     scheduler: InferenceScheduler
+
+
+def _connection(pipeline: Pipeline) -> dict[str, object] | None:
+    """An RTSP source's connection, so a dead camera reads as one: attempts, the last error, the retry."""
+    source = pipeline.source
+    if not isinstance(source, RtspSource):
+        return None
+    stats = source.rtsp_stats()
+    when = stats.last_error_at
+    stamp = None if when is None else datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds")
+    return {
+        "state": stats.state.value,
+        "attempts": stats.attempts,
+        "failures": stats.failures,
+        "reconnects": stats.reconnects,
+        "last_error": None if stats.last_error is None else redact_text(stats.last_error),
+        "last_error_at": stamp,
+        "next_retry_in": None if stats.next_retry_in is None else round(stats.next_retry_in, 1),
+    }
 
 
 def _model_key(stream: StreamConfig) -> str:
@@ -109,6 +130,7 @@ class StreamRunner:
             "gate_skip_ratio": round(gate.skip_ratio, 4),
             "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in p.queue_stats()},
             "error": None if self.error is None else redact_text(str(self.error)),
+            "connection": _connection(p),
         }
 
 

@@ -132,6 +132,12 @@ class RtspSourceStats:
     frames: int
     """Frames decoded, including any the hand-off later dropped."""
     last_error: str | None
+    failures: int = 0
+    """Connection attempts that failed."""
+    last_error_at: float | None = None
+    """Wall-clock time (Unix seconds) of ``last_error``."""
+    next_retry_in: float | None = None
+    """Seconds until the next attempt while waiting out a backoff; None otherwise."""
 
 
 class _Stalled(Exception):
@@ -193,6 +199,9 @@ class RtspSource(ThreadedSource):
         self._connects = 0
         self._frames_decoded = 0
         self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._failures = 0
+        self._next_retry_at: float | None = None
         self._decode_started = 0.0
         """When the packet being decoded was handed to the decoder: the decode stage starts there."""
 
@@ -206,6 +215,11 @@ class RtspSource(ThreadedSource):
                 reconnects=max(0, self._connects - 1),
                 frames=self._frames_decoded,
                 last_error=self._last_error,
+                failures=self._failures,
+                last_error_at=self._last_error_at,
+                next_retry_in=(
+                    None if self._next_retry_at is None else max(0.0, self._next_retry_at - time.monotonic())
+                ),
             )
 
     def _open(self) -> StreamInfo:
@@ -302,12 +316,16 @@ class RtspSource(ThreadedSource):
             with self._lock:
                 self._state = RtspState.CONNECTING
                 self._attempts += 1
+            started = time.monotonic()
             try:
                 container = av.open(
                     self.url, options=options, timeout=(self.open_timeout_s, self.stall_timeout_s)
                 )
             except av.error.FFmpegError as exc:
                 reason = ffmpeg_reason(exc)
+                if time.monotonic() - started >= 0.9 * min(self.open_timeout_s, self.read_timeout_s):
+                    # FFmpeg words a server that accepts and never answers as bad data: say what it was.
+                    reason = f"no answer within {self.open_timeout_s:g} s (open_timeout_s); FFmpeg: {reason}"
             else:
                 video = container.streams.video
                 if video and video[0].width > 0 and video[0].height > 0:
@@ -321,7 +339,9 @@ class RtspSource(ThreadedSource):
                 reason = "the stream has no video track" if not video else "the stream states no picture size"
             failures += 1
             with self._lock:
+                self._failures += 1
                 self._last_error = reason
+                self._last_error_at = time.time()
             if not self.reconnect:
                 raise SourceError(
                     f"cannot play RTSP stream {self._shown}: {reason}; check that the server is running and "
@@ -334,8 +354,21 @@ class RtspSource(ThreadedSource):
                     "raise max_attempts"
                 )
             delay = next(delays)
-            log.warning("RTSP source %s: %s; retrying in %.1f s", self._shown, reason, delay)
-            if self._stop.wait(delay):
+            # One line per doubling of the failures, not one per attempt: a dead camera is not a log flood.
+            if failures & (failures - 1) == 0:
+                log.warning(
+                    "RTSP source %s: %s; %s, retrying in %.1f s",
+                    self._shown,
+                    reason,
+                    "failed once" if failures == 1 else f"still failing after {failures} attempts",
+                    delay,
+                )
+            with self._lock:
+                self._next_retry_at = time.monotonic() + delay
+            stopped = self._stop.wait(delay)
+            with self._lock:
+                self._next_retry_at = None
+            if stopped:
                 break
         return None
 
@@ -345,6 +378,7 @@ class RtspSource(ThreadedSource):
         with self._lock:
             self._state = RtspState.STALLED
             self._last_error = reason
+            self._last_error_at = time.time()
         self._release()
 
     def _release(self) -> None:

@@ -100,6 +100,10 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()) or "no detail"
 
 
+_RETRY_AFTER_S = 5
+"""Retry-After of a session refused at a cap: players come and go within seconds."""
+
+
 class WebRtcServer:
     """WHIP/WHEP endpoints for the pipeline's streams; ``await start()``, ``await stop()``.
 
@@ -107,7 +111,7 @@ class WebRtcServer:
     (127.0.0.1 for loopback, every interface for a wildcard bind). A session that has not connected
     within ``connect_timeout_s`` is ended, and a newer publisher replaces one that has not connected,
     so a stale offer cannot hold a stream's publisher slot. At most ``max_sessions`` sessions are open,
-    ``max_players`` of them players of one stream; past either, an offer gets 429.
+    ``max_players`` of them players of one stream; past either, an offer gets 503 with Retry-After.
     """
 
     def __init__(
@@ -340,16 +344,20 @@ class WebRtcServer:
         return sdp
 
     def _check_room(self, kind: _Kind, stream: str) -> None:
-        """429 past ``max_sessions`` in all or ``max_players`` on one stream: each session is a peer
-        connection, sockets and (for a player) an encoder, so an unbounded number exhausts the box."""
+        """503 with Retry-After past ``max_sessions`` in all or ``max_players`` on one stream: each session
+        is a peer connection, sockets and (for a player) an encoder; unbounded, they exhaust the box."""
+        retry = {"Retry-After": str(_RETRY_AFTER_S)}
         if len(self._sessions) >= self._max_sessions:
-            raise web.HTTPTooManyRequests(
-                text=f"{len(self._sessions)} WebRTC sessions are open (webrtc.max_sessions); retry later\n"
+            raise web.HTTPServiceUnavailable(
+                headers=retry,
+                text=f"{len(self._sessions)} WebRTC sessions are open (webrtc.max_sessions); retry later\n",
             )
         players = sum(1 for s in self._sessions.values() if s.kind == "whep" and s.stream == stream)
         if kind == "whep" and players >= self._max_players:
-            raise web.HTTPTooManyRequests(
-                text=f"stream {stream!r} has {players} players (webrtc.max_players); try again later\n"
+            raise web.HTTPServiceUnavailable(
+                headers=retry,
+                text=f"stream {stream!r} has {players} players (webrtc.max_players); retry later, or fan "
+                "out through a relay (MediaMTX, go2rtc)\n",
             )
 
     def _open_session(self, kind: _Kind, stream: str) -> _Session:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -17,7 +18,9 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from streamer.assets import TEMPORAL_FILTER
@@ -123,7 +126,7 @@ FAST = {"open_timeout_s": 0.5, "read_timeout_s": 0.5, "stall_timeout_s": 0.5}
 REASONS = {
     "close": "Invalid data found when processing input",
     "random": "Invalid data found when processing input",
-    "silent": "",  # FFmpeg's wording for a timeout varies by version; the attempt count is what matters
+    "silent": "no answer within 0.5 s (open_timeout_s)",
     "no-video": "the stream has no video track",
     "not-found": "Server returned 404 Not Found",
 }
@@ -169,9 +172,62 @@ def test_garbage_on_the_rtsp_port_with_max_attempts_gives_up_after_that_many(
 
     assert REASONS[garbage.mode] in str(raised.value)
     stats = source.rtsp_stats()
-    assert (stats.attempts, stats.connects) == (3, 0)
+    assert (stats.attempts, stats.connects, stats.failures) == (3, 0, 3)
+    assert stats.last_error_at is not None
     assert garbage.connections >= 3
     assert SECRET not in str(raised.value) + caplog.text
+    retries = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert len(retries) == 2  # failures 1 and 2 (a line per doubling); the third gives up
+    assert "failed once" in retries[0]
+    assert "still failing after 2 attempts" in retries[1]
+
+
+@pytest.mark.parametrize("garbage", ["silent"], indirect=True)
+def test_a_camera_that_never_answers_shows_in_streams_and_metrics(garbage: GarbageServer) -> None:
+    from streamer.config import load_config
+    from streamer.control import ControlServer
+    from streamer.service import Service
+
+    config = load_config(
+        None,
+        {
+            "source": {"kind": "rtsp", "url": garbage.url(), **FAST, "backoff_initial_s": 0.1},
+            "model.path": str(TEMPORAL_FILTER),
+            "http.port": 0,
+        },
+    )
+
+    async def scenario() -> tuple[dict[str, Any], str]:
+        service = Service(config)
+        service.prepare()
+        control = ControlServer(service, config.http)
+        await control.start()
+        task = asyncio.create_task(service.run())
+        try:
+            async with aiohttp.ClientSession() as http:
+                for _ in range(300):
+                    async with http.get(control.url + "/streams/0") as r:
+                        status = await r.json()
+                    if (status["connection"] or {}).get("failures", 0) >= 2:
+                        break
+                    await asyncio.sleep(0.05)
+                async with http.get(control.url + "/metrics") as r:
+                    metrics = await r.text()
+            return status, metrics
+        finally:
+            service.request_stop()
+            await asyncio.wait_for(task, 30)
+            await control.stop()
+
+    status, metrics = asyncio.run(scenario())
+    connection = status["connection"]
+    assert status["state"] == "connecting"
+    assert connection["failures"] >= 2
+    assert connection["attempts"] >= connection["failures"]
+    assert "no answer within 0.5 s (open_timeout_s)" in connection["last_error"]
+    assert connection["last_error_at"].endswith("+00:00")
+    assert 'streamer_connect_failures_total{stream="0"}' in metrics
+    assert SECRET not in json.dumps(status) + metrics
 
 
 # --- a camera process killed mid-stream ----------------------------------------------------------------

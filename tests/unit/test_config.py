@@ -183,3 +183,49 @@ def test_max_batch_left_unset_is_one_on_the_cpu_and_eight_on_a_gpu() -> None:
     assert runtime.batch_for("CPUExecutionProvider") == 1
     assert runtime.batch_for("CUDAExecutionProvider") == 8
     assert load_config(None, {"runtime.max_batch": 3}).runtime.batch_for("CPUExecutionProvider") == 3
+
+
+def _numeric_settings() -> list[tuple[str, dict[str, Any]]]:
+    """Every numeric setting as a dotted key, with what its section needs besides it to validate."""
+    import types
+    import typing
+
+    from streamer import config as c
+
+    def numeric(annotation: Any) -> bool:
+        args = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+        return any(a in (int, float) for a in args)
+
+    sections: list[tuple[str, type[Any], dict[str, Any]]] = [
+        ("model", c.ModelConfig, {}),
+        ("window", c.WindowConfig, {}),
+        ("gate", c.GateConfig, {}),
+        ("latency", c.LatencyConfig, {}),
+        ("runtime", c.RuntimeConfig, {}),
+        ("http", c.HttpConfig, {}),
+        ("webrtc", c.WebRtcConfig, {}),
+        ("source", c.FileSourceConfig, {"source.kind": "file", "source.path": "clip.mp4"}),
+        ("source", c.SyntheticSourceConfig, {"source.kind": "synthetic"}),
+        ("source", c.RtspSourceConfig, {"source.kind": "rtsp", "source.url": "rtsp://127.0.0.1/x"}),
+        ("source", c.WhipSourceConfig, {"source.kind": "whip"}),
+        ("sink", c.FileSinkConfig, {"sink.kind": "file", "sink.path": "out.mp4"}),
+        ("sink", c.RtspSinkConfig, {"sink.kind": "rtsp", "sink.url": "rtsp://127.0.0.1/y"}),
+    ]
+    return [
+        (f"{section}.{name}", needs)
+        for section, model, needs in sections
+        for name, field in model.model_fields.items()
+        if numeric(field.annotation)
+    ]
+
+
+@pytest.mark.parametrize(("key", "needs"), _numeric_settings())
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e308, 10**12, -(10**12)])
+def test_every_numeric_setting_refuses_inf_nan_and_huge_values_in_one_line(
+    key: str, needs: dict[str, Any], value: float
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, {**needs, key: value})
+    message = str(raised.value)
+    assert key.split(".")[-1] in message
+    assert "\n" not in message

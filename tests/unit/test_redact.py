@@ -151,3 +151,24 @@ def test_a_traceback_keeps_its_lines_but_escapes_and_redacts_within_them() -> No
     assert "\x1b" not in text
     assert "\r" not in text
     assert "u:p" not in JsonFormatter().format(record)
+
+
+def test_chatty_libraries_log_warnings_only_unless_debugging() -> None:
+    import logging
+
+    from streamer.logs import THIRD_PARTY_LOGGERS, configure_logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        configure_logging("info")
+        assert not logging.getLogger("aioice.ice").isEnabledFor(logging.INFO)
+        assert all(logging.getLogger(n).getEffectiveLevel() == logging.WARNING for n in THIRD_PARTY_LOGGERS)
+        assert logging.getLogger("streamer.service").isEnabledFor(logging.INFO)
+        configure_logging("debug")
+        assert logging.getLogger("aioice.ice").isEnabledFor(logging.DEBUG)
+    finally:
+        for name in THIRD_PARTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        root.handlers[:] = handlers
+        root.setLevel(level)

@@ -131,7 +131,7 @@ def test_an_offer_that_never_connected_holds_no_publisher_slot() -> None:
     run(scenario())
 
 
-def test_sessions_past_the_caps_get_429_and_free_their_place_when_they_end() -> None:
+def test_sessions_past_the_caps_get_503_and_free_their_place_when_they_end() -> None:
     async def scenario() -> None:
         server = WebRtcServer(token=TOKEN, max_sessions=3, max_players=2)
         WhipSource(server, "cam")
@@ -141,14 +141,15 @@ def test_sessions_past_the_caps_get_429_and_free_their_place_when_they_end() -> 
             players = [await client.post("/whep/cam", data=offer, headers=SDP) for offer in offers]
             assert [p.status for p in players] == [201, 201]
             third = await client.post("/whep/cam", data=await make_offer("recvonly"), headers=SDP)
-            assert third.status == 429
+            assert third.status == 503
+            assert third.headers["Retry-After"] == "5"
             assert "webrtc.max_players" in await third.text()
             other = await client.post(
                 f"/whep/cam{ORIGINAL_SUFFIX}", data=await make_offer("recvonly"), headers=SDP
             )
             assert other.status == 201  # another stream's players are counted apart
             full = await client.post("/whip/cam", data=await make_offer(), headers=SDP)
-            assert full.status == 429
+            assert full.status == 503
             assert "webrtc.max_sessions" in await full.text()
             assert (await client.delete(players[0].headers["Location"], headers=AUTH)).status == 200
             assert (await client.post("/whip/cam", data=await make_offer(), headers=SDP)).status == 201
