@@ -279,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StreamerError as exc:
         print(f"streamer: error: {escape_control(redact_text(str(exc)))}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError as exc:
+        print(f"streamer: error: out of memory ({exc or type(exc).__name__})", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("streamer: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

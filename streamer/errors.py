@@ -30,6 +30,7 @@ __all__ = [
     "LimitError",
     "ModelError",
     "ModelMismatchError",
+    "OutOfMemoryError",
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
@@ -48,6 +49,10 @@ class ConfigError(StreamerError, ValueError):
 
 class AccessError(StreamerError, PermissionError):
     """Raised when a control-API request asks for a file, host or resource it is not allowed."""
+
+
+class OutOfMemoryError(StreamerError, MemoryError):
+    """Raised in place of a MemoryError inside a stream: that stream fails in one line, the others go on."""
 
 
 class LimitError(StreamerError, OverflowError):

@@ -22,7 +22,7 @@ from streamer.app import build_backend, build_server, build_stream
 from streamer.backend.base import Backend
 from streamer.config import Config, StreamConfig
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
-from streamer.errors import ConfigError, LimitError, StreamerError, StreamExistsError
+from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerError, StreamExistsError
 from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OutputHook, Pipeline, PipelineReport
 from streamer.redact import redact_text
@@ -348,6 +348,13 @@ class Service:
                 log.info("stream %s: stopped before its source opened (%s)", runner.id, err)
             else:
                 runner.error = err
+        except MemoryError as err:
+            # One line for the operator (the traceback at debug): this stream fails, the process lives.
+            log.debug("stream %s: out of memory", runner.id, exc_info=True)
+            runner.error = OutOfMemoryError(
+                f"out of memory ({err or type(err).__name__}); lower the stream's resolution or "
+                "runtime.ring_capacity, or give the process more memory"
+            )
         except Exception as err:
             log.exception("stream %s: unexpected error", runner.id)
             runner.error = err

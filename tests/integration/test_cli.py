@@ -122,3 +122,34 @@ def test_rtsp_url_that_refuses_connection_is_one_line_without_the_password(
     err = error_of(["run", "--input", url, "--set", "source.reconnect=false", "--no-progress"], capsys)
     assert "rtsp://***@127.0.0.1:9/cam" in err
     assert "s3cret" not in err
+
+
+def test_out_of_memory_is_one_line_without_a_traceback() -> None:
+    import resource
+
+    limit = 3 * 1024**3  # address space: enough to start, not for a window of 8K frames
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    model = Path(__file__).parents[2] / "streamer" / "assets" / "temporal_filter_t5.onnx"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streamer.cli",
+            "run",
+            *("--set", "source.width=7680", "--set", "source.height=4320", "--set", "source.frames=12"),
+            *("--set", f"model.path={model}", "--set", "model.threads=1"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap,  # the child sets its own limit before it execs Python
+    )
+    assert result.returncode == 2, result.stderr[-2000:]  # a one-stream run's error, as for bad input
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("streamer: error: out of memory (Unable to allocate")
+    assert "lower the stream's resolution" in lines[0]
