@@ -61,11 +61,18 @@ class StreamSignals:
 
 
 class StreamHealth:
-    """Classifies signals into a state and remembers the last one, so only changes are reported."""
+    """Classifies signals into a state and remembers the last one, so only changes are reported.
+
+    A stall is reported once per episode: a source that delivers a frame every few stall periods (a 4K
+    file at 0.1 fps) flips stalled/live on every frame; the episode ends, and "live" is reported, only
+    once frames have flowed for ``stall_after_s`` again.
+    """
 
     def __init__(self, limits: HealthLimits | None = None) -> None:
         self.limits = limits if limits is not None else HealthLimits()
         self._state: StreamState | None = None
+        self._stall_episode = False
+        self._live_since: float | None = None
 
     @property
     def state(self) -> StreamState:
@@ -86,9 +93,22 @@ class StreamHealth:
         return StreamState.LIVE
 
     def update(self, signals: StreamSignals, now: float) -> StreamState | None:
-        """The new state when it changed since the last update, else None."""
+        """The new state when it changed since the last update (a stall once per episode), else None."""
         state = self.classify(signals, now)
-        if state is self._state:
+        previous, self._state = self._state, state
+        if self._stall_episode:
+            if state is StreamState.STALLED:
+                self._live_since = None
+                return None
+            if state is StreamState.LIVE:
+                if self._live_since is None:
+                    self._live_since = now
+                if now - self._live_since < self.limits.stall_after_s:
+                    return None
+            self._stall_episode = False
+            return state
+        if state is previous:
             return None
-        self._state = state
+        if state is StreamState.STALLED:
+            self._stall_episode, self._live_since = True, None
         return state

@@ -35,8 +35,26 @@ def test_update_reports_only_changes() -> None:
     assert health.update(live, 1.5) is StreamState.LIVE
     assert health.update(live, 2.0) is None
     assert health.update(live, 7.0) is StreamState.STALLED
-    assert health.update(StreamSignals(opened=True, last_frame=7.5), 7.6) is StreamState.LIVE
+    assert health.update(StreamSignals(opened=True, last_frame=7.5), 7.6) is None  # not yet back for good
     assert health.state is StreamState.LIVE
+    assert health.update(StreamSignals(opened=True, last_frame=12.5), 12.7) is StreamState.LIVE
+
+
+def test_a_source_that_keeps_stalling_is_reported_stalled_once_per_episode() -> None:
+    health = StreamHealth(LIMITS)
+    reported = []
+    # A frame every 6 s, each one late by more than stall_after_s: stalled/live on every frame.
+    for k in range(10):
+        frame = 6.0 * k
+        for now in (frame + 0.1, frame + 5.5):
+            reported.append(health.update(StreamSignals(opened=True, last_frame=frame), now))
+    assert [s for s in reported if s is not None] == [StreamState.LIVE, StreamState.STALLED]
+    # Frames flow again for longer than stall_after_s: the episode ends, said once.
+    back = [health.update(StreamSignals(opened=True, last_frame=t - 0.1), t) for t in (60.0, 62.0, 65.5)]
+    assert back == [None, None, StreamState.LIVE]
+    assert health.update(StreamSignals(opened=True, last_frame=65.5), 71.0) is StreamState.STALLED
+    failed = health.update(StreamSignals(opened=True, last_frame=65.5, error="boom"), 72.0)
+    assert failed is StreamState.FAILED  # anything but live ends the episode at once
 
 
 def test_ready_states_are_live_and_ended() -> None:
