@@ -580,3 +580,37 @@ def test_without_a_token_only_trusted_loopback_clients_may_add_streams() -> None
             assert (await run.get("/streams"))[0] == 200  # no token at all: reads stay open
 
     asyncio.run(scenario())
+
+
+def test_streams_added_and_removed_by_the_hundred_leave_no_threads_or_descriptors_behind() -> None:
+    config = config_of([], **{"http.token": "t"})
+    auth = {"Authorization": "Bearer t"}
+
+    def counts() -> tuple[int, int]:
+        return len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
+
+    async def scenario() -> tuple[tuple[int, int], tuple[int, int], int]:
+        async with serving(config) as run, aiohttp.ClientSession() as http:
+
+            async def cycle(i: int) -> None:
+                body = {
+                    "id": f"s{i}",
+                    "source": {"kind": "synthetic", "frames": 5, "width": 64, "height": 48},
+                    "model": {"threads": 1 + i % 2},  # two model configs: sessions made and freed
+                }
+                async with http.post(run.control.url + "/streams", json=body, headers=auth) as r:
+                    assert r.status == 201, await r.text()
+                async with http.delete(f"{run.control.url}/streams/s{i}", headers=auth) as r:
+                    assert r.status == 200, await r.text()
+
+            for i in range(10):
+                await cycle(i)
+            before = counts()
+            for i in range(10, 110):
+                await cycle(i)
+            return before, counts(), len(run.service.schedulers())
+
+    before, after, models = asyncio.run(scenario())
+    assert after[0] == before[0]  # descriptors: sockets, files, eventfds
+    assert after[1] <= before[1] + 1  # OS threads (onnxruntime's included); the loop's executor may add one
+    assert models == 0  # every model closed with its last stream
