@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ASSETS", "DEFAULT_MODEL", "DEFAULT_MODEL_CARD", "STREAMING_MODEL", "TEMPORAL_FILTER"]
+__all__ = [
+    "ASSETS",
+    "DEFAULT_MODEL",
+    "DEFAULT_MODEL_CARD",
+    "STREAMING_INT8_MODEL",
+    "STREAMING_MODEL",
+    "TEMPORAL_FILTER",
+]
 
 ASSETS: Path = Path(__file__).resolve().parent
 """Where the shipped models and their JSON model cards lie."""
@@ -19,5 +26,9 @@ TEMPORAL_FILTER: Path = ASSETS / "temporal_filter_t5.onnx"
 """A fixed-weight motion-adaptive temporal denoiser (T=5, center): tiny and fast, nothing learned."""
 
 STREAMING_MODEL: Path = ASSETS / "stream_t5.onnx"
-"""The trained streaming tier: StreamingEnhancer, T=5, center; each frame encoded once
-(``stream_t5.encoder.onnx`` beside it), uint8 in and out."""
+"""conv3d_t5 in streaming form (StreamingEnhancer.from_conv3d, the same function): T=5, center; each frame
+encoded once (``stream_t5.encoder.onnx`` beside it), uint8 in and out."""
+
+STREAMING_INT8_MODEL: Path = ASSETS / "stream_t5.int8.onnx"
+"""Its INT8 pair (``stream_t5.int8.encoder.onnx`` beside it): the convolutions INT8 costs least, within 50 dB
+of fp32 on the calibration windows."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from streamer.app import build_backend
-from streamer.assets import DEFAULT_MODEL, STREAMING_MODEL
+from streamer.assets import DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_MODEL
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, model_fps, parse_sizes, table_footer
 from streamer.bench.latency import Settings, parse_size, run_latency
 from streamer.config import ModelConfig
@@ -214,7 +214,11 @@ def run_from_args(args: argparse.Namespace) -> int:
             f"--seconds and --budget-ms must be positive and --fps in 1..120; got {args.seconds}, "
             f"{args.budget_ms}, {args.fps}"
         )
-    models = [Path(m) for m in args.model] if args.model else [STREAMING_MODEL, DEFAULT_MODEL]
+    models = (
+        [Path(m) for m in args.model]
+        if args.model
+        else [STREAMING_MODEL, STREAMING_INT8_MODEL, DEFAULT_MODEL]
+    )
     for model in models:
         if not model.is_file():
             raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model")
