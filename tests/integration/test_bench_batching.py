@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from streamer.bench import register
 from streamer.bench.batching import BatchingReport, Side
 from streamer.bench.harness import Machine
 from streamer.errors import ConfigError
+from tests.bench_cli import run_bench
 
 FAST_MODEL = Path(__file__).parents[2] / "streamer" / "assets" / "temporal_filter_t5.onnx"
-
-
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "batching", *argv])
-    result: int = args.func(args)
-    return result
 
 
 @pytest.mark.slow
@@ -32,7 +23,11 @@ def test_a_tiny_run_prints_both_sides_and_their_ratios(
     json_path, md_path = tmp_path / "b.json", tmp_path / "b.md"
     argv = ["--streams", "3", "--frames", "12", "--size", "96x64", "--repeats", "1", "--max-batch", "3"]
     assert (
-        _bench([*argv, "--model", str(FAST_MODEL), "--json", str(json_path), "--markdown", str(md_path)]) == 0
+        run_bench(
+            "batching",
+            [*argv, "--model", str(FAST_MODEL), "--json", str(json_path), "--markdown", str(md_path)],
+        )
+        == 0
     )
     report = json.loads(json_path.read_text())
     assert [r["batching"] for r in report["rounds"]] == [True, False]
@@ -64,4 +59,4 @@ def test_targets_pass_and_fail_on_the_numbers() -> None:
 
 def test_bad_arguments_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="--max-batch"):
-        _bench(["--max-batch", "1"])
+        run_bench("batching", ["--max-batch", "1"])

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from streamer.bench import register, rtsp_relay
+from streamer.bench import rtsp_relay
 from streamer.errors import ConfigError
-
-
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "latency", *argv])
-    result: int = args.func(args)
-    return result
+from tests.bench_cli import run_bench
 
 
 @pytest.mark.slow
@@ -28,7 +20,7 @@ def test_both_paths_are_measured_in_one_table(tmp_path: Path, capsys: pytest.Cap
         pytest.skip(f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
     json_path, md_path = tmp_path / "latency.json", tmp_path / "latency.md"
     argv = ["--frames", "60", "--warmup", "15", "--json", str(json_path), "--markdown", str(md_path)]
-    assert _bench(argv) == 0
+    assert run_bench("latency", argv) == 0
 
     table = capsys.readouterr().out
     rows = {
@@ -69,8 +61,9 @@ def test_without_the_gate_every_measured_frame_is_enhanced(
 ) -> None:
     json_path = tmp_path / "latency.json"
     assert (
-        _bench(
-            ["--frames", "20", "--warmup", "5", "--paths", "webrtc", "--no-gate", "--json", str(json_path)]
+        run_bench(
+            "latency",
+            ["--frames", "20", "--warmup", "5", "--paths", "webrtc", "--no-gate", "--json", str(json_path)],
         )
         == 0
     )
@@ -95,13 +88,13 @@ def test_without_the_gate_every_measured_frame_is_enhanced(
 )
 def test_bad_arguments_are_config_errors_naming_the_flag(argv: list[str], flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):
-        _bench(argv)
+        run_bench("latency", argv)
 
 
 def test_without_gstreamer_the_rtsp_path_is_skipped_saying_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(rtsp_relay, "unavailable", lambda: "/usr/bin/python3 cannot import GstRtspServer")
-    assert _bench(["--paths", "rtsp", "--frames", "10"]) == 0
+    assert run_bench("latency", ["--paths", "rtsp", "--frames", "10"]) == 0
     out = capsys.readouterr().out
     assert "rtsp: skipped: /usr/bin/python3 cannot import GstRtspServer; install it with: apt-get" in out

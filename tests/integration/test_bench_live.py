@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from streamer.assets import STREAMING_MODEL, TEMPORAL_FILTER
-from streamer.bench import register, rtsp_relay
+from streamer.bench import rtsp_relay
 from streamer.errors import ConfigError
-
-
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "live", *argv])
-    result: int = args.func(args)
-    return result
+from tests.bench_cli import run_bench
 
 
 @pytest.mark.slow
@@ -32,7 +24,7 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
     json_path, md_path = tmp_path / "live.json", tmp_path / "live.md"
     models = ["--model", str(TEMPORAL_FILTER), "--model", str(STREAMING_MODEL)]
     argv = ["--sizes", "320x180", "--seconds", "2", "--budget-ms", "2000", *models]
-    assert _bench([*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
+    assert run_bench("live", [*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
 
     table = capsys.readouterr().out
     assert "streamer bench live" in table
@@ -54,8 +46,8 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
 
 def test_bad_arguments_are_one_line_errors() -> None:
     with pytest.raises(ConfigError, match="WIDTHxHEIGHT"):
-        _bench(["--sizes", "big"])
+        run_bench("live", ["--sizes", "big"])
     with pytest.raises(ConfigError, match="--seconds and --budget-ms must be positive"):
-        _bench(["--sizes", "320x180", "--seconds", "0"])
+        run_bench("live", ["--sizes", "320x180", "--seconds", "0"])
     with pytest.raises(ConfigError, match="is not a file"):
-        _bench(["--sizes", "320x180", "--model", "/nonexistent.onnx"])
+        run_bench("live", ["--sizes", "320x180", "--model", "/nonexistent.onnx"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -12,17 +11,9 @@ import pytest
 pytest.importorskip("skimage")
 pytest.importorskip("cv2")
 
-from streamer.bench import register
 from streamer.bench.motion import GateRun, check_targets, make_scene
 from streamer.errors import ConfigError
-
-
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "motion", *argv])
-    result: int = args.func(args)
-    return result
+from tests.bench_cli import run_bench
 
 
 def test_the_scene_is_static_but_for_the_object_crossing() -> None:
@@ -41,7 +32,7 @@ def test_the_scene_is_static_but_for_the_object_crossing() -> None:
 def test_gate_off_and_on_run_on_the_same_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     json_path, md_path = tmp_path / "m.json", tmp_path / "m.md"
     argv = ["--size", "160x90", "--frames", "40", "--json", str(json_path), "--markdown", str(md_path)]
-    assert _bench(argv) == 0
+    assert run_bench("motion", argv) == 0
 
     report = json.loads(json_path.read_text())
     off, on, tiles = report["runs"]
@@ -103,4 +94,4 @@ def test_targets_pass_and_fail_on_the_numbers() -> None:
 )
 def test_bad_arguments_are_config_errors(argv: list[str], flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):
-        _bench(argv)
+        run_bench("motion", argv)

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from streamer.bench import register
 from streamer.bench.overhead import CoreCost, Run, SizeResult, check_targets, size_result
 from streamer.errors import ConfigError
-
-
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "overhead", *argv])
-    result: int = args.func(args)
-    return result
+from tests.bench_cli import run_bench
 
 
 @pytest.mark.slow
@@ -29,7 +20,7 @@ def test_both_contenders_run_every_size_and_the_core_is_timed(
     json_path, md_path = tmp_path / "o.json", tmp_path / "o.md"
     argv = ["--clip", str(real_clip), "--sizes", "160x90,128x72", "--frames", "12", "--repeats", "2"]
     argv += ["--core-size", "1920x1080", "--core-frames", "20", "--json", str(json_path)]
-    assert _bench([*argv, "--markdown", str(md_path)]) == 0
+    assert run_bench("overhead", [*argv, "--markdown", str(md_path)]) == 0
 
     report = json.loads(json_path.read_text())
     assert [(s["width"], s["height"]) for s in report["sizes"]] == [(160, 90), (128, 72)]
@@ -104,4 +95,4 @@ def test_targets_pass_and_fail_on_the_numbers() -> None:
 )
 def test_bad_arguments_are_config_errors(argv: list[str], flag: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=flag):
-        _bench(argv)
+        run_bench("overhead", argv)

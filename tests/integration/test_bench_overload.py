@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from streamer.bench import register
 from streamer.bench.overload import OverloadRun, check_targets
 from streamer.errors import ConfigError
-
-
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "overload", *argv])
-    result: int = args.func(args)
-    return result
+from tests.bench_cli import run_bench
 
 
 @pytest.mark.slow
@@ -28,7 +19,7 @@ def test_budget_on_and_off_both_run_and_memory_is_sampled(
 ) -> None:
     json_path, md_path = tmp_path / "o.json", tmp_path / "o.md"
     argv = ["--size", "320x180", "--seconds", "4", "--warmup-s", "1", "--budget-ms", "300"]
-    assert _bench([*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
+    assert run_bench("overload", [*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
 
     report = json.loads(json_path.read_text())
     on, off = report["runs"]
@@ -77,4 +68,4 @@ def test_targets_pass_and_fail_on_the_numbers() -> None:
 )
 def test_bad_arguments_are_config_errors(argv: list[str], flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):
-        _bench(argv)
+        run_bench("overload", argv)

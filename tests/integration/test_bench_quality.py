@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -15,7 +14,6 @@ import pytest
 
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench import register
 from streamer.bench.metrics import psnr
 from streamer.bench.quality import (
     DEFAULT_MODELS,
@@ -28,6 +26,7 @@ from streamer.bench.quality import (
     model_frames,
 )
 from streamer.errors import ConfigError, SourceNotFoundError
+from tests.bench_cli import run_bench
 from tests.onnx_models import ema_model
 
 FRAMES, WIDTH, HEIGHT = 12, 96, 64
@@ -58,14 +57,6 @@ def grey_clip(tmp_path: Path) -> Path:
     return path
 
 
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "quality", *argv])
-    result: int = args.func(args)
-    return result
-
-
 def test_bench_prints_and_writes_every_method_for_every_degradation(
     grey_clip: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,7 +64,7 @@ def test_bench_prints_and_writes_every_method_for_every_degradation(
     # The shipped model also stands in for conv3d_t5, so the targets are checked and printed.
     models = ["--model", f"tf={TEMPORAL_FILTER}", "--model", f"conv3d_t5={TEMPORAL_FILTER}"]
     argv = ["--clip", str(grey_clip), *models, "--no-progress"]
-    assert _bench([*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
+    assert run_bench("quality", [*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
 
     report = json.loads(json_path.read_text())
     sections = {s["degradation"]: s for s in report["sections"]}
@@ -180,17 +171,20 @@ def test_flicker_target_is_skipped_without_the_t1_ablation() -> None:
 
 def test_missing_clip_is_source_not_found(tmp_path: Path) -> None:
     with pytest.raises(SourceNotFoundError, match="does not exist"):
-        _bench(["--clip", str(tmp_path / "nope.mp4"), "--model", f"tf={TEMPORAL_FILTER}", "--no-progress"])
+        run_bench(
+            "quality",
+            ["--clip", str(tmp_path / "nope.mp4"), "--model", f"tf={TEMPORAL_FILTER}", "--no-progress"],
+        )
 
 
 @pytest.mark.parametrize("spec", ["conv3d_t5", "=model.onnx", "name=", "a=x.onnx --model a=y.onnx"])
 def test_bad_model_spec_is_a_config_error(spec: str, grey_clip: Path) -> None:
     models = [arg for part in spec.split(" --model ") for arg in ("--model", part)]
     with pytest.raises(ConfigError, match="--model"):
-        _bench(["--clip", str(grey_clip), *models, "--no-progress"])
+        run_bench("quality", ["--clip", str(grey_clip), *models, "--no-progress"])
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--size", "big"), ("--size", "95x64"), ("--frames", "1")])
 def test_bad_size_or_frames_is_a_config_error(flag: str, value: str, grey_clip: Path) -> None:
     with pytest.raises(ConfigError, match=flag):
-        _bench(["--clip", str(grey_clip), flag, value, "--no-progress"])
+        run_bench("quality", ["--clip", str(grey_clip), flag, value, "--no-progress"])

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from streamer.bench import register
 from streamer.bench.harness import sparkline
 from streamer.bench.soak import check_targets
 from streamer.errors import ConfigError
-
-
-def _bench(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="streamer")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["bench", "soak", *argv])
-    result: int = args.func(args)
-    return result
+from tests.bench_cli import run_bench
 
 
 @pytest.mark.slow
@@ -27,7 +18,7 @@ def _bench(argv: list[str]) -> int:
 def test_a_short_soak_prints_the_rss_curve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     json_path, md_path = tmp_path / "s.json", tmp_path / "s.md"
     argv = ["--minutes", "0.1", "--warmup-s", "2", "--every-s", "2", "--size", "320x180"]
-    assert _bench([*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
+    assert run_bench("soak", [*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
 
     report = json.loads(json_path.read_text())
     assert report["seconds"] == pytest.approx(6.0)
@@ -65,4 +56,4 @@ def test_sparkline_scales_between_lowest_and_highest() -> None:
 
 def test_bad_minutes_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--minutes"):
-        _bench(["--minutes", "0"])
+        run_bench("soak", ["--minutes", "0"])
