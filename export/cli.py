@@ -81,6 +81,21 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--clip-frames", type=int, help="use only this many frames per clip and photo pan (quick runs)"
     )
+    p.add_argument(
+        "--teacher",
+        type=Path,
+        help="an exported window model (float NTCHW, e.g. conv3d_t5.onnx) whose outputs are a second "
+        "target: distils a cheaper tier from it",
+    )
+    p.add_argument(
+        "--distill", type=float, default=1.0, help="weight of the teacher's term in the loss (default: 1.0)"
+    )
+    p.add_argument(
+        "--init",
+        type=Path,
+        help="start from the leading slices of this checkpoint's weights, or of an exported Conv3d's "
+        "(a narrower model takes each layer's first channels)",
+    )
     p.add_argument("--out", type=Path, required=True, help="run folder; holds checkpoint.pt")
     p.add_argument("--resume", action="store_true", help="continue OUT/checkpoint.pt with its stored config")
     p.add_argument("--stop-after", type=int, help="stop at this step (the schedule still spans --steps)")
@@ -104,6 +119,9 @@ def _run_train(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         checkpoint_every=args.checkpoint_every,
         clip_frames=args.clip_frames,
+        teacher=None if args.teacher is None else str(args.teacher),
+        distill=args.distill,
+        init=None if args.init is None else str(args.init),
     )
     result = train(
         config,

@@ -35,9 +35,10 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 
-from streamer.bench.harness import cpu_isa, cpu_name, model_fps
+from streamer.bench.harness import cpu_isa, cpu_name
 from streamer.errors import ConfigError, ModelError, SourceError
 from streamer.samples import resolve_sample
+from streamer.tiers import model_fps
 
 __all__ = ["INT8_MIN_PSNR_DB", "Int8Pair", "calibration_frames", "measure_int8", "quantize_streaming"]
 

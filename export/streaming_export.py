@@ -359,10 +359,10 @@ def benchmark_streaming_cpu(
     path: str | os.PathLike[str], sizes: Sequence[tuple[int, int]] = _BENCH_SIZES, seconds: float = 3.0
 ) -> dict[str, Any]:
     """Output frames per second on the CPU at batch 1, per (width, height), in a stream's steady state:
-    one encoder call on the new frame and one fusion call on T cached maps (``bench.harness.model_fps``,
+    one encoder call on the new frame and one fusion call on T cached maps (``streamer.tiers.model_fps``,
     through ``OnnxBackend`` itself, so the uint8 feeds are what a stream sends)."""
     from streamer.backend.onnx import OnnxBackend
-    from streamer.bench.harness import model_fps
+    from streamer.tiers import model_fps
 
     if not sizes:
         raise ConfigError("benchmark_streaming_cpu needs at least one (width, height)")

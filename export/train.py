@@ -29,6 +29,7 @@ from torch import nn
 from tqdm import tqdm
 
 from export.data import TrainingData, add_gaussian_noise, heldout_photo_clip
+from export.distill import OnnxTeacher, init_weights, warm_start
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
@@ -75,6 +76,12 @@ class TrainConfig:
     """Frames decoded from each training clip, and at most the frames of each photo pan; None is all."""
     photo_frames: int = 48
     val_frames: int = 8
+    teacher: str | None = None
+    """An exported window model (float NTCHW) whose outputs are a second target (distillation)."""
+    distill: float = 1.0
+    """Weight of the teacher term in the loss."""
+    init: str | None = None
+    """A checkpoint or exported Conv3d whose weights' leading slices start the model (warm start)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +243,17 @@ def train(
     step = 0
     validation: dict[str, float] = {}
     history: list[dict[str, Any]] = []
+    if payload is None and config.init is not None:
+        copied = warm_start(module, init_weights(config.init, module))
+        total = len(module.state_dict())
+        logger.info("warm start from %s: %d of %d tensors", config.init, len(copied), total)
+    teacher = None
+    if config.teacher is not None:
+        if _is_recurrent(module):
+            raise ConfigError(
+                "a teacher distils into window models only; drop --teacher for a recurrent model"
+            )
+        teacher = OnnxTeacher(config.teacher, int(getattr(module, "t", 1)), threads)
     if payload is not None:
         module.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
@@ -259,6 +277,9 @@ def train(
         output, index = _forward(module, noisy)
         target = clean[:, index]
         loss = _loss(config.loss, output, target)
+        if teacher is not None:
+            guide = teacher(noisy[:, : int(getattr(module, "t", 1))])
+            loss = loss + config.distill * _loss(config.loss, output[:, 0], guide)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         if config.grad_clip > 0:
@@ -314,6 +335,8 @@ def _check_config(config: TrainConfig) -> None:
             f"steps, batch and checkpoint_every must be >= 1 and crop >= 8; got steps={config.steps}, "
             f"batch={config.batch}, crop={config.crop}, checkpoint_every={config.checkpoint_every}"
         )
+    if not config.distill >= 0:
+        raise ConfigError(f"distill must be >= 0, got {config.distill}")
     if not config.lr > 0:
         raise ConfigError(f"lr must be positive, got {config.lr}")
     if config.loss not in ("charbonnier", "l1"):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from fractions import Fraction
 
-from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
 from streamer.channel import DropPolicy
@@ -25,7 +25,8 @@ from streamer.config import (
     WhipSourceConfig,
 )
 from streamer.errors import ConfigError
-from streamer.pipeline import OutputHook, Pipeline
+from streamer.frame import StreamInfo
+from streamer.pipeline import ModelChooser, OutputHook, Pipeline
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
@@ -36,11 +37,20 @@ from streamer.sources.file import FileSource
 from streamer.sources.rtsp import RtspSource
 from streamer.sources.synthetic import SyntheticSource
 from streamer.telemetry import StageObserver, ignore
+from streamer.tiers import AUTO, TierChoice, TierSelector
 from streamer.webrtc.server import WebRtcServer
 from streamer.webrtc.sink import WhepSink
 from streamer.webrtc.source import WhipSource
 
-__all__ = ["build_backend", "build_pipeline", "build_server", "build_sink", "build_source", "build_stream"]
+__all__ = [
+    "build_backend",
+    "build_pipeline",
+    "build_server",
+    "build_sink",
+    "build_source",
+    "build_stream",
+    "choose_tier",
+]
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +154,32 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
 
 
 def build_backend(model: ModelConfig) -> Backend:
-    path = model.path if model.path is not None else DEFAULT_MODEL
+    path = model.file()
     threads = model.threads
     cores = os.cpu_count() or 1
     if threads is not None and threads > cores:
         log.warning("model.threads %d is more than this machine's %d cores; using %d", threads, cores, cores)
         threads = cores
     return OnnxBackend(path, providers=model.providers, threads=threads, spin=model.spin)
+
+
+async def choose_tier(
+    selector: TierSelector, model: ModelConfig, info: StreamInfo, stream_id: str
+) -> TierChoice:
+    """``model: auto`` for a stream whose source has opened: probes in a worker thread, logs the choice
+    with every tier's figure (a warning when no tier keeps up)."""
+    fps = float(info.fps) if info.fps > 0 else 30.0
+    choice = await asyncio.to_thread(
+        selector.choose,
+        lambda path: build_backend(model.with_file(path)),
+        model.model_dump_json(exclude={"path"}),
+        info.width,
+        info.height,
+        fps,
+        model.headroom,
+    )
+    (log.info if choice.keeps_up else log.warning)("stream %s: %s", stream_id, choice.describe())
+    return choice
 
 
 def build_stream(
@@ -162,6 +191,7 @@ def build_stream(
     server: WebRtcServer | None = None,
     on_output: OutputHook | None = None,
     observe: StageObserver = ignore,
+    choose: ModelChooser | None = None,
 ) -> Pipeline:
     """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
     model = backend.info
@@ -180,6 +210,7 @@ def build_stream(
         scene_cuts=stream.window.build_cuts(),
         scheduler=scheduler,
         observe=observe,
+        choose=choose,
     )
 
 
@@ -194,9 +225,24 @@ def build_pipeline(
             f"build_pipeline builds one stream and the config has {len(streams)}; run them with "
             "streamer.service.Service"
         )
-    backend = build_backend(streams[0].model)
+    stream = streams[0]
+    backend = build_backend(stream.model)
+    choose = None
+    if stream.model.path == AUTO:
+        selector = TierSelector()
+
+        async def choose(info: StreamInfo) -> tuple[InferenceScheduler, bool] | None:
+            choice = await choose_tier(selector, stream.model, info, stream.id)
+            if choice.path == stream.model.file():
+                return None
+            chosen = await asyncio.to_thread(build_backend, stream.model.with_file(choice.path))
+            backend.close()  # the stand-in: nothing has run on it
+            return InferenceScheduler(chosen, config.runtime.batch_for(chosen.info.provider)), True
+
     try:
-        return build_stream(streams[0], config.runtime, backend, server=server, on_output=on_output)
+        return build_stream(
+            stream, config.runtime, backend, server=server, on_output=on_output, choose=choose
+        )
     except BaseException:
         backend.close()
         raise

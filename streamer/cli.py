@@ -67,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write an H.264 mp4 here, or publish to this rtsp:// URL (replaces the config's sink)",
         metavar="PATH|URL",
     )
-    run.add_argument("--model", type=Path, help="ONNX model to run (model.path); default: the shipped one")
+    run.add_argument(
+        "--model",
+        type=Path,
+        help="ONNX model to run (model.path), or auto: the shipped tier that keeps up with the stream; "
+        "default: the shipped one",
+    )
     run.add_argument(
         "--set",
         dest="overrides",
@@ -217,8 +222,8 @@ def format_report(report: PipelineReport, output: Path | None) -> str:
         f"frames      {report.frames_in} in, {report.frames_out} out, {info.width}x{info.height} "
         f"@ {float(info.fps):g} fps, {report.source_dropped} dropped at the source",
         f"throughput  {report.fps:.1f} fps over {report.wall_s:.2f} s",
-        f"model       {report.model_calls} calls on {report.provider} (batch size x calls: {batches}), "
-        f"p50 {ms(report.inference_p50_ms)} ms per call",
+        f"model       {report.model}: {report.model_calls} calls on {report.provider} "
+        f"(batch size x calls: {batches}), p50 {ms(report.inference_p50_ms)} ms per call",
         f"gate        {report.windows_skipped} windows skipped"
         f" of {report.windows_skipped + report.windows_enhanced}",
         f"outcomes    {outcomes or 'none'}",

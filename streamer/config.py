@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from streamer.assets import AUTO_TIERS, DEFAULT_MODEL
 from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.latency import LatencyBudget, MissAction
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower
@@ -167,8 +168,10 @@ class WebRtcConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    path: Path | None = None
-    """None: the model shipped inside the package."""
+    path: Literal["auto"] | Path | None = None
+    """None: the model shipped inside the package. ``auto``: once the source has opened, the shipped
+    tier of best quality that runs ``headroom`` times the source's frame rate on its frame size
+    (``streamer.tiers``)."""
     providers: Literal["auto"] | list[str] = "auto"
     threads: int | None = Field(None, ge=1, le=1024)
     """onnxruntime intra-op threads; None: its default. More than the machine's cores only contend: a
@@ -176,6 +179,20 @@ class ModelConfig(_Strict):
     machine); a stream added through the control API asking for more is refused."""
     spin: bool = False
     """Let onnxruntime's threads spin between ops: faster alone, slower beside decode and encode."""
+    headroom: float = Field(1.5, ge=1.0, le=10.0)
+    """``auto``: how many times the source's frame rate a tier must run alone; decode, encode and the
+    event loop share the cores with it."""
+
+    def file(self) -> Path:
+        """The model file to load: the shipped default for None; for ``auto``, the first tier, which
+        stands in until the stream's source has opened and a tier is chosen."""
+        if self.path == "auto":
+            return AUTO_TIERS[0]
+        return DEFAULT_MODEL if self.path is None else self.path
+
+    def with_file(self, path: Path) -> ModelConfig:
+        """These settings with the model file ``path`` (a tier ``auto`` chose)."""
+        return self.model_copy(update={"path": path})
 
 
 class WindowConfig(_Strict):

@@ -55,8 +55,9 @@ class ApiPolicy:
                 f"at most {cores} (or null)"
             )
         asked_model = given.get("model")
-        if stream.model.path is not None and isinstance(asked_model, dict) and "path" in asked_model:
-            self._regular_file("model.path", stream.model.path, self.model_roots, "http.model_roots")
+        path = stream.model.path
+        if isinstance(path, Path) and isinstance(asked_model, dict) and "path" in asked_model:
+            self._regular_file("model.path", path, self.model_roots, "http.model_roots")
         urls = (("source.url", getattr(source, "url", None)), ("sink.url", getattr(sink, "url", None)))
         for field, url in urls:
             if url is not None and self.allowed_hosts is not None:

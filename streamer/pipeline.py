@@ -23,7 +23,7 @@ import enum
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,6 +99,8 @@ class PipelineReport:
 
     stream_id: str
     info: StreamInfo
+    model: str
+    """The model the stream ran on (with ``model: auto``, the tier chosen)."""
     provider: str
     frames_in: int
     frames_out: int
@@ -124,6 +126,11 @@ class PipelineReport:
 OutputHook = Callable[[Frame, Frame, Outcome], None]
 """Called for each frame written, with the source frame, the frame sent and how it was made."""
 
+ModelChooser = Callable[[StreamInfo], Awaitable[tuple[InferenceScheduler, bool] | None]]
+"""Called once the source has opened, before the first frame is read: the scheduler (and its model) to
+run this stream on, chosen on the stream's size and rate, and whether the pipeline owns (closes) it;
+None keeps the model it was built with."""
+
 
 class Pipeline:
     """Runs one stream once; ``stop()`` ends ingest and lets what is in flight drain."""
@@ -146,35 +153,17 @@ class Pipeline:
         scheduler: InferenceScheduler | None = None,
         observe: StageObserver = ignore,
         misses: MissWatch | None = None,
+        choose: ModelChooser | None = None,
     ) -> None:
-        model = backend.info
-        if windower.t != model.t:
-            raise ModelMismatchError(
-                f"window.t is {windower.t} but model {model.name!r} was exported with T={model.t}; "
-                f"set window.t to {model.t} or leave it unset to take the model's"
-            )
-        if windower.position is not model.output_position:
-            raise ModelMismatchError(
-                f"window.position is {windower.position.value!r} but model {model.name!r} outputs the "
-                f"{model.output_position.value!r} frame; set window.position to "
-                f"{model.output_position.value!r}"
-            )
         self.source = source
         self.sink = sink
         self.backend = backend
         self.windower = windower
         self.gate = gate if gate is not None else MotionGate(enabled=False)
-        if self.gate.tile is not None and (model.state or model.streaming or on_skip is not SkipAction.REUSE):
-            # A region pasted over the last output needs a window model whose output is a function of
-            # the window alone, and a last output to paste over.
-            log.info(
-                "stream %s: gate.tile ignored: regions need a window model that is neither streaming nor "
-                "recurrent, and gate.on_skip reuse",
-                source.stream_id,
-            )
-            self.gate.tile = None
-        self.budget = budget if budget is not None else LatencyBudget()
         self.on_skip = on_skip
+        self._fit(backend)
+        self._choose = choose
+        self.budget = budget if budget is not None else LatencyBudget()
         self.cuts = scene_cuts if scene_cuts is not None else SceneCutDetector(None)
         self.max_batch = max(1, max_batch)
         if scheduler is not None and scheduler.backend is not backend:
@@ -224,6 +213,42 @@ class Pipeline:
         """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
         self._features: FeatureCache[FrameFeatures] = FeatureCache(windower.t, source.stream_id)
         """A streaming model's per-frame features, one run at a time; only the inference thread uses it."""
+
+    def _fit(self, backend: Backend) -> None:
+        """Refuse a model whose T or output slot differs from the windower's; drop gate.tile for a
+        model that cannot run on a region."""
+        model = backend.info
+        windower = self.windower
+        if windower.t != model.t:
+            raise ModelMismatchError(
+                f"window.t is {windower.t} but model {model.name!r} was exported with T={model.t}; "
+                f"set window.t to {model.t} or leave it unset to take the model's"
+            )
+        if windower.position is not model.output_position:
+            raise ModelMismatchError(
+                f"window.position is {windower.position.value!r} but model {model.name!r} outputs the "
+                f"{model.output_position.value!r} frame; set window.position to "
+                f"{model.output_position.value!r}"
+            )
+        region_ok = not (model.state or model.streaming) and self.on_skip is SkipAction.REUSE
+        if self.gate.tile is not None and not region_ok:
+            # A region pasted over the last output needs a window model whose output is a function of
+            # the window alone, and a last output to paste over.
+            log.info(
+                "stream %s: gate.tile ignored: regions need a window model that is neither streaming nor "
+                "recurrent, and gate.on_skip reuse",
+                self.source.stream_id,
+            )
+            self.gate.tile = None
+
+    async def _switch(self, scheduler: InferenceScheduler, owned: bool) -> None:
+        """Run on the model ``choose`` picked; before the first frame, so no window straddles two."""
+        self._fit(scheduler.backend)
+        self.scheduler.detach(self._key)
+        if self._own_scheduler:
+            await self.scheduler.aclose()
+        self.scheduler, self.backend, self._own_scheduler = scheduler, scheduler.backend, owned
+        self.scheduler.attach(self._key)
 
     @property
     def stopping(self) -> bool:
@@ -278,7 +303,7 @@ class Pipeline:
         self.scheduler.attach(self._key)
         try:
             info = await self.source.open()
-            self.opened = True
+            self.opened = self._choose is None
             try:
                 await self.sink.open(info)
                 await self._stages(info)
@@ -295,6 +320,11 @@ class Pipeline:
         stream = self.source.stream_id
         error: BaseException | None = None
         try:
+            if self._choose is not None:  # the sink is open, so players are not kept waiting for it
+                chosen = await self._choose(info)
+                if chosen is not None:
+                    await self._switch(*chosen)
+                self.opened = True  # a model probe reads as connecting, not as a stall
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._ingest(info), name=f"ingest-{stream}")
                 group.create_task(self._infer(), name=f"infer-{stream}")
@@ -559,6 +589,7 @@ class Pipeline:
         return PipelineReport(
             stream_id=self.source.stream_id,
             info=info,
+            model=self.backend.info.name,
             provider=self.backend.info.provider,
             frames_in=self._frames_in,
             frames_out=self._frames_out,

@@ -18,16 +18,18 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from streamer.app import build_backend, build_server, build_stream
+from streamer.app import build_backend, build_server, build_stream, choose_tier
 from streamer.backend.base import Backend
-from streamer.config import Config, StreamConfig
+from streamer.config import Config, ModelConfig, StreamConfig
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerError, StreamExistsError
+from streamer.frame import StreamInfo
 from streamer.metrics import ServiceMetrics
-from streamer.pipeline import OutputHook, Pipeline, PipelineReport
+from streamer.pipeline import ModelChooser, OutputHook, Pipeline, PipelineReport
 from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
 from streamer.sources.rtsp import RtspSource
+from streamer.tiers import AUTO, TierChoice, TierSelector
 from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["Service", "StreamResult", "StreamRunner"]
@@ -73,9 +75,10 @@ def _connection(pipeline: Pipeline) -> dict[str, object] | None:
     }
 
 
-def _model_key(stream: StreamConfig) -> str:
-    """Streams whose model settings are equal share one loaded model and its scheduler."""
-    return stream.model.model_dump_json()
+def _model_key(model: ModelConfig) -> str:
+    """Streams whose model settings are equal share one loaded model and its scheduler; an ``auto``
+    stream shares the model it runs on (its stand-in until a tier is chosen)."""
+    return model.with_file(model.file()).model_dump_json()
 
 
 class StreamRunner:
@@ -90,6 +93,9 @@ class StreamRunner:
         self.error: BaseException | None = None
         self.started = time.monotonic()
         self.ended_at: float | None = None
+        self.model_key = _model_key(config.model)
+        """The loaded model this stream runs on: ``auto`` moves it to the tier chosen."""
+        self.choice: TierChoice | None = None
 
     @property
     def id(self) -> str:
@@ -131,6 +137,7 @@ class StreamRunner:
             "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in p.queue_stats()},
             "error": None if self.error is None else redact_text(str(self.error)),
             "connection": _connection(p),
+            "model_choice": None if self.choice is None else self.choice.as_dict(),
         }
 
 
@@ -144,6 +151,7 @@ class Service:
         metrics: ServiceMetrics | None = None,
         on_output: OutputHook | None = None,
         log_failures: bool = True,
+        tiers: TierSelector | None = None,
     ) -> None:
         self.config = config
         self._log_failures = log_failures
@@ -156,6 +164,8 @@ class Service:
         self.abandoned: set[str] = set()
         """Streams whose sink never returned from a write, even cancelled: their threads are stuck."""
         self._models: dict[str, _Model] = {}
+        self._tiers = tiers if tiers is not None else TierSelector()
+        """``model: auto``'s probes, kept per frame size for the process's life."""
         self._limits = HealthLimits(config.runtime.stall_after_s, config.runtime.sink_blocked_after_s)
         self._stop = asyncio.Event()
         self._changed = asyncio.Event()
@@ -232,13 +242,7 @@ class Service:
                 "or raise the cap"
             )
         self._check_free(stream.id)  # before a model is loaded for it
-        key = _model_key(stream)
-        if key not in self._models:  # loading a model can take seconds: never on the event loop
-            backend = await asyncio.to_thread(build_backend, stream.model)
-            if key in self._models:  # another add loaded it meanwhile
-                backend.close()
-            else:
-                self._models[key] = self._new_model(backend)
+        await self._load(stream.model)
         runner = self._build(stream)
         self._start(runner)
         return runner
@@ -259,7 +263,7 @@ class Service:
 
     async def _release_models(self) -> None:
         """Close the models no stream uses any more: a session per distinct model config, not for ever."""
-        used = {_model_key(r.config) for r in self.runners.values()}
+        used = {r.model_key for r in self.runners.values()}
         for key in [k for k in self._models if k not in used]:
             model = self._models.pop(key)
             await model.scheduler.aclose()
@@ -287,11 +291,40 @@ class Service:
     # --- internals -------------------------------------------------------------------------------
 
     def _model(self, stream: StreamConfig) -> _Model:
-        key = _model_key(stream)
+        key = _model_key(stream.model)
         model = self._models.get(key)
         if model is None:
             model = self._models[key] = self._new_model(build_backend(stream.model))
         return model
+
+    async def _load(self, settings: ModelConfig) -> _Model:
+        """The loaded model of ``settings``, loaded now if no stream runs it (in a worker thread: loading
+        can take seconds)."""
+        key = _model_key(settings)
+        if key not in self._models:
+            backend = await asyncio.to_thread(build_backend, settings)
+            if key in self._models:  # loaded meanwhile by another stream
+                backend.close()
+            else:
+                self._models[key] = self._new_model(backend)
+        return self._models[key]
+
+    def _chooser(self, stream: StreamConfig) -> ModelChooser | None:
+        """``model: auto``: once the source has opened, the tier for its size, shared with the streams
+        that chose it too; the stand-in is closed if no stream runs on it any more."""
+        if stream.model.path != AUTO:
+            return None
+
+        async def choose(info: StreamInfo) -> tuple[InferenceScheduler, bool]:
+            choice = await choose_tier(self._tiers, stream.model, info, stream.id)
+            model = await self._load(stream.model.with_file(choice.path))
+            runner = self.runners[stream.id]
+            runner.choice = choice
+            runner.model_key = _model_key(stream.model.with_file(choice.path))
+            await self._release_models()
+            return model.scheduler, False
+
+        return choose
 
     def _new_model(self, backend: Backend) -> _Model:
         runtime = self.config.runtime
@@ -321,6 +354,7 @@ class Service:
                 server=self.server,
                 on_output=self._on_output,
                 observe=self.metrics.stage_observer(stream.id),
+                choose=self._chooser(stream),
             )
         except StreamerError as err:
             if self.config.streams is None:

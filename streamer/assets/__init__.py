@@ -6,6 +6,7 @@ from pathlib import Path
 
 __all__ = [
     "ASSETS",
+    "AUTO_TIERS",
     "DEFAULT_MODEL",
     "DEFAULT_MODEL_CARD",
     "STREAMING_INT8_MODEL",
@@ -32,3 +33,6 @@ encoded once (``stream_t5.encoder.onnx`` beside it), uint8 in and out."""
 STREAMING_INT8_MODEL: Path = ASSETS / "stream_t5.int8.onnx"
 """Its INT8 pair (``stream_t5.int8.encoder.onnx`` beside it): the convolutions INT8 costs least, within 50 dB
 of fp32 on the calibration windows."""
+
+AUTO_TIERS: tuple[Path, ...] = (STREAMING_MODEL, STREAMING_INT8_MODEL)
+"""What ``model.path: auto`` chooses from, best quality first (``streamer.tiers``)."""

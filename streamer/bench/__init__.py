@@ -335,7 +335,8 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--model",
         action="append",
         metavar="ONNX",
-        help="a model tier to run, repeatable (default: stream_t5, its INT8 pair, then conv3d_t5)",
+        help="a model tier to run, or auto (the tier model.path auto chooses), repeatable (default: "
+        "stream_t5, its INT8 pair, then conv3d_t5)",
     )
     live.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     live.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")

@@ -25,7 +25,6 @@ import numpy as np
 import onnxruntime as ort
 
 from streamer.app import build_pipeline
-from streamer.backend.base import Backend
 from streamer.config import Config, parse_override
 from streamer.errors import ConfigError
 from streamer.frame import Frame
@@ -45,7 +44,6 @@ __all__ = [
     "format_targets",
     "load_average",
     "markdown_targets",
-    "model_fps",
     "overrides",
     "parse_size",
     "parse_sizes",
@@ -378,33 +376,3 @@ def run_live(config: Config, seconds: float, warmup_s: float, interval_s: float 
         budget.estimate_ms,
         budget.admitted,
     )
-
-
-def model_fps(backend: Backend, width: int, height: int, seconds: float = 2.0) -> float:
-    """Output frames per second of ``backend`` alone at batch 1 on frames of ``width`` x ``height``, in
-    the steady state a stream sees: a streaming model encodes one new frame and fuses T cached maps per
-    output frame; any other model runs its whole window. After 3 warm-up frames; at least 5 timed."""
-    rng = np.random.default_rng(0)
-    t = backend.info.t
-    if backend.info.streaming:
-        frame = rng.integers(0, 256, (1, height, width, 3), dtype=np.uint8)
-        window = backend.encode(frame) * t
-
-        def one() -> None:
-            backend.encode(frame)
-            backend.fuse([window], frame)
-
-    else:
-        batch = rng.integers(0, 256, (1, t, 3, height, width), dtype=np.uint8)
-
-        def one() -> None:
-            backend.infer(batch)
-
-    for _ in range(3):
-        one()
-    runs = 0
-    start = time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or runs < 5:
-        one()
-        runs += 1
-    return runs / elapsed

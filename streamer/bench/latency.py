@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import av
@@ -109,8 +109,8 @@ class Settings:
     warmup: int = 60
     gate: bool = True
     paths: tuple[str, ...] = PATHS
-    model: Path | None = None
-    """The ONNX model; None is the shipped default."""
+    model: Path | Literal["auto"] | None = None
+    """The ONNX model; None is the shipped default, ``auto`` the tier ``model: auto`` chooses."""
     budget_ms: float | None = None
     """latency.budget_ms of the pipeline; None enhances every frame however late."""
 
@@ -178,6 +178,8 @@ class PathResult:
     """How the measured frames left the pipeline."""
     source_dropped: int
     timed_out: bool
+    model: str
+    """The model the pipeline ran on (``model: auto``: the tier it chose)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +302,7 @@ def _result(
         outcomes={o.value: counts[o.value] for o in Outcome if counts[o.value]},
         source_dropped=report.source_dropped,
         timed_out=timed_out,
+        model=report.model,
     )
 
 

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from streamer.app import build_backend
-from streamer.assets import DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_MODEL
-from streamer.bench.harness import LoadWatch, Machine, Target, emit, model_fps, parse_sizes, table_footer
+from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_MODEL
+from streamer.bench.harness import LoadWatch, Machine, Target, emit, parse_sizes, table_footer
 from streamer.bench.latency import Settings, parse_size, run_latency
 from streamer.config import ModelConfig
 from streamer.errors import ConfigError
+from streamer.tiers import AUTO, model_fps
 
 __all__ = ["LiveRow", "run_from_args", "run_live_bench"]
 
@@ -54,13 +55,20 @@ class LiveRow:
         return self.enhanced / self.sent if self.sent else 0.0
 
 
-def _row(model: Path, width: int, height: int, fps: int, seconds: float, budget_ms: float) -> LiveRow:
-    backend = build_backend(ModelConfig(path=model))
-    try:
-        alone = model_fps(backend, width, height)
-        name = backend.info.name
-    finally:
-        backend.close()
+def _alone(model: Path | str, chosen: str, width: int, height: int) -> float:
+    """The model's own fps on this size; for ``auto``, the fps of the tier it chose."""
+    paths = AUTO_TIERS if model == AUTO else (Path(model),)
+    for path in paths:
+        backend = build_backend(ModelConfig(path=path))
+        try:
+            if backend.info.name == chosen:
+                return model_fps(backend, width, height)
+        finally:
+            backend.close()
+    raise ConfigError(f"bench live: the pipeline ran {chosen!r}, which is none of {[str(p) for p in paths]}")
+
+
+def _row(model: Path | str, width: int, height: int, fps: int, seconds: float, budget_ms: float) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
         width,
@@ -70,7 +78,7 @@ def _row(model: Path, width: int, height: int, fps: int, seconds: float, budget_
         warmup=2 * fps,
         gate=False,
         paths=("rtsp",),
-        model=model,
+        model=AUTO if model == AUTO else Path(model),
         budget_ms=budget_ms,
     )
     cpu_start, wall_start = os.times(), time.monotonic()
@@ -81,9 +89,10 @@ def _row(model: Path, width: int, height: int, fps: int, seconds: float, budget_
         raise ConfigError(f"bench live needs the RTSP path: {reasons}")
     row = report.rows[0]
     cpu = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
+    alone = _alone(model, row.model, width, height)
     return LiveRow(
         size=f"{width}x{height}",
-        model=name,
+        model=f"auto: {row.model}" if model == AUTO else row.model,
         sent=row.sent,
         enhanced=row.outcomes.get("enhanced", 0),
         passed_through=row.outcomes.get("budget_passthrough", 0),
@@ -197,7 +206,7 @@ def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: fl
 
 
 def run_live_bench(
-    sizes: list[tuple[int, int]], models: list[Path], fps: int, seconds: float, budget_ms: float
+    sizes: list[tuple[int, int]], models: list[Path | str], fps: int, seconds: float, budget_ms: float
 ) -> tuple[list[LiveRow], Machine, float]:
     watch = LoadWatch()
     started = time.monotonic()
@@ -214,14 +223,14 @@ def run_from_args(args: argparse.Namespace) -> int:
             f"--seconds and --budget-ms must be positive and --fps in 1..120; got {args.seconds}, "
             f"{args.budget_ms}, {args.fps}"
         )
-    models = (
-        [Path(m) for m in args.model]
+    models: list[Path | str] = (
+        [m if m == AUTO else Path(m) for m in args.model]
         if args.model
         else [STREAMING_MODEL, STREAMING_INT8_MODEL, DEFAULT_MODEL]
     )
     for model in models:
-        if not model.is_file():
-            raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model")
+        if model != AUTO and not Path(model).is_file():
+            raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model or auto")
     rows, machine, wall = run_live_bench(sizes, models, args.fps, args.seconds, args.budget_ms)
     data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
     return emit(

@@ -264,3 +264,21 @@ def test_the_tile_gate_enhances_only_the_box_around_a_moving_subject(tmp_path: P
         # Away from the square the scene is still, so reused pixels equal fresh ones; the box is run
         # with a halo wider than the model's reach, so its pixels equal the whole frame's.
         assert int(diff.max()) <= 1, index
+
+
+def test_model_auto_runs_a_shipped_tier_chosen_once_the_source_has_opened(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = configured(
+        **{"model.path": "auto", "source.frames": 20, "source.width": 128, "source.height": 72}
+    )
+    pipeline = build_pipeline(config)
+    try:
+        with caplog.at_level(logging.INFO, logger="streamer.app"):
+            report = asyncio.run(pipeline.run())
+    finally:
+        pipeline.backend.close()
+    assert report.frames_in == report.frames_out == 20
+    assert pipeline.backend.info.name in {"stream_t5", "stream_t5-int8"}
+    (line,) = [r.getMessage() for r in caplog.records if "model auto chose" in r.getMessage()]
+    assert f"chose {pipeline.backend.info.name} for 128x72 @ 30 fps" in line

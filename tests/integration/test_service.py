@@ -21,12 +21,15 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamer.assets import STREAMING_INT8_MODEL
+from streamer.backend.base import Backend
 from streamer.config import Config, load_config
 from streamer.control import ControlServer
 from streamer.frame import Frame
 from streamer.metrics import METRICS
 from streamer.pipeline import Outcome, Pipeline
 from streamer.service import Service, StreamResult
+from streamer.tiers import TierSelector
 from tests.integration.rtsp_fixtures import RtspServer, free_port, until
 from tests.media import probe
 
@@ -88,9 +91,11 @@ class Serving:
 
 @contextlib.asynccontextmanager
 async def serving(
-    config: Config, on_output: Callable[[Frame, Frame, Outcome], None] | None = None
+    config: Config,
+    on_output: Callable[[Frame, Frame, Outcome], None] | None = None,
+    tiers: TierSelector | None = None,
 ) -> AsyncIterator[Serving]:
-    service = Service(config, on_output=on_output)
+    service = Service(config, on_output=on_output, tiers=tiers)
     service.prepare()
     control = ControlServer(service, config.http)
     await control.start()
@@ -614,3 +619,42 @@ def test_streams_added_and_removed_by_the_hundred_leave_no_threads_or_descriptor
     assert after[0] == before[0]  # descriptors: sockets, files, eventfds
     assert after[1] <= before[1] + 1  # OS threads (onnxruntime's included); the loop's executor may add one
     assert models == 0  # every model closed with its last stream
+
+
+def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the_stand_in() -> None:
+    timed: list[tuple[str, int, int]] = []
+
+    def measure(backend: Backend, width: int, height: int, seconds: float) -> float:
+        timed.append((backend.info.name, width, height))
+        return {"stream_t5": 20.0, "stream_t5-int8": 60.0}[backend.info.name]
+
+    seen: dict[str, list[int]] = {}
+    source = {"kind": "synthetic", "frames": 30, "width": 160, "height": 96, "fps": 30}
+    config = config_of(
+        [{"id": "a", "source": source}, {"id": "b", "source": source}],
+        **{"model.path": "auto", "gate.enabled": False},
+    )
+
+    def record(source: Frame, sent: Frame, outcome: Outcome) -> None:
+        seen.setdefault(source.stream_id, []).append(source.index)
+
+    async def scenario() -> None:
+        async with serving(config, on_output=record, tiers=TierSelector(measure=measure)) as run:
+            await run.wait_states({"a": "ended", "b": "ended"}, timeout=60)
+            _, streams = await run.get("/streams")
+            for status in streams["streams"]:
+                assert status["model"] == "stream_t5-int8"
+                assert status["model_choice"] == {
+                    "chosen": "stream_t5-int8",
+                    "size": "160x96",
+                    "source_fps": 30.0,
+                    "needed_fps": 45.0,
+                    "keeps_up": True,
+                    "probes": [{"model": "stream_t5", "fps": 20.0}, {"model": "stream_t5-int8", "fps": 60.0}],
+                }
+            (scheduler,) = run.service.schedulers()  # the stand-in (stream_t5) was closed
+            assert scheduler.backend.path == STREAMING_INT8_MODEL  # type: ignore[attr-defined]
+
+    asyncio.run(scenario())
+    assert timed == [("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]  # the second stream reused them
+    assert seen == {"a": list(range(30)), "b": list(range(30))}

@@ -147,3 +147,39 @@ def test_cli_train_runs_and_reports(tmp_path: Path, capsys: pytest.CaptureFixtur
         == 2
     )
     assert "steps, batch and checkpoint_every must be >= 1" in capsys.readouterr().err
+
+
+def test_a_cheaper_tier_starts_from_the_teachers_filters_and_learns_from_its_outputs(tmp_path: Path) -> None:
+    from export.distill import init_weights, warm_start
+    from export.train import build_model
+    from streamer.assets import DEFAULT_MODEL
+
+    student = {"t": 5, "position": "center", "half": 16, "quarter": 0, "fused": 16, "refine": 8, "blocks": 1}
+    config = dataclasses.replace(
+        TINY, arch="streaming", model=student, steps=2, teacher=str(DEFAULT_MODEL), init=str(DEFAULT_MODEL)
+    )
+    module = build_model("streaming", student)
+    copied = warm_start(module, init_weights(DEFAULT_MODEL, module))
+    assert "entry.weight" in copied  # conv3d_t5's embedding, whole: the student keeps its 16 maps
+    assert "window_blocks.0.conv1.weight" in copied  # its first block, first channels
+    teacher_entry = init_weights(DEFAULT_MODEL, module)["entry.weight"]
+    assert torch.equal(module.state_dict()["entry.weight"], teacher_entry)
+    assert torch.equal(
+        module.state_dict()["mix_half.weight"], init_weights(DEFAULT_MODEL, module)["mix_half.weight"][:8]
+    )
+
+    result = train(config, tmp_path, progress=False)
+    assert result.step == 2
+    assert load_checkpoint(result.checkpoint)["train_config"]["teacher"] == str(DEFAULT_MODEL)
+
+    recurrent = dataclasses.replace(
+        TINY,
+        arch="convgru",
+        model={"features": 4, "channels": 8, "hidden": 4, "blocks": 0},
+        teacher=str(DEFAULT_MODEL),
+    )
+    with pytest.raises(ConfigError, match="window models only"):
+        train(recurrent, tmp_path / "gru", progress=False)
+    wrong_t = dataclasses.replace(config, model={**student, "t": 3})
+    with pytest.raises(ConfigError, match="T=3"):
+        train(wrong_t, tmp_path / "t3", progress=False)

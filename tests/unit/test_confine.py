@@ -88,6 +88,7 @@ def test_no_roots_means_no_file_paths_through_the_api(roots: dict[str, Path]) ->
     with pytest.raises(AccessError, match=re.escape("http.model_roots is empty")):
         _check(policy, {"model": {"path": str(roots["models"] / "m.onnx")}})
     _check(policy, {"source": {"kind": "synthetic"}, "sink": {"kind": "null"}})
+    _check(policy, {"model": {"path": "auto"}})  # the shipped tiers: no file named by the client
 
 
 def test_rtsp_hosts_can_be_limited() -> None:

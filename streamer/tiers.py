@@ -1,0 +1,159 @@
+"""``model: auto``: the best-quality model tier that keeps up with a stream, chosen on the stream's own size.
+
+Which tier a CPU can run live depends on the frame size, the source's frame rate, the cores and their
+instruction sets (INT8 pays on VNNI/AMX far more than on AVX2), so no tier is right everywhere. Once a
+stream's source has opened, ``TierSelector.choose`` times each shipped tier alone on frames of that size
+(the steady state the pipeline runs: a streaming tier encodes one new frame and fuses T cached maps per
+output frame) and takes the first, best quality first, that runs ``headroom`` times the source's frame
+rate; decode, encode and the event loop need the rest of the cores. Probes are kept per size and model
+settings, so the second stream of a size starts at once. Where no tier keeps up, the fastest is taken
+and the choice says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from streamer.assets import AUTO_TIERS
+from streamer.backend.base import Backend
+
+__all__ = ["AUTO", "TierChoice", "TierProbe", "TierSelector", "model_fps"]
+
+log = logging.getLogger(__name__)
+
+AUTO: Final = "auto"
+"""``model.path: auto``."""
+
+
+def model_fps(backend: Backend, width: int, height: int, seconds: float = 2.0) -> float:
+    """Output frames per second of ``backend`` alone at batch 1 on frames of ``width`` x ``height``, in
+    the steady state a stream sees: a streaming model encodes one new frame and fuses T cached maps per
+    output frame; any other model runs its whole window. After 3 warm-up frames; at least 5 timed."""
+    rng = np.random.default_rng(0)
+    t = backend.info.t
+    if backend.info.streaming:
+        frame = rng.integers(0, 256, (1, height, width, 3), dtype=np.uint8)
+        window = backend.encode(frame) * t
+
+        def one() -> None:
+            backend.encode(frame)
+            backend.fuse([window], frame)
+
+    else:
+        batch = rng.integers(0, 256, (1, t, 3, height, width), dtype=np.uint8)
+
+        def one() -> None:
+            backend.infer(batch)
+
+    for _ in range(3):
+        one()
+    runs = 0
+    start = time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or runs < 5:
+        one()
+        runs += 1
+    return runs / elapsed
+
+
+@dataclass(frozen=True, slots=True)
+class TierProbe:
+    """One tier timed alone on the stream's frame size."""
+
+    name: str
+    path: Path
+    fps: float
+
+
+@dataclass(frozen=True, slots=True)
+class TierChoice:
+    """What ``model: auto`` took for a stream, and the figures it took it on."""
+
+    path: Path
+    name: str
+    width: int
+    height: int
+    source_fps: float
+    needed_fps: float
+    """The source's frame rate times the headroom: what a tier must run alone."""
+    keeps_up: bool
+    probes: tuple[TierProbe, ...]
+
+    def describe(self) -> str:
+        """One log line's worth: the choice, the need, every tier's figure."""
+        figures = ", ".join(f"{p.name} {p.fps:.1f}" for p in self.probes)
+        verdict = "" if self.keeps_up else "; no tier keeps up, took the fastest"
+        return (
+            f"model auto chose {self.name} for {self.width}x{self.height} @ {self.source_fps:g} fps "
+            f"(needs {self.needed_fps:.1f} fps alone; measured fps: {figures}){verdict}"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        """What ``/streams`` shows."""
+        return {
+            "chosen": self.name,
+            "size": f"{self.width}x{self.height}",
+            "source_fps": round(self.source_fps, 3),
+            "needed_fps": round(self.needed_fps, 1),
+            "keeps_up": self.keeps_up,
+            "probes": [{"model": p.name, "fps": round(p.fps, 1)} for p in self.probes],
+        }
+
+
+Loader = Callable[[Path], Backend]
+"""Loads one tier with the stream's model settings (providers, threads)."""
+
+Measure = Callable[[Backend, int, int, float], float]
+"""Frames per second of a backend alone on (width, height) frames, timed for about the seconds given."""
+
+
+class TierSelector:
+    """Chooses a tier per stream; thread-safe, one probe at a time (two at once would time each other)."""
+
+    def __init__(
+        self, tiers: Sequence[Path] = AUTO_TIERS, *, probe_s: float = 0.5, measure: Measure = model_fps
+    ) -> None:
+        if not tiers:
+            raise ValueError("TierSelector needs at least one tier")
+        self.tiers = tuple(tiers)
+        self.probe_s = probe_s
+        self._measure = measure
+        self._lock = threading.Lock()
+        self._probes: dict[tuple[Path, int, int, str], TierProbe] = {}
+
+    def choose(
+        self, load: Loader, settings: str, width: int, height: int, fps: float, headroom: float
+    ) -> TierChoice:
+        """Blocking (seconds on first sight of a size): run it in a worker thread. ``settings`` names
+        the model settings the tiers load with, so probes of other settings are not reused."""
+        needed = fps * headroom
+        probes: list[TierProbe] = []
+        with self._lock:
+            for path in self.tiers:
+                probe = self._probe(load, settings, path, width, height)
+                probes.append(probe)
+                if probe.fps >= needed:
+                    break
+        keeps_up = probes[-1].fps >= needed
+        best = probes[-1] if keeps_up else max(probes, key=lambda p: p.fps)
+        return TierChoice(best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes))
+
+    def _probe(self, load: Loader, settings: str, path: Path, width: int, height: int) -> TierProbe:
+        key = (path, width, height, settings)
+        probe = self._probes.get(key)
+        if probe is None:
+            backend = load(path)
+            try:
+                fps = self._measure(backend, width, height, self.probe_s)
+                probe = self._probes[key] = TierProbe(backend.info.name, path, fps)
+            finally:
+                backend.close()
+            log.debug("model auto: %s runs %.1f fps alone at %dx%d", probe.name, fps, width, height)
+        return probe

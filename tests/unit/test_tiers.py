@@ -1,0 +1,88 @@
+"""``model: auto``'s choice: the best-quality tier that keeps up, else the fastest; probes kept per size.
+
+The shipped tiers are loaded for real; their speed is given (``measure``), since how fast a tier runs
+here is a benchmark's business, not a unit test's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_MODEL
+from streamer.backend.base import Backend
+from streamer.backend.onnx import OnnxBackend
+from streamer.config import ModelConfig, load_config
+from streamer.errors import ConfigError
+from streamer.tiers import TierSelector
+
+
+class Timings:
+    """Given fps per model name; records what was timed."""
+
+    def __init__(self, fps: dict[str, float]) -> None:
+        self.fps = fps
+        self.timed: list[tuple[str, int, int]] = []
+
+    def __call__(self, backend: Backend, width: int, height: int, seconds: float) -> float:
+        self.timed.append((backend.info.name, width, height))
+        return self.fps[backend.info.name]
+
+
+def load(path: Path) -> Backend:
+    return OnnxBackend(path, threads=1)
+
+
+def test_the_best_quality_tier_that_runs_the_headroom_is_taken_and_slower_tiers_are_not_timed() -> None:
+    timings = Timings({"stream_t5": 50.0, "stream_t5-int8": 80.0})
+    choice = TierSelector(measure=timings).choose(load, "", 640, 360, 30.0, 1.5)
+    assert (choice.path, choice.name, choice.keeps_up, choice.needed_fps) == (
+        STREAMING_MODEL,
+        "stream_t5",
+        True,
+        45.0,
+    )
+    assert timings.timed == [("stream_t5", 640, 360)]
+
+
+def test_a_tier_further_down_is_taken_when_the_best_cannot_keep_up() -> None:
+    timings = Timings({"stream_t5": 30.0, "stream_t5-int8": 46.0})
+    choice = TierSelector(measure=timings).choose(load, "", 640, 360, 30.0, 1.5)
+    assert (choice.path, choice.keeps_up) == (STREAMING_INT8_MODEL, True)
+    assert [p.name for p in choice.probes] == ["stream_t5", "stream_t5-int8"]
+    assert choice.as_dict()["probes"] == [
+        {"model": "stream_t5", "fps": 30.0},
+        {"model": "stream_t5-int8", "fps": 46.0},
+    ]
+
+
+def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> None:
+    timings = Timings({"stream_t5": 12.0, "stream_t5-int8": 9.0})
+    choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.5)
+    assert (choice.path, choice.keeps_up) == (STREAMING_MODEL, False)
+    line = choice.describe()
+    assert "no tier keeps up" in line
+    assert "1280x720 @ 30 fps" in line
+    assert "stream_t5-int8 9.0" in line
+
+
+def test_probes_are_kept_per_size_and_settings() -> None:
+    timings = Timings({"stream_t5": 10.0, "stream_t5-int8": 20.0})
+    selector = TierSelector(measure=timings)
+    selector.choose(load, "a", 640, 360, 30.0, 1.5)
+    selector.choose(load, "a", 640, 360, 25.0, 1.0)
+    assert len(timings.timed) == 2  # the second stream of that size starts without a probe
+    selector.choose(load, "a", 320, 180, 30.0, 1.5)
+    selector.choose(load, "b", 320, 180, 30.0, 1.5)
+    assert len(timings.timed) == 6
+
+
+def test_model_path_auto_is_a_setting_and_stands_in_with_the_first_tier() -> None:
+    auto = load_config(None, {"model.path": "auto"}).model
+    assert auto.path == "auto"
+    assert auto.file() == AUTO_TIERS[0]
+    assert ModelConfig().file() == DEFAULT_MODEL
+    assert auto.with_file(STREAMING_INT8_MODEL).file() == STREAMING_INT8_MODEL
+    with pytest.raises(ConfigError, match="headroom"):
+        load_config(None, {"model.headroom": 0.5})
