@@ -229,8 +229,8 @@ class GateConfig(_Strict):
     refresh_s: float | None = Field(2.0, gt=0.0, le=86400.0)
     on_skip: SkipAction = SkipAction.REUSE
     tile: int | None = Field(None, ge=8, le=1024)
-    """Decide per tile of this many pixels and enhance only the box of the changed tiles (window models
-    with ``on_skip: reuse``); None: whole frames."""
+    """Decide per tile of this many pixels and enhance only the box of the changed tiles (window and
+    streaming models with ``on_skip: reuse``); None: whole frames."""
     halo: int = Field(32, ge=0, le=512)
     """Context around the box the model also sees; at least its receptive field (conv3d_t5: about 26
     pixels), so the box's pixels equal the whole frame's."""

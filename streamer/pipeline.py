@@ -230,13 +230,13 @@ class Pipeline:
                 f"{model.output_position.value!r} frame; set window.position to "
                 f"{model.output_position.value!r}"
             )
-        region_ok = not (model.state or model.streaming) and self.on_skip is SkipAction.REUSE
+        region_ok = not model.state and self.on_skip is SkipAction.REUSE
         if self.gate.tile is not None and not region_ok:
-            # A region pasted over the last output needs a window model whose output is a function of
-            # the window alone, and a last output to paste over.
+            # A region pasted over the last output needs a model whose output is a function of the
+            # window alone (not of a recurrent state), and a last output to paste over.
             log.info(
-                "stream %s: gate.tile ignored: regions need a window model that is neither streaming nor "
-                "recurrent, and gate.on_skip reuse",
+                "stream %s: gate.tile ignored: regions need a window or streaming model, not a recurrent "
+                "one, and gate.on_skip reuse",
                 self.source.stream_id,
             )
             self.gate.tile = None
@@ -388,15 +388,18 @@ class Pipeline:
             log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
         region = decision.region
         self._pixels_due += frame.width * frame.height
-        if decision.run_model:
-            self._pixels_enhanced += region.crop_pixels if region is not None else frame.width * frame.height
-        if region is not None:
+        if region is not None and self.backend.info.streaming:
+            # Its cached maps are of whole frames: the crop is cut from them, on the model's grid.
+            region = region.aligned(self.backend.info.pad_multiple, frame.height, frame.width)
+        elif region is not None:
             top, bottom, left, right = region.crop
             window = Hyperframe(
                 tuple(f.with_pixels(f.pixels[top:bottom, left:right]) for f in window.frames),
                 window.target,
                 window.fps,
             )
+        if decision.run_model:
+            self._pixels_enhanced += region.crop_pixels if region is not None else frame.width * frame.height
         return _Work(frame, _Plan.ENHANCE if decision.run_model else _Plan.SKIP, task.run, window, region)
 
     async def _infer(self) -> None:
@@ -497,7 +500,8 @@ class Pipeline:
         """One streaming-model window, on the model's thread: its frames are encoded once per run."""
         window = work.window
         assert window is not None
-        return work.frame.with_pixels(self.backend.enhance_cached(window, work.run, self._features))
+        crop = None if work.region is None else work.region.crop
+        return work.frame.with_pixels(self.backend.enhance_cached(window, work.run, self._features, crop))
 
     def _step(self, work: _Work) -> Frame:
         """One recurrent step, on the model's thread; a new run (after a discontinuity) starts again
@@ -525,7 +529,7 @@ class Pipeline:
             if self.budget.budget_ms is not None:
                 self._watch_misses(frame, missed=done is None)
             if done is not None and work.region is not None:
-                done = frame.with_pixels(self._paste(work.region, done, last, work.run))
+                done = frame.with_pixels(self._paste(work.region, frame, done, last, work.run))
             if done is not None:
                 return self._count(_Output(frame, done, Outcome.ENHANCED))
             if frame.index in dropped:
@@ -537,14 +541,12 @@ class Pipeline:
         return self._count(_Output(frame, frame, Outcome.GATE_PASSTHROUGH))
 
     @staticmethod
-    def _paste(region: Region, crop: Frame, last: tuple[int, Frame] | None, run: int) -> Pixels:
+    def _paste(region: Region, frame: Frame, crop: Frame, last: tuple[int, Frame] | None, run: int) -> Pixels:
         """The last output with the region's tiles replaced by their newly enhanced pixels; without a
-        last output of this run (the budget passed it through), the crop over the original frame."""
+        last output of this run, the region over the original frame."""
         top, bottom, left, right = region.paste
         y, x = top - region.crop[0], left - region.crop[2]
-        base = last[1].pixels if last is not None and last[0] == run else None
-        if base is None:
-            return crop.pixels
+        base = last[1].pixels if last is not None and last[0] == run else frame.pixels
         out = base.copy()
         out[top:bottom, left:right] = crop.pixels[y : y + bottom - top, x : x + right - left]
         return out

@@ -120,9 +120,18 @@ class Backend(abc.ABC):
         (B, H, W, 3) enhanced target frames (streaming models)."""
         raise ModelError(f"model {self.info.name!r} is not a streaming model; it cannot fuse features")
 
-    def enhance_cached(self, window: Hyperframe, run: int, cache: FeatureCache[FrameFeatures]) -> Pixels:
+    def enhance_cached(
+        self,
+        window: Hyperframe,
+        run: int,
+        cache: FeatureCache[FrameFeatures],
+        crop: tuple[int, int, int, int] | None = None,
+    ) -> Pixels:
         """The window's enhanced target frame, (H, W, 3): frames the cache lacks are encoded in one call
-        and stored, so each frame of a run is encoded once however many windows it is part of."""
+        and stored, so each frame of a run is encoded once however many windows it is part of. With
+        ``crop`` (top, bottom, left, right; starting on multiples of ``pad_multiple`` and spanning
+        them, or ending at the frame's edge: ``Region.aligned``), only that box is fused, from the
+        whole frames' cached maps cut at the same place."""
         frames = {f.index: f for f in window.frames}
         missing = cache.missing(frames, run)
         if missing:
@@ -130,7 +139,21 @@ class Backend(abc.ABC):
             for index, features in zip(missing, encoded, strict=True):
                 cache.put(index, run, features)
         window_features = [cache.get(i) for i in window.indices]
-        enhanced: Pixels = self.fuse([window_features], window.target_frame.pixels[None])[0]
+        target = window.target_frame.pixels
+        if crop is not None:
+            top, bottom, left, right = crop
+            m = self.info.pad_multiple
+            rows, cols = -(-(bottom - top) // m) * m, -(-(right - left) // m) * m
+            scales = [spec.scale for spec in self.info.features]
+            window_features = [
+                tuple(
+                    f[:, top // s : (top + rows) // s, left // s : (left + cols) // s]
+                    for f, s in zip(features, scales, strict=True)
+                )
+                for features in window_features
+            ]
+            target = target[top:bottom, left:right]
+        enhanced: Pixels = self.fuse([window_features], target[None])[0]
         return enhanced
 
     @abc.abstractmethod

@@ -83,6 +83,18 @@ class Region:
         top, bottom, left, right = self.crop
         return (bottom - top) * (right - left)
 
+    def aligned(self, multiple: int, height: int, width: int) -> Region:
+        """The crop widened to start on a multiple of ``multiple`` and span one (or end at the frame's
+        edge): a strided model then sees the crop on the whole frame's sampling grid, and cached
+        feature maps at 1/``multiple`` resolution can be cut at the same place."""
+        top, bottom, left, right = self.crop
+
+        def up(v: int, limit: int) -> int:
+            return min(-(-v // multiple) * multiple, limit)
+
+        crop = (top - top % multiple, up(bottom, height), left - left % multiple, up(right, width))
+        return Region(crop, self.paste)
+
 
 @dataclass(frozen=True, slots=True)
 class GateDecision:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamer.core.gate import GateReason, MotionGate, SceneCutDetector, luma_thumbnail
+from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector, luma_thumbnail
 from streamer.errors import ConfigError
 from streamer.frame import Hyperframe
 from tests.factories import make_frame
@@ -153,3 +153,11 @@ def test_tiles_fall_back_to_the_whole_frame_for_big_changes_and_refreshes() -> N
     edge = g.decide(scene(4, box_x=W - 16, light=40), now=1.3)
     assert edge.region is not None
     assert edge.region.crop[3] == W  # clipped to the frame
+
+
+def test_a_region_aligned_for_a_strided_model_widens_its_crop_onto_the_grid_and_keeps_its_paste() -> None:
+    region = Region(crop=(6, 70, 33, 99), paste=(38, 38 + 32, 65, 65 + 32))
+    assert region.aligned(4, 360, 640) == Region((4, 72, 32, 100), region.paste)
+    # At the frame's edge the crop ends there, whatever the multiple.
+    assert region.aligned(4, 71, 98).crop == (4, 71, 32, 98)
+    assert region.aligned(1, 360, 640) == region
