@@ -564,6 +564,18 @@ def test_the_control_api_confines_files_caps_streams_reaps_ended_ones_and_frees_
             assert 'stream="clip"' not in text
             assert (await slow_body(run)).startswith(b"HTTP/1.1 408")
             assert (await run.get("/streams/base", read))[0] == 200
+            async with (
+                aiohttp.ClientSession() as http,
+                http.delete(f"{run.control.url}/streams/base", headers=control) as r,
+            ):
+                assert r.status == 200
+            # Nothing to play: out of the Service's endpoints, alive all the same; a new stream readies it.
+            assert (await run.get("/readyz", read))[0] == 503
+            assert (await run.get("/healthz", read))[0] == 200
+            live = {"kind": "synthetic", "realtime": True, "frames": None}
+            assert (await post(run, {"id": "again", "source": live}, control))[0] == 201
+            await run.wait_states({"again": "live"})
+            assert (await run.get("/readyz", read))[0] == 200
 
     asyncio.run(scenario())
 
