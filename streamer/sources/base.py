@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -92,6 +94,12 @@ class ThreadedSource(Source):
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
+        self._handoff = threading.Lock()
+        self._outbox: collections.deque[Frame] = collections.deque()
+        """Live frames decoded and not yet taken by the loop: at most the capacity, the newest kept."""
+        self._draining = False
+        self._shed = 0
+        """Live frames dropped from the outbox because the loop had not taken them."""
 
     @property
     def info(self) -> StreamInfo:
@@ -141,7 +149,12 @@ class ThreadedSource(Source):
             await asyncio.to_thread(self._thread.join, 5.0)
 
     def stats(self) -> ChannelStats | None:
-        return None if self._channel is None else self._channel.stats()
+        if self._channel is None:
+            return None
+        stats = self._channel.stats()
+        with self._handoff:
+            shed = self._shed
+        return dataclasses.replace(stats, dropped=stats.dropped + shed) if shed else stats
 
     def interrupt(self) -> None:
         self._stop.set()
@@ -172,6 +185,8 @@ class ThreadedSource(Source):
         """Hand one frame to the loop, waiting for room under BLOCK; False once asked to stop."""
         if loop.is_closed():
             return False
+        if channel.policy is not DropPolicy.BLOCK:
+            return self._offer(loop, channel, frame)
         future = asyncio.run_coroutine_threadsafe(channel.put(frame), loop)
         while True:
             try:
@@ -183,3 +198,35 @@ class ThreadedSource(Source):
                     return False
             except (EndOfStream, concurrent.futures.CancelledError):
                 return False
+
+    def _offer(self, loop: asyncio.AbstractEventLoop, channel: Channel[Frame], frame: Frame) -> bool:
+        """A live frame, handed over without waiting for the loop: a busy loop must never keep this
+        thread from reading its socket (an RTSP relay drops data for a reader that falls behind, and
+        the frames come out with gaps). Frames wait in a bounded outbox, newest kept, oldest dropped
+        and counted with the channel's drops; one callback moves them all into the channel."""
+        with self._handoff:
+            if len(self._outbox) >= self._capacity:
+                self._shed += 1
+                if self._outbox.popleft().discontinuity:  # the break stays marked on what follows it
+                    if self._outbox:
+                        self._outbox[0] = dataclasses.replace(self._outbox[0], discontinuity=True)
+                    else:
+                        frame = dataclasses.replace(frame, discontinuity=True)
+            self._outbox.append(frame)
+            schedule, self._draining = not self._draining, True
+        if schedule:
+            try:
+                loop.call_soon_threadsafe(self._drain, channel)
+            except RuntimeError:  # the loop has closed
+                return False
+        return not self._stop.is_set()
+
+    def _drain(self, channel: Channel[Frame]) -> None:
+        """On the loop: the outbox into the channel, which drops its oldest when full."""
+        with self._handoff:
+            frames = list(self._outbox)
+            self._outbox.clear()
+            self._draining = False
+        with contextlib.suppress(EndOfStream):
+            for frame in frames:
+                channel.put_nowait(frame)
