@@ -24,6 +24,7 @@ from streamer.config import Config, ModelConfig, StreamConfig
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerError, StreamExistsError
 from streamer.frame import StreamInfo
+from streamer.memory import release_memory
 from streamer.metrics import ServiceMetrics
 from streamer.pipeline import ModelChooser, OutputHook, Pipeline, PipelineReport
 from streamer.redact import redact_text
@@ -257,9 +258,12 @@ class Service:
         del self.runners[stream_id]
         self.metrics.forget(stream_id)
         await self._release_models()
+        result = StreamResult(runner.id, runner.report, runner.error)
+        del runner  # the last reference to its pipeline: collected below, not at some later collection
+        await asyncio.to_thread(release_memory)
         log.warning("stream %s: removed", stream_id)
         self._changed.set()
-        return StreamResult(runner.id, runner.report, runner.error)
+        return result
 
     async def _release_models(self) -> None:
         """Close the models no stream uses any more: a session per distinct model config, not for ever."""
