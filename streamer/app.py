@@ -146,6 +146,7 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
             tune=config.tune,
             transport=config.transport,
             timeout_s=config.timeout_s,
+            threads=config.threads,
             **config.backoff(),
         )
     if isinstance(config, WhepSinkConfig):

@@ -145,6 +145,8 @@ class RtspSinkConfig(_Backoff):
     tune: str = "zerolatency"
     transport: Literal["tcp", "udp"] = "tcp"
     timeout_s: float = Field(5.0, gt=0.0, le=600.0)
+    threads: int | None = Field(None, ge=1, le=64)
+    """libx264's threads; None: its own choice (about 1.5 per core), which competes with the model's."""
 
 
 class WhepSinkConfig(_Strict):

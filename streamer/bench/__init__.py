@@ -338,6 +338,18 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="a model tier to run, or auto (the tier model.path auto chooses), repeatable (default: "
         "stream_t5, its INT8 pair, then conv3d_t5)",
     )
+    live.add_argument(
+        "--threads",
+        default="default",
+        metavar="N,...",
+        help="model.threads to compare, comma-separated, 'default' for onnxruntime's (default)",
+    )
+    live.add_argument(
+        "--encoder-threads",
+        default="default",
+        metavar="N,...",
+        help="the RTSP sink's libx264 threads to compare, 'default' for libx264's (default)",
+    )
     live.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     live.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     live.set_defaults(func=_live)

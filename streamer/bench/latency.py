@@ -113,11 +113,15 @@ class Settings:
     """The ONNX model; None is the shipped default, ``auto`` the tier ``model: auto`` chooses."""
     budget_ms: float | None = None
     """latency.budget_ms of the pipeline; None enhances every frame however late."""
+    threads: int | None = None
+    """model.threads (onnxruntime's intra-op threads); None: its default."""
+    encoder_threads: int | None = None
+    """The RTSP sink's libx264 threads; None: libx264's choice."""
 
     def config(self, **sections: Any) -> Config:
         """The pipeline's config for one path: its source and sink plus this run's model, gate, budget."""
         return Config(
-            model=ModelConfig(path=self.model),
+            model=ModelConfig(path=self.model, threads=self.threads),
             gate=GateConfig(enabled=self.gate),
             latency=LatencyConfig(budget_ms=self.budget_ms),
             **sections,
@@ -480,7 +484,7 @@ async def _rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     recorder = _Recorder(measured)
     config = settings.config(
         source=RtspSourceConfig(url=relay.url("cam"), reconnect=False),
-        sink=RtspSinkConfig(url=relay.publish_url("out"), reconnect=False),
+        sink=RtspSinkConfig(url=relay.publish_url("out"), reconnect=False, threads=settings.encoder_threads),
     )
     pipeline = build_pipeline(config, on_output=recorder)
     running: asyncio.Task[PipelineReport] | None = None

@@ -49,6 +49,15 @@ class LiveRow:
     cpu_percent: float
     """CPU seconds of this process over the run per wall second, in % of one core."""
     seconds: float
+    threads: int | None = None
+    """model.threads (onnxruntime intra-op); None: its default."""
+    encoder_threads: int | None = None
+    """The RTSP sink's libx264 threads; None: libx264's choice."""
+
+    @property
+    def thread_counts(self) -> str:
+        """'model/x264' threads, 'd' where the library chose."""
+        return "/".join("d" if n is None else str(n) for n in (self.threads, self.encoder_threads))
 
     @property
     def enhanced_share(self) -> float:
@@ -68,7 +77,15 @@ def _alone(model: Path | str, chosen: str, width: int, height: int) -> float:
     raise ConfigError(f"bench live: the pipeline ran {chosen!r}, which is none of {[str(p) for p in paths]}")
 
 
-def _row(model: Path | str, width: int, height: int, fps: int, seconds: float, budget_ms: float) -> LiveRow:
+def _row(
+    model: Path | str,
+    width: int,
+    height: int,
+    fps: int,
+    seconds: float,
+    budget_ms: float,
+    threads: tuple[int | None, int | None] = (None, None),
+) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
         width,
@@ -80,6 +97,8 @@ def _row(model: Path | str, width: int, height: int, fps: int, seconds: float, b
         paths=("rtsp",),
         model=AUTO if model == AUTO else Path(model),
         budget_ms=budget_ms,
+        threads=threads[0],
+        encoder_threads=threads[1],
     )
     cpu_start, wall_start = os.times(), time.monotonic()
     report = run_latency(settings)
@@ -104,6 +123,8 @@ def _row(model: Path | str, width: int, height: int, fps: int, seconds: float, b
         model_fps=alone,
         cpu_percent=100.0 * cpu / wall if wall > 0 else 0.0,
         seconds=wall,
+        threads=threads[0],
+        encoder_threads=threads[1],
     )
 
 
@@ -140,6 +161,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
     names = (
         "size",
         "model",
+        "threads",
         "sent",
         "enhanced",
         "passed",
@@ -154,6 +176,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         (
             r.size,
             r.model,
+            r.thread_counts,
             str(r.sent),
             f"{r.enhanced_share:.1%}",
             f"{r.passed_through / r.sent:.1%}" if r.sent else "-",
@@ -180,8 +203,10 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         "enhanced / passed / lost: of the measured frames the camera sent; passed = left unenhanced because "
         "the model would have missed the budget; lost = never reached the player or dropped by the budget",
         "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
+        "threads: model/x264 threads (model.threads, the RTSP sink's libx264 threads; d = the library's "
+        "choice)",
         "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "
-        "encodes one frame and fuses T cached maps), timed just before the run",
+        "encodes one frame and fuses T cached maps), timed just after the run with default threads",
         "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
         "is not counted",
     ]
@@ -190,15 +215,16 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
 
 def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: float) -> str:
     lines = [
-        "| size | model | enhanced | passed through | lost | p50 ms | p99 ms | budget ms | model fps "
-        "| CPU % |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| size | model | threads (model/x264) | enhanced | passed through | lost | p50 ms | p99 ms "
+        "| budget ms | model fps | CPU % |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         passed = f"{r.passed_through / r.sent:.1%}" if r.sent else "-"
         lines.append(
-            f"| {r.size} | {r.model} | {r.enhanced_share:.1%} | {passed} | {r.lost} | {_ms(r.p50_ms)} | "
-            f"{_ms(r.p99_ms)} | {r.budget_ms:g} | {r.model_fps:.1f} | {r.cpu_percent:.0f} |"
+            f"| {r.size} | {r.model} | {r.thread_counts} | {r.enhanced_share:.1%} | {passed} | {r.lost} "
+            f"| {_ms(r.p50_ms)} | {_ms(r.p99_ms)} | {r.budget_ms:g} | {r.model_fps:.1f} "
+            f"| {r.cpu_percent:.0f} |"
         )
     lines += ["", f"RTSP at {fps} fps, {seconds:g} s per run, gate off; {machine.line()}."]
     lines += [f"- {t.verdict} {t.name}: {t.detail}" for t in _targets(rows)]
@@ -206,12 +232,32 @@ def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: fl
 
 
 def run_live_bench(
-    sizes: list[tuple[int, int]], models: list[Path | str], fps: int, seconds: float, budget_ms: float
+    sizes: list[tuple[int, int]],
+    models: list[Path | str],
+    fps: int,
+    seconds: float,
+    budget_ms: float,
+    threads: list[tuple[int | None, int | None]] | None = None,
 ) -> tuple[list[LiveRow], Machine, float]:
+    """One row per size, model and (model threads, encoder threads) pair, in that nesting."""
     watch = LoadWatch()
     started = time.monotonic()
-    rows = [_row(m, w, h, fps, seconds, budget_ms) for w, h in sizes for m in models]
+    pairs = threads or [(None, None)]
+    rows = [_row(m, w, h, fps, seconds, budget_ms, t) for w, h in sizes for m in models for t in pairs]
     return rows, watch.machine(), time.monotonic() - started
+
+
+def _counts(text: str, flag: str) -> list[int | None]:
+    """'default,1,2' -> [None, 1, 2]."""
+    out: list[int | None] = []
+    for item in text.split(","):
+        if item.strip() == "default":
+            out.append(None)
+        elif item.strip().isdigit() and 1 <= int(item) <= 64:
+            out.append(int(item))
+        else:
+            raise ConfigError(f"{flag} takes thread counts 1..64 or 'default', comma-separated; got {text!r}")
+    return out
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -231,7 +277,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     for model in models:
         if model != AUTO and not Path(model).is_file():
             raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model or auto")
-    rows, machine, wall = run_live_bench(sizes, models, args.fps, args.seconds, args.budget_ms)
+    pairs = [
+        (t, e)
+        for t in _counts(args.threads, "--threads")
+        for e in _counts(args.encoder_threads, "--encoder-threads")
+    ]
+    rows, machine, wall = run_live_bench(sizes, models, args.fps, args.seconds, args.budget_ms, pairs)
     data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
     return emit(
         format_table(rows, machine, args.fps, args.seconds, wall),

@@ -122,6 +122,7 @@ class RtspSink(Sink):
         backoff_max_s: float = 10.0,
         jitter: float = 0.2,
         timeout_s: float = 5.0,
+        threads: int | None = None,
     ) -> None:
         check_rtsp_url(url, "RTSP sink")
         if transport not in ("tcp", "udp"):
@@ -130,6 +131,10 @@ class RtspSink(Sink):
             raise ConfigError(f"RTSP sink bitrate and gop must be positive, got {bitrate} and {gop}")
         if timeout_s <= 0:
             raise ConfigError(f"RTSP sink timeout_s must be positive seconds, got {timeout_s}")
+        if threads is not None and threads < 1:
+            raise ConfigError(
+                f"RTSP sink threads must be at least 1, or null for libx264's choice; got {threads}"
+            )
         check_backoff(backoff_initial_s, backoff_max_s, jitter, max_attempts, "RTSP sink")
         self.url = url
         self.bitrate = bitrate
@@ -143,6 +148,7 @@ class RtspSink(Sink):
         self.backoff_max_s = backoff_max_s
         self.jitter = jitter
         self.timeout_s = timeout_s
+        self.threads = threads
         self._shown = redact_url(url)
         self._rng = random.Random()
         self._info: StreamInfo | None = None
@@ -266,6 +272,8 @@ class RtspSink(Sink):
             "maxrate": str(self.bitrate),
             "bufsize": str(self.bitrate),
         }
+        if self.threads is not None:
+            codec["threads"] = str(self.threads)
         try:
             stream = container.add_stream("libx264", rate=info.fps, options=codec)
             assert isinstance(stream, VideoStream)
