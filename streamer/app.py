@@ -212,6 +212,8 @@ def build_stream(
         scheduler=scheduler,
         observe=observe,
         choose=choose,
+        tile=stream.model.tile,
+        tile_overlap=stream.model.tile_overlap,
     )
 
 

@@ -181,6 +181,12 @@ class ModelConfig(_Strict):
     machine); a stream added through the control API asking for more is refused."""
     spin: bool = False
     """Let onnxruntime's threads spin between ops: faster alone, slower beside decode and encode."""
+    tile: int | None = Field(None, ge=64, le=16384)
+    """Frames with a side longer than this are enhanced in overlapping tiles of about this size, so a
+    large camera's activations stay bounded (window and streaming models); None: whole frames."""
+    tile_overlap: int = Field(32, ge=0, le=1024)
+    """Context each tile's crop adds on every side; at least the model's reach (conv3d_t5: about 26
+    pixels), so tiled output equals whole-frame output."""
     headroom: float = Field(1.5, ge=1.0, le=10.0)
     """``auto``: how many times the source's frame rate a tier must run alone; decode, encode and the
     event loop share the cores with it."""

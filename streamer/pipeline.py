@@ -37,6 +37,7 @@ from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.ring import RingBuffer
 from streamer.core.stats import DurationRecorder
+from streamer.core.tiling import plan_tiles
 from streamer.core.windower import Windower, WindowTask
 from streamer.errors import ConfigError, EndOfStream, ModelMismatchError, SourceError, StreamerError
 from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
@@ -154,6 +155,8 @@ class Pipeline:
         observe: StageObserver = ignore,
         misses: MissWatch | None = None,
         choose: ModelChooser | None = None,
+        tile: int | None = None,
+        tile_overlap: int = 32,
     ) -> None:
         self.source = source
         self.sink = sink
@@ -163,6 +166,8 @@ class Pipeline:
         self.on_skip = on_skip
         self._fit(backend)
         self._choose = choose
+        self.tile = tile
+        self.tile_overlap = tile_overlap
         self.budget = budget if budget is not None else LatencyBudget()
         self.cuts = scene_cuts if scene_cuts is not None else SceneCutDetector(None)
         self.max_batch = max(1, max_batch)
@@ -386,7 +391,7 @@ class Pipeline:
         self._observe(Stage.GATE, time.monotonic() - started)
         if decision.reason is GateReason.FIRST and task.run > 0:
             log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
-        region = decision.region
+        region = decision.region if not self._needs_tiles(frame) else None
         self._pixels_due += frame.width * frame.height
         if region is not None and self.backend.info.streaming:
             # Its cached maps are of whole frames: the crop is cut from them, on the model's grid.
@@ -448,9 +453,8 @@ class Pipeline:
         if not admitted:
             return {}, dropped
         t0 = time.monotonic()
-        if self.backend.info.state or self.backend.info.streaming:
-            step = self._step if self.backend.info.state else self._fuse
-            frames = await self.scheduler.call(lambda: [step(w) for w in admitted])
+        if self._one_at_a_time(admitted[0].frame):
+            frames = await self.scheduler.call(lambda: [self._one(w) for w in admitted])
             self._model_calls += len(admitted)
             self._batches[1] += len(admitted)
         else:
@@ -483,8 +487,8 @@ class Pipeline:
             self.scheduler.attach(key)
             started = time.monotonic()
             try:
-                if self.backend.info.streaming:
-                    await self.scheduler.call(lambda: self._fuse(work))
+                if self._one_at_a_time(work.frame):
+                    await self.scheduler.call(lambda: self._one(work))
                 else:
                     await self.scheduler.infer(key, [window])
             except StreamerError as err:
@@ -495,6 +499,48 @@ class Pipeline:
             self.budget.observe(time.monotonic() - started)
 
         self._probing = asyncio.create_task(measure(), name=f"probe-{self.source.stream_id}")
+
+    def _needs_tiles(self, frame: Frame) -> bool:
+        """A frame larger than ``tile`` on a side, for a model that can run on parts of it."""
+        return (
+            self.tile is not None
+            and max(frame.width, frame.height) > self.tile
+            and not self.backend.info.state
+        )
+
+    def _one_at_a_time(self, frame: Frame) -> bool:
+        """Windows that run one by one on the model's thread rather than batched through the scheduler:
+        a recurrent model's ordered steps, a streaming model's cached features, tiled frames."""
+        info = self.backend.info
+        return bool(info.state) or info.streaming or self._needs_tiles(frame)
+
+    def _one(self, work: _Work) -> Frame:
+        """One window on the model's thread."""
+        if self.backend.info.state:
+            return self._step(work)
+        if self._needs_tiles(work.frame):
+            return self._tiled(work)
+        return self._fuse(work)
+
+    def _tiled(self, work: _Work) -> Frame:
+        """A window whose frames exceed ``tile``: the model runs on overlapping tiles (a streaming model
+        on its cached maps of the whole frames, cut per tile) and each tile's middle is kept."""
+        window = work.window
+        assert window is not None
+        target = window.target_frame
+        info = self.backend.info
+        out = np.empty_like(target.pixels)
+        assert self.tile is not None
+        for tile in plan_tiles(target.height, target.width, self.tile, self.tile_overlap, info.pad_multiple):
+            top, bottom, left, right = tile.crop
+            if info.streaming:
+                pixels = self.backend.enhance_cached(window, work.run, self._features, tile.crop)
+            else:
+                crops = np.stack([f.pixels[top:bottom, left:right] for f in window.frames])
+                pixels = self.backend.infer(crops.transpose(0, 3, 1, 2)[None])[0].transpose(1, 2, 0)
+            pt, pb, pl, pr = tile.paste
+            out[pt:pb, pl:pr] = pixels[pt - top : pb - top, pl - left : pr - left]
+        return work.frame.with_pixels(out)
 
     def _fuse(self, work: _Work) -> Frame:
         """One streaming-model window, on the model's thread: its frames are encoded once per run."""

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -285,3 +286,38 @@ def test_model_auto_runs_a_shipped_tier_chosen_once_the_source_has_opened(
     assert pipeline.backend.info.name in {"stream_t5", "stream_t5-int8"}
     (line,) = [r.getMessage() for r in caplog.records if "model auto chose" in r.getMessage()]
     assert f"chose {pipeline.backend.info.name} for 128x72 @ 30 fps" in line
+
+
+@pytest.mark.parametrize("model", [DEFAULT_MODEL, STREAMING_MODEL], ids=["window", "streaming"])
+def test_frames_larger_than_model_tile_are_enhanced_in_tiles_equal_to_the_whole_frame(
+    real_clip: Path, model: Path
+) -> None:
+    outputs: dict[str, dict[int, np.ndarray]] = {"whole": {}, "tiles": {}}
+    calls: dict[str, int] = {}
+    for name, tile in (("whole", None), ("tiles", 160)):
+        settings = {"model.path": str(model), "model.tile": tile, "gate.enabled": False}
+        config = configured(source={"kind": "file", "path": str(real_clip), "max_frames": 12}, **settings)
+        written = outputs[name]
+
+        def keep(src: Frame, out: Frame, _: Outcome, written: dict[int, np.ndarray] = written) -> None:
+            written[src.index] = out.pixels
+
+        pipeline = build_pipeline(config, on_output=keep)
+        backend = pipeline.backend
+        name_of_call = "fuse" if backend.info.streaming else "infer"
+        real_call = getattr(backend, name_of_call)
+
+        def counted(*args: object, real_call: Any = real_call, name: str = name) -> Any:
+            calls[name] += 1
+            return real_call(*args)
+
+        calls[name] = 0
+        setattr(backend, name_of_call, counted)
+        report = asyncio.run(pipeline.run())
+        assert report.frames_out == 12
+    assert calls["whole"] == 12
+    assert calls["tiles"] == 12 * 3 * 7  # 640x272 in tiles keeping 96 pixels a side: 3 rows, 7 columns
+    for index in range(12):
+        # Each tile's crop reaches 32 pixels past what is kept, more than the model's reach.
+        diff = np.abs(outputs["tiles"][index].astype(np.int16) - outputs["whole"][index])
+        assert int(diff.max()) <= 1, index
