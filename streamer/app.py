@@ -26,7 +26,7 @@ from streamer.config import (
 )
 from streamer.errors import ConfigError
 from streamer.frame import StreamInfo
-from streamer.pipeline import ModelChooser, OutputHook, Pipeline
+from streamer.pipeline import OpenHook, OutputHook, Pipeline
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
@@ -192,7 +192,7 @@ def build_stream(
     server: WebRtcServer | None = None,
     on_output: OutputHook | None = None,
     observe: StageObserver = ignore,
-    choose: ModelChooser | None = None,
+    on_open: OpenHook | None = None,
 ) -> Pipeline:
     """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
     model = backend.info
@@ -211,7 +211,7 @@ def build_stream(
         scene_cuts=stream.window.build_cuts(),
         scheduler=scheduler,
         observe=observe,
-        choose=choose,
+        on_open=on_open,
         tile=stream.model.tile,
         tile_overlap=stream.model.tile_overlap,
     )
@@ -230,11 +230,11 @@ def build_pipeline(
         )
     stream = streams[0]
     backend = build_backend(stream.model)
-    choose = None
+    on_open = None
     if stream.model.path == AUTO:
         selector = TierSelector()
 
-        async def choose(info: StreamInfo) -> tuple[InferenceScheduler, bool] | None:
+        async def on_open(info: StreamInfo) -> tuple[InferenceScheduler, bool] | None:
             choice = await choose_tier(selector, stream.model, info, stream.id)
             if choice.path == stream.model.file():
                 return None
@@ -244,7 +244,7 @@ def build_pipeline(
 
     try:
         return build_stream(
-            stream, config.runtime, backend, server=server, on_output=on_output, choose=choose
+            stream, config.runtime, backend, server=server, on_output=on_output, on_open=on_open
         )
     except BaseException:
         backend.close()

@@ -293,6 +293,10 @@ class RuntimeConfig(_Strict):
     """One sink write taking longer than this: the stream reports ``sink_blocked``."""
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     log_format: Literal["text", "json"] = "text"
+    memory_budget_mb: int | None = Field(None, ge=16, le=10**8)
+    """Memory the streams may hold together, by their estimates (frames held, feature caches, model
+    activations); a stream that does not fit is refused in one line. None: 80% of the container's
+    memory limit where there is one, else half the machine's memory."""
 
     def batch_for(self, provider: str) -> int:
         """``max_batch``, or where unset 1 on the CPU provider and 8 on a GPU's.

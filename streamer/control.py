@@ -30,7 +30,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamer.config import HttpConfig, stream_config
 from streamer.confine import ApiPolicy
-from streamer.errors import AccessError, ConfigError, LimitError, StreamerError, StreamExistsError
+from streamer.errors import (
+    AccessError,
+    BudgetError,
+    ConfigError,
+    LimitError,
+    StreamerError,
+    StreamExistsError,
+)
 from streamer.httpserve import check_bearer, serve
 from streamer.pipeline import PipelineReport
 from streamer.redact import escape_control, redact_text
@@ -173,6 +180,8 @@ class ControlServer:
             raise _error(web.HTTPConflict, str(err)) from None
         except AccessError as err:
             raise _error(web.HTTPForbidden, str(err)) from None
+        except BudgetError as err:
+            raise _error(web.HTTPServiceUnavailable, str(err)) from None
         except LimitError as err:
             raise _error(web.HTTPTooManyRequests, str(err)) from None
         except StreamerError as err:

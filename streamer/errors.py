@@ -23,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "AccessError",
     "BackendError",
+    "BudgetError",
     "ConfigError",
     "EndOfStream",
     "FrameError",
@@ -57,6 +58,10 @@ class OutOfMemoryError(StreamerError, MemoryError):
 
 class LimitError(StreamerError, OverflowError):
     """Raised when a request would take the process past a configured cap (streams, sessions)."""
+
+
+class BudgetError(LimitError):
+    """Raised when a stream's estimated memory does not fit in what the memory budget has left."""
 
 
 class StreamExistsError(ConfigError):

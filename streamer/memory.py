@@ -14,9 +14,12 @@ import ctypes.util
 import functools
 import gc
 import logging
+import os
 from collections.abc import Callable
 
-__all__ = ["release_memory"]
+__all__ = ["default_budget_bytes", "release_memory"]
+
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 log = logging.getLogger(__name__)
 
@@ -38,3 +41,24 @@ def release_memory() -> None:
     if trim is not None:
         trim(0)
     log.debug("released memory: %d objects collected", collected)
+
+
+def _cgroup_limit() -> int | None:
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # cgroup v1 writes a huge number for "no limit"
+            return int(text)
+    return None
+
+
+def default_budget_bytes() -> int:
+    """For streams: 80% of the container's memory limit where there is one, else half the machine's
+    memory (the rest is the process itself, the model sessions and whatever shares the machine)."""
+    limit = _cgroup_limit()
+    if limit is not None:
+        return int(limit * 0.8)
+    return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.5)

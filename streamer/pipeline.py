@@ -127,10 +127,10 @@ class PipelineReport:
 OutputHook = Callable[[Frame, Frame, Outcome], None]
 """Called for each frame written, with the source frame, the frame sent and how it was made."""
 
-ModelChooser = Callable[[StreamInfo], Awaitable[tuple[InferenceScheduler, bool] | None]]
-"""Called once the source has opened, before the first frame is read: the scheduler (and its model) to
-run this stream on, chosen on the stream's size and rate, and whether the pipeline owns (closes) it;
-None keeps the model it was built with."""
+OpenHook = Callable[[StreamInfo], Awaitable[tuple[InferenceScheduler, bool] | None]]
+"""Called once the source has opened, before the first frame is read, with what it opened: may refuse
+the stream (raise: it fails, nothing is read), or return the scheduler (and its model) to run it on,
+chosen on its size and rate, and whether the pipeline owns (closes) it; None keeps the model."""
 
 
 class Pipeline:
@@ -154,7 +154,7 @@ class Pipeline:
         scheduler: InferenceScheduler | None = None,
         observe: StageObserver = ignore,
         misses: MissWatch | None = None,
-        choose: ModelChooser | None = None,
+        on_open: OpenHook | None = None,
         tile: int | None = None,
         tile_overlap: int = 32,
     ) -> None:
@@ -165,7 +165,7 @@ class Pipeline:
         self.gate = gate if gate is not None else MotionGate(enabled=False)
         self.on_skip = on_skip
         self._fit(backend)
-        self._choose = choose
+        self._on_open = on_open
         self.tile = tile
         self.tile_overlap = tile_overlap
         self.budget = budget if budget is not None else LatencyBudget()
@@ -247,7 +247,7 @@ class Pipeline:
             self.gate.tile = None
 
     async def _switch(self, scheduler: InferenceScheduler, owned: bool) -> None:
-        """Run on the model ``choose`` picked; before the first frame, so no window straddles two."""
+        """Run on the model ``on_open`` picked; before the first frame, so no window straddles two."""
         self._fit(scheduler.backend)
         self.scheduler.detach(self._key)
         if self._own_scheduler:
@@ -308,7 +308,7 @@ class Pipeline:
         self.scheduler.attach(self._key)
         try:
             info = await self.source.open()
-            self.opened = self._choose is None
+            self.opened = self._on_open is None
             try:
                 await self.sink.open(info)
                 await self._stages(info)
@@ -325,8 +325,8 @@ class Pipeline:
         stream = self.source.stream_id
         error: BaseException | None = None
         try:
-            if self._choose is not None:  # the sink is open, so players are not kept waiting for it
-                chosen = await self._choose(info)
+            if self._on_open is not None:  # the sink is open, so players are not kept waiting for it
+                chosen = await self._on_open(info)
                 if chosen is not None:
                     await self._switch(*chosen)
                 self.opened = True  # a model probe reads as connecting, not as a stall

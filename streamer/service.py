@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from streamer.app import build_backend, build_server, build_stream, choose_tier
-from streamer.backend.base import Backend
-from streamer.config import Config, ModelConfig, StreamConfig
+from streamer.backend.base import Backend, ModelInfo
+from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
+from streamer.core.admission import MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerError, StreamExistsError
 from streamer.frame import StreamInfo
-from streamer.memory import release_memory
+from streamer.memory import default_budget_bytes, release_memory
 from streamer.metrics import ServiceMetrics
-from streamer.pipeline import ModelChooser, OutputHook, Pipeline, PipelineReport
+from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport
 from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
 from streamer.sources.rtsp import RtspSource
@@ -166,6 +167,9 @@ class Service:
         self.abandoned: set[str] = set()
         """Streams whose sink never returned from a write, even cancelled: their threads are stuck."""
         self._models: dict[str, _Model] = {}
+        budget_mb = config.runtime.memory_budget_mb
+        self.budget = MemoryBudget(budget_mb * 2**20 if budget_mb is not None else default_budget_bytes())
+        """What the streams may hold together, by their estimates: admission (streamer.core.admission)."""
         self._tiers = tiers if tiers is not None else TierSelector()
         """``model: auto``'s probes, kept per frame size for the process's life."""
         self._limits = HealthLimits(config.runtime.stall_after_s, config.runtime.sink_blocked_after_s)
@@ -314,22 +318,40 @@ class Service:
                 self._models[key] = self._new_model(backend)
         return self._models[key]
 
-    def _chooser(self, stream: StreamConfig) -> ModelChooser | None:
-        """``model: auto``: once the source has opened, the tier for its size, shared with the streams
-        that chose it too; the stand-in is closed if no stream runs on it any more."""
-        if stream.model.path != AUTO:
-            return None
+    def _cost(self, stream: StreamConfig, width: int, height: int, model: ModelInfo) -> StreamCost:
+        """What a stream of this size will hold: its ring and the queues' frames, a streaming model's T
+        cached maps, one model call's activations (a tile's, with model.tile)."""
+        runtime = self.config.runtime
+        ring = runtime.ring_capacity or stream.window.build(model.t, model.output_position).history
+        return stream_cost(
+            width,
+            height,
+            frames_held=ring + 3 * runtime.queue_size + 2,
+            feature_bytes_per_pixel=sum(4 * f.channels / f.scale**2 for f in model.features) * model.t,
+            tile=stream.model.tile,
+            tile_overlap=stream.model.tile_overlap,
+        )
 
-        async def choose(info: StreamInfo) -> tuple[InferenceScheduler, bool]:
+    def _on_open(self, stream: StreamConfig) -> OpenHook:
+        """Once the source has opened: admission at its real size (a stream that does not fit fails in
+        one line, the others go on); with ``model: auto``, the tier for its size, shared with the
+        streams that chose it too, the stand-in closed if no stream runs on it any more."""
+
+        async def on_open(info: StreamInfo) -> tuple[InferenceScheduler, bool] | None:
+            runner = self.runners[stream.id]
+            self.budget.admit(
+                stream.id, self._cost(stream, info.width, info.height, runner.pipeline.backend.info)
+            )
+            if stream.model.path != AUTO:
+                return None
             choice = await choose_tier(self._tiers, stream.model, info, stream.id)
             model = await self._load(stream.model.with_file(choice.path))
-            runner = self.runners[stream.id]
             runner.choice = choice
             runner.model_key = _model_key(stream.model.with_file(choice.path))
             await self._release_models()
             return model.scheduler, False
 
-        return choose
+        return on_open
 
     def _new_model(self, backend: Backend) -> _Model:
         runtime = self.config.runtime
@@ -350,7 +372,11 @@ class Service:
     def _build(self, stream: StreamConfig) -> StreamRunner:
         self._check_free(stream.id)
         model = self._model(stream)
+        source = stream.source
         try:
+            if isinstance(source, SyntheticSourceConfig):  # its size is known: refused before it runs
+                cost = self._cost(stream, source.width, source.height, model.backend.info)
+                self.budget.admit(stream.id, cost)
             pipeline = build_stream(
                 stream,
                 self.config.runtime,
@@ -359,9 +385,10 @@ class Service:
                 server=self.server,
                 on_output=self._on_output,
                 observe=self.metrics.stage_observer(stream.id),
-                choose=self._chooser(stream),
+                on_open=self._on_open(stream),
             )
         except StreamerError as err:
+            self.budget.release(stream.id)
             if self.config.streams is None:
                 raise
             raise type(err)(f"stream {stream.id!r}: {err}") from None
@@ -399,6 +426,8 @@ class Service:
             runner.error = err
         finally:
             runner.ended_at = time.monotonic()
+            if self.runners.get(runner.id) is runner:
+                self.budget.release(runner.id)
             self._changed.set()
 
     async def _drain(self, runners: list[StreamRunner]) -> None:

@@ -141,6 +141,9 @@ def test_out_of_memory_is_one_line_without_a_traceback() -> None:
             "run",
             *("--set", "source.width=7680", "--set", "source.height=4320", "--set", "source.frames=12"),
             *("--set", f"model.path={model}", "--set", "model.threads=1"),
+            # Past the memory budget's estimate, which would refuse the stream before any allocation:
+            # this is about an allocation that fails all the same.
+            *("--set", "runtime.memory_budget_mb=100000000"),
         ],
         capture_output=True,
         text=True,

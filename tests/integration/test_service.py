@@ -675,3 +675,45 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
     asyncio.run(scenario())
     assert timed == [("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]  # the second stream reused them
     assert seen == {"a": list(range(30)), "b": list(range(30))}
+
+
+def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_go_on(
+    tmp_path: Path, real_clip: Path
+) -> None:
+    media = tmp_path / "media"
+    media.mkdir()
+    (media / "clip.mp4").write_bytes(real_clip.read_bytes())
+    # The running 640x360 stream is estimated at about 135 MB: 65 MB are left.
+    config = config_of(
+        [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
+        **{"http.token": "t", "http.media_roots": [str(media)], "runtime.memory_budget_mb": 200},
+    )
+    auth = {"Authorization": "Bearer t"}
+
+    def rss_mb() -> float:
+        with open("/proc/self/status") as status:
+            line = next(x for x in status if x.startswith("VmRSS"))
+        return int(line.split()[1]) / 1024
+
+    async def scenario() -> None:
+        async with serving(config) as run, aiohttp.ClientSession() as http:
+            await run.wait_states({"base": "live"})
+            before = rss_mb()
+            eight_k = {"id": "8k", "source": {"kind": "synthetic", "width": 7680, "height": 4320}}
+            async with http.post(run.control.url + "/streams", json=eight_k, headers=auth) as r:
+                status, reason = r.status, await r.text()
+            assert status == 503
+            assert len(reason.strip().splitlines()) == 1
+            assert "7680x4320 needs about" in reason
+            assert "MB of the 200 MB memory budget are left" in reason
+            assert rss_mb() - before < 50  # refused before anything of its size was allocated
+            # A file's size is known once it opens: admitted or refused then, the stream failing alone.
+            clip = {"id": "clip", "source": {"kind": "file", "path": str(media / "clip.mp4")}}
+            async with http.post(run.control.url + "/streams", json=clip, headers=auth) as r:
+                assert r.status == 201
+            await run.wait_states({"clip": "failed", "base": "live"})
+            _, body = await run.get("/streams/clip", auth)
+            assert "640x272 needs about" in body["error"]
+            assert run.service.budget.admitted("clip") is None
+
+    asyncio.run(scenario())

@@ -1,0 +1,104 @@
+"""How much memory a stream will hold, and whether the process has room for it.
+
+A sidecar shares its pod's memory limit with other work, and one large camera (an 8K test pattern
+POSTed by mistake) could otherwise take the whole process past it and get every stream killed. Each
+stream's cost is estimated from its frame size before it runs: the frames it holds (ring buffer and the
+bounded queues between stages), a streaming model's cached feature maps, and the model's activations for
+one call (bounded by ``model.tile``). A stream that does not fit in what the others left is refused in
+one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamer.errors import BudgetError
+
+__all__ = ["ACTIVATION_BYTES_PER_PIXEL", "MemoryBudget", "StreamCost", "stream_cost"]
+
+ACTIVATION_BYTES_PER_PIXEL = 480
+"""A model call's working memory per input pixel: conv3d_t5 on a 3840x2160 stream peaked 3.23 GB higher
+whole-frame than in 1024-pixel tiles, for 7.1 million pixels more per call (455 bytes each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCost:
+    """A stream's estimated memory and what it is made of, in bytes."""
+
+    width: int
+    height: int
+    frames: int
+    features: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.frames + self.features + self.activations
+
+    def describe(self) -> str:
+        return (
+            f"{self.width}x{self.height} needs about {self.total / 2**20:.0f} MB (frames held "
+            f"{self.frames / 2**20:.0f}, feature cache {self.features / 2**20:.0f}, model activations "
+            f"{self.activations / 2**20:.0f})"
+        )
+
+
+def stream_cost(
+    width: int,
+    height: int,
+    *,
+    frames_held: int,
+    feature_bytes_per_pixel: float = 0.0,
+    tile: int | None = None,
+    tile_overlap: int = 0,
+    activation_bytes_per_pixel: int = ACTIVATION_BYTES_PER_PIXEL,
+) -> StreamCost:
+    """The cost of a ``width`` x ``height`` stream holding ``frames_held`` RGB frames at once, with a
+    streaming model's ``feature_bytes_per_pixel`` (all T cached maps) and calls of at most a tile."""
+    pixels = width * height
+    call = pixels
+    if tile is not None and max(width, height) > tile:
+        side = tile + 2 * tile_overlap
+        call = min(pixels, min(width, side) * min(height, side))
+    return StreamCost(
+        width,
+        height,
+        frames=3 * pixels * frames_held,
+        features=round(feature_bytes_per_pixel * pixels),
+        activations=activation_bytes_per_pixel * call,
+    )
+
+
+class MemoryBudget:
+    """The streams admitted and what they cost; ``admit`` raises BudgetError for one that does not fit."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._admitted: dict[str, StreamCost] = {}
+
+    @property
+    def used(self) -> int:
+        return sum(c.total for c in self._admitted.values())
+
+    @property
+    def left(self) -> int:
+        return self.total - self.used
+
+    def admitted(self, key: str) -> StreamCost | None:
+        return self._admitted.get(key)
+
+    def admit(self, key: str, cost: StreamCost) -> None:
+        """Admit (or re-admit at a new size) the stream ``key``."""
+        before = self._admitted.pop(key, None)
+        if cost.total > self.left:
+            if before is not None:
+                self._admitted[key] = before
+            raise BudgetError(
+                f"{cost.describe()}, but {max(0, self.left) / 2**20:.0f} MB of the "
+                f"{self.total / 2**20:.0f} MB memory budget are left (runtime.memory_budget_mb); lower its "
+                "resolution, set model.tile (e.g. 1024), or raise the budget"
+            )
+        self._admitted[key] = cost
+
+    def release(self, key: str) -> None:
+        self._admitted.pop(key, None)
