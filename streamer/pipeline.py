@@ -604,8 +604,8 @@ class Pipeline:
         log.warning(
             "stream %s: %.0f%% of the frames due for enhancement left unenhanced over the last minute "
             "(model %s at %dx%d, latency.budget_ms %g): this machine cannot keep that up; choose a faster "
-            "model tier (the streaming model, an INT8 file), a smaller resolution, window.stride 2, or a "
-            "larger budget",
+            "model tier (stream_t5_lite, or model.path auto to take the best that keeps up), a smaller "
+            "resolution, window.stride 2, or a larger budget",
             frame.stream_id,
             100 * self._misses.share(),
             model.name,

@@ -33,10 +33,13 @@ AUTO: Final = "auto"
 """``model.path: auto``."""
 
 
-def model_fps(backend: Backend, width: int, height: int, seconds: float = 2.0) -> float:
+def model_fps(
+    backend: Backend, width: int, height: int, seconds: float = 2.0, warmup: int = 3, runs: int = 5
+) -> float:
     """Output frames per second of ``backend`` alone at batch 1 on frames of ``width`` x ``height``, in
     the steady state a stream sees: a streaming model encodes one new frame and fuses T cached maps per
-    output frame; any other model runs its whole window. After 3 warm-up frames; at least 5 timed."""
+    output frame; any other model runs its whole window. After ``warmup`` frames; at least ``runs``
+    timed, for at least ``seconds``."""
     rng = np.random.default_rng(0)
     t = backend.info.t
     if backend.info.streaming:
@@ -53,14 +56,14 @@ def model_fps(backend: Backend, width: int, height: int, seconds: float = 2.0) -
         def one() -> None:
             backend.infer(batch)
 
-    for _ in range(3):
+    for _ in range(warmup):
         one()
-    runs = 0
+    done = 0
     start = time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or runs < 5:
+    while (elapsed := time.perf_counter() - start) < seconds or done < runs:
         one()
-        runs += 1
-    return runs / elapsed
+        done += 1
+    return done / elapsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +117,17 @@ Measure = Callable[[Backend, int, int, float], float]
 """Frames per second of a backend alone on (width, height) frames, timed for about the seconds given."""
 
 
+def _probe_fps(backend: Backend, width: int, height: int, seconds: float) -> float:
+    """``model_fps`` kept short: a new stream's output waits for the probe (about a second per tier at
+    720p on two cores)."""
+    return model_fps(backend, width, height, seconds, warmup=1, runs=3)
+
+
 class TierSelector:
     """Chooses a tier per stream; thread-safe, one probe at a time (two at once would time each other)."""
 
     def __init__(
-        self, tiers: Sequence[Path] = AUTO_TIERS, *, probe_s: float = 0.5, measure: Measure = model_fps
+        self, tiers: Sequence[Path] = AUTO_TIERS, *, probe_s: float = 0.3, measure: Measure = _probe_fps
     ) -> None:
         if not tiers:
             raise ValueError("TierSelector needs at least one tier")

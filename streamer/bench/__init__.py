@@ -336,7 +336,7 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="append",
         metavar="ONNX",
         help="a model tier to run, or auto (the tier model.path auto chooses), repeatable (default: "
-        "stream_t5, its INT8 pair, then conv3d_t5)",
+        "stream_t5, its INT8 pair, stream_t5_lite, then auto)",
     )
     live.add_argument(
         "--threads",

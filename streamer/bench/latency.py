@@ -96,7 +96,8 @@ DRAIN_S = 3.0
 """How long, after the camera's last frame, the player may take to show the last measured one."""
 STREAM = "bench"
 LOOPBACK = ["127.0.0.1"]
-_READER_OPTIONS = {"rtsp_transport": "tcp", "analyzeduration": "100000", "timeout": "2000000"}
+_READER_OPTIONS = {"rtsp_transport": "tcp", "analyzeduration": "100000", "timeout": "10000000"}
+"""The player's socket timeout (10 s) outlasts model auto's probe, during which the output is silent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,7 +454,10 @@ class _RtspPlayer(threading.Thread):
 
     def run(self) -> None:
         try:
-            with av.open(self.url, options=_READER_OPTIONS, timeout=(self.open_timeout_s, 3.0)) as container:
+            # Reads may wait as long as opening: model auto times its tiers (seconds at 720p) with the
+            # sink already announced, before the first frame.
+            timeouts = (self.open_timeout_s, self.open_timeout_s)
+            with av.open(self.url, options=_READER_OPTIONS, timeout=timeouts) as container:
                 stream = container.streams.video[0]
                 stream.thread_type = "SLICE"  # frame threads would hold frames back, as in RtspSource
                 for packet in container.demux(stream):

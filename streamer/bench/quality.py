@@ -74,6 +74,7 @@ DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
     ("conv3d_t1", "ours T=1 (single-frame ablation)"),
     ("conv3d_t5", "ours Conv3d T=5"),
     ("stream_t5", "ours streaming T=5 (each frame encoded once)"),
+    ("stream_t5_lite", "ours streaming T=5, half the MACs (distilled)"),
     ("convgru", "ours ConvGRU"),
     ("temporal_filter_t5", "fixed temporal filter T=5"),
 )
