@@ -169,6 +169,10 @@ class WebRtcConfig(_Strict):
     """WHEP players of one stream at once (each has its own encoder); past it, 429."""
 
 
+_MAX_PAD_MULTIPLE = 16
+"""The largest pad multiple a model here declares is 4; tiles keep room for any up to this."""
+
+
 class ModelConfig(_Strict):
     path: Literal["auto"] | Path | None = None
     """None: the model shipped inside the package. ``auto``: once the source has opened, the shipped
@@ -190,6 +194,16 @@ class ModelConfig(_Strict):
     headroom: float = Field(1.5, ge=1.0, le=10.0)
     """``auto``: how many times the source's frame rate a tier must run alone; decode, encode and the
     event loop share the cores with it."""
+
+    @model_validator(mode="after")
+    def _tile_keeps_its_overlap(self) -> ModelConfig:
+        if self.tile is not None and self.tile - 2 * self.tile_overlap < _MAX_PAD_MULTIPLE:
+            raise ValueError(
+                f"model.tile ({self.tile}) must exceed twice model.tile_overlap ({self.tile_overlap}) by at "
+                f"least {_MAX_PAD_MULTIPLE}, or too little of a tile would be kept; raise tile or lower the "
+                "overlap"
+            )
+        return self
 
     def file(self) -> Path:
         """The model file to load: the shipped default for None; for ``auto``, the first tier, which

@@ -233,6 +233,8 @@ class OnnxBackend(Backend):
                 f"model {self._info.name} carries {len(expected)} state tensors, got {len(state)}; "
                 "start from initial_state()"
             )
+        if not self._info.state:  # stateless, a streaming model included: ``infer``, as the port says
+            return self.infer(batch), state
         return self._run(batch, state)
 
     def _run(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:

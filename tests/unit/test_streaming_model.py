@@ -269,3 +269,14 @@ def test_a_conv3d_export_is_rebuilt_from_its_onnx_file(tmp_path: Path) -> None:
     export_streaming(_tiny(), tmp_path / "s.onnx", name="s", real_frames=False)
     with pytest.raises(ModelError, match="not an exported Conv3dEnhancer"):
         conv3d_from_onnx(tmp_path / "s.onnx")
+
+
+def test_step_on_a_stateless_streaming_model_is_its_full_window_infer() -> None:
+    from streamer.assets import STREAMING_LITE_MODEL
+    from streamer.backend.onnx import OnnxBackend
+
+    backend = OnnxBackend(STREAMING_LITE_MODEL, threads=1)
+    batch = np.random.default_rng(0).integers(0, 256, (1, 5, 3, 32, 48), dtype=np.uint8)
+    stepped, state = backend.step(batch, backend.initial_state(1, 32, 48))
+    assert state == ()
+    assert np.array_equal(stepped, backend.infer(batch))

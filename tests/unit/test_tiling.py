@@ -41,3 +41,11 @@ def test_a_frame_that_fits_is_one_tile() -> None:
 def test_tiles_too_small_for_their_overlap_are_refused_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"raise model\.tile above 68"):
         plan_tiles(2160, 3840, 64, 32, 4)
+
+
+def test_a_tile_setting_that_keeps_no_pixel_is_refused_at_config_load() -> None:
+    from streamer.config import load_config
+
+    with pytest.raises(ConfigError, match=r"model\.tile \(64\) must exceed twice model\.tile_overlap \(32\)"):
+        load_config(None, {"model.tile": 64})
+    assert load_config(None, {"model.tile": 96, "model.tile_overlap": 40}).model.tile == 96
