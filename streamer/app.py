@@ -26,7 +26,7 @@ from streamer.config import (
 )
 from streamer.errors import ConfigError
 from streamer.frame import StreamInfo
-from streamer.pipeline import OpenHook, OutputHook, Pipeline
+from streamer.pipeline import OpenHook, OutputHook, Pipeline, ResizeHook
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
@@ -193,6 +193,7 @@ def build_stream(
     on_output: OutputHook | None = None,
     observe: StageObserver = ignore,
     on_open: OpenHook | None = None,
+    on_resize: ResizeHook | None = None,
 ) -> Pipeline:
     """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
     model = backend.info
@@ -212,6 +213,7 @@ def build_stream(
         scheduler=scheduler,
         observe=observe,
         on_open=on_open,
+        on_resize=on_resize,
         tile=stream.model.tile,
         tile_overlap=stream.model.tile_overlap,
     )

@@ -127,6 +127,10 @@ class PipelineReport:
 OutputHook = Callable[[Frame, Frame, Outcome], None]
 """Called for each frame written, with the source frame, the frame sent and how it was made."""
 
+ResizeHook = Callable[[int, int], None]
+"""Called with a frame's (width, height) when a stream's frame size changes, before the frame is used;
+raising refuses it: the stream ends there, its earlier frames still written, with that error."""
+
 OpenHook = Callable[[StreamInfo], Awaitable[tuple[InferenceScheduler, bool] | None]]
 """Called once the source has opened, before the first frame is read, with what it opened: may refuse
 the stream (raise: it fails, nothing is read), or return the scheduler (and its model) to run it on,
@@ -155,6 +159,7 @@ class Pipeline:
         observe: StageObserver = ignore,
         misses: MissWatch | None = None,
         on_open: OpenHook | None = None,
+        on_resize: ResizeHook | None = None,
         tile: int | None = None,
         tile_overlap: int = 32,
     ) -> None:
@@ -166,6 +171,7 @@ class Pipeline:
         self.on_skip = on_skip
         self._fit(backend)
         self._on_open = on_open
+        self._on_resize = on_resize
         self.tile = tile
         self.tile_overlap = tile_overlap
         self.budget = budget if budget is not None else LatencyBudget()
@@ -202,8 +208,9 @@ class Pipeline:
         self._pixels_due = 0
         self._pixels_enhanced = 0
         """Pixels of the windows due, and pixels the model ran on for them (a region run: its crop)."""
-        self._source_error: SourceError | None = None
-        """What ended the source, kept until the frames it had delivered are written."""
+        self._source_error: StreamerError | None = None
+        """What ended the source (or refused its new frame size), kept until the frames it had delivered
+        are written."""
         self._model_calls = 0
         self._outcomes: Counter[Outcome] = Counter()
         self._batches: Counter[int] = Counter()
@@ -354,6 +361,7 @@ class Pipeline:
             ) from failed
 
     async def _ingest(self, info: StreamInfo) -> None:
+        size = (info.width, info.height)
         try:
             while not self._stopping:
                 try:
@@ -363,6 +371,13 @@ class Pipeline:
                 except SourceError as err:  # what it delivered is still enhanced and written
                     self._source_error = err
                     break
+                if (frame.width, frame.height) != size and self._on_resize is not None:
+                    try:
+                        self._on_resize(frame.width, frame.height)
+                    except StreamerError as err:  # as a source error: what came before is written
+                        self._source_error = err
+                        break
+                size = (frame.width, frame.height)
                 self._frames_in += 1
                 self.last_frame_at = time.monotonic()
                 self.ring.push(frame)

@@ -27,7 +27,7 @@ from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerE
 from streamer.frame import StreamInfo
 from streamer.memory import default_budget_bytes, release_memory
 from streamer.metrics import ServiceMetrics
-from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport
+from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
 from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
 from streamer.sources.rtsp import RtspSource
@@ -332,6 +332,15 @@ class Service:
             tile_overlap=stream.model.tile_overlap,
         )
 
+    def _on_resize(self, stream: StreamConfig) -> ResizeHook:
+        """A new frame size mid-stream is admitted again: one that no longer fits ends that stream."""
+
+        def on_resize(width: int, height: int) -> None:
+            model = self.runners[stream.id].pipeline.backend.info
+            self.budget.admit(stream.id, self._cost(stream, width, height, model))
+
+        return on_resize
+
     def _on_open(self, stream: StreamConfig) -> OpenHook:
         """Once the source has opened: admission at its real size (a stream that does not fit fails in
         one line, the others go on); with ``model: auto``, the tier for its size, shared with the
@@ -386,6 +395,7 @@ class Service:
                 on_output=self._on_output,
                 observe=self.metrics.stage_observer(stream.id),
                 on_open=self._on_open(stream),
+                on_resize=self._on_resize(stream),
             )
         except StreamerError as err:
             self.budget.release(stream.id)

@@ -717,3 +717,31 @@ def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_g
             assert run.service.budget.admitted("clip") is None
 
     asyncio.run(scenario())
+
+
+def test_a_stream_whose_frames_grow_past_the_budget_ends_there_with_its_earlier_frames_written(
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_faults import resolution_change_clip as change_clip
+
+    clip = change_clip(tmp_path / "grows.ts", (160, 96), (640, 360), 20)
+    written: list[int] = []
+    config = config_of(
+        [{"id": "grows", "source": {"kind": "file", "path": str(clip)}}],
+        **{"runtime.memory_budget_mb": 16},  # the first size needs ~9 MB, the second ~135 MB
+    )
+
+    def record(source: Frame, sent: Frame, outcome: Outcome) -> None:
+        written.append(source.index)
+
+    async def scenario() -> str:
+        async with serving(config, on_output=record) as run:
+            await run.wait_states({"grows": "failed"})
+            _, body = await run.get("/streams/grows")
+            return str(body["error"])
+
+    error = asyncio.run(scenario())
+    assert "640x360 needs about" in error
+    assert "(20 frames delivered before it were written)" in error
+    assert len(error.splitlines()) == 1
+    assert written == list(range(20))
