@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from streamer.core.tiling import on_grid
 from streamer.errors import ConfigError
 from streamer.frame import Frame, Hyperframe, Pixels
 
@@ -84,16 +85,11 @@ class Region:
         return (bottom - top) * (right - left)
 
     def aligned(self, multiple: int, height: int, width: int) -> Region:
-        """The crop widened to start on a multiple of ``multiple`` and span one (or end at the frame's
-        edge): a strided model then sees the crop on the whole frame's sampling grid, and cached
-        feature maps at 1/``multiple`` resolution can be cut at the same place."""
+        """The crop put on the model's grid (``on_grid``), the paste unchanged."""
         top, bottom, left, right = self.crop
-
-        def up(v: int, limit: int) -> int:
-            return min(-(-v // multiple) * multiple, limit)
-
-        crop = (top - top % multiple, up(bottom, height), left - left % multiple, up(right, width))
-        return Region(crop, self.paste)
+        return Region(
+            (*on_grid(top, bottom, multiple, height), *on_grid(left, right, multiple, width)), self.paste
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from streamer.errors import ConfigError
 
-__all__ = ["Tile", "plan_tiles"]
+__all__ = ["Tile", "on_grid", "plan_tiles"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,13 @@ class Tile:
     paste: tuple[int, int, int, int]
 
 
+def on_grid(start: int, end: int, multiple: int, limit: int) -> tuple[int, int]:
+    """[start, end) widened to start on a multiple of ``multiple`` and span one, or end at ``limit``
+    (the frame's edge): a strided model then sees it on the whole frame's sampling grid, and feature
+    maps cached at 1/``multiple`` resolution can be cut at the same place."""
+    return start - start % multiple, min(-(-end // multiple) * multiple, limit)
+
+
 def _spans(length: int, size: int, overlap: int, multiple: int) -> list[tuple[int, int, int, int]]:
     """(crop start, crop end, paste start, paste end) along one axis."""
     if length <= size:
@@ -34,14 +41,15 @@ def _spans(length: int, size: int, overlap: int, multiple: int) -> list[tuple[in
     spans = []
     for start in range(0, length, step):
         end = min(start + step, length)
-        lo = max(0, start - overlap)
-        spans.append((lo - lo % multiple, min(length, end + overlap), start, end))
+        lo, hi = on_grid(max(0, start - overlap), min(length, end + overlap), multiple, length)
+        spans.append((lo, hi, start, end))
     return spans
 
 
 def plan_tiles(height: int, width: int, size: int, overlap: int, multiple: int = 1) -> list[Tile]:
     """Tiles of at most about ``size`` pixels a side (a crop may start up to ``multiple - 1`` pixels
-    earlier, to sit on the grid) covering a ``height`` x ``width`` frame; one tile when it fits."""
+    earlier and end as many later, to sit on the grid) covering a ``height`` x ``width`` frame; one
+    tile when it fits."""
     if multiple < 1 or overlap < 0 or size - 2 * overlap < multiple:
         raise ConfigError(
             f"tiles of {size} pixels cannot keep an overlap of {overlap} on each side on a grid of "

@@ -49,3 +49,13 @@ def test_a_tile_setting_that_keeps_no_pixel_is_refused_at_config_load() -> None:
     with pytest.raises(ConfigError, match=r"model\.tile \(64\) must exceed twice model\.tile_overlap \(32\)"):
         load_config(None, {"model.tile": 64})
     assert load_config(None, {"model.tile": 96, "model.tile_overlap": 40}).model.tile == 96
+
+
+def test_crops_end_on_the_grid_too_when_the_overlap_is_off_it() -> None:
+    # A streaming model's cached maps are cut at crop / 4: both ends must sit on the grid (or the edge).
+    for tile in plan_tiles(358, 650, 160, 30, 4):
+        ct, cb, cl, cr = tile.crop
+        assert ct % 4 == 0
+        assert cl % 4 == 0
+        assert cb % 4 == 0 or cb == 358
+        assert cr % 4 == 0 or cr == 650
