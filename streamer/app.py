@@ -173,7 +173,7 @@ async def choose_tier(
     choice = await asyncio.to_thread(
         selector.choose,
         lambda path: build_backend(model.with_file(path)),
-        model.model_dump_json(exclude={"path"}),
+        model.session_key(),  # the same for every auto stream with these settings
         info.width,
         info.height,
         fps,

@@ -212,6 +212,11 @@ class ModelConfig(_Strict):
             return AUTO_TIERS[0]
         return DEFAULT_MODEL if self.path is None else self.path
 
+    def session_key(self) -> str:
+        """The settings a loaded model depends on (file, providers, threads, spin), as one string; how a
+        stream uses it (tiles, auto's headroom) aside."""
+        return self.model_dump_json(exclude={"tile", "tile_overlap", "headroom"})
+
     def with_file(self, path: Path) -> ModelConfig:
         """These settings with the model file ``path`` (a tier ``auto`` chose)."""
         return self.model_copy(update={"path": path})

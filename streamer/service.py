@@ -81,7 +81,7 @@ def _model_key(model: ModelConfig) -> str:
     """Streams whose model settings are equal share one loaded model and its scheduler (settings of
     how a stream uses it, tiles and auto's headroom, aside); an ``auto`` stream shares the model it
     runs on (its stand-in until a tier is chosen)."""
-    return model.with_file(model.file()).model_dump_json(exclude={"tile", "tile_overlap", "headroom"})
+    return model.with_file(model.file()).session_key()
 
 
 class StreamRunner:
