@@ -253,7 +253,7 @@ def train(
             raise ConfigError(
                 "a teacher distils into window models only; drop --teacher for a recurrent model"
             )
-        teacher = OnnxTeacher(config.teacher, int(getattr(module, "t", 1)), threads)
+        teacher = OnnxTeacher(config.teacher, _sequence_length(module, config), threads)
     if payload is not None:
         module.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
@@ -278,7 +278,7 @@ def train(
         target = clean[:, index]
         loss = _loss(config.loss, output, target)
         if teacher is not None:
-            guide = teacher(noisy[:, : int(getattr(module, "t", 1))])
+            guide = teacher(noisy)  # a window model's batch is one window of T frames
             loss = loss + config.distill * _loss(config.loss, output[:, 0], guide)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
