@@ -185,6 +185,11 @@ class ModelConfig(_Strict):
     machine); a stream added through the control API asking for more is refused."""
     spin: bool = False
     """Let onnxruntime's threads spin between ops: faster alone, slower beside decode and encode."""
+    workers: int | None = Field(None, ge=1, le=64)
+    """Model calls run at once (windows of one stream or of several), each on its own thread with the
+    cores split between them where ``threads`` is unset; a recurrent model's steps still run one at a
+    time per stream. None: 2 on the CPU provider (``streamer.app.CPU_WORKERS``; 1 with ``threads``
+    set or on a one-core machine), 1 on a GPU's."""
     tile: int | None = Field(None, ge=64, le=16384)
     """Frames with a side longer than this are enhanced in overlapping tiles of about this size, so a
     large camera's activations stay bounded (window and streaming models); None: whole frames."""

@@ -49,11 +49,12 @@ class ApiPolicy:
         if sink.kind == "file":
             self._check_sink(sink.path, _asked_overwrite(given))
         cores = os.cpu_count() or 1
-        if stream.model.threads is not None and stream.model.threads > cores:
-            raise AccessError(
-                f"model.threads {stream.model.threads} is more than this machine's {cores} cores; ask for "
-                f"at most {cores} (or null)"
-            )
+        for field, count in (("threads", stream.model.threads), ("workers", stream.model.workers)):
+            if count is not None and count > cores:
+                raise AccessError(
+                    f"model.{field} {count} is more than this machine's {cores} cores; ask for at most "
+                    f"{cores} (or null)"
+                )
         asked_model = given.get("model")
         path = stream.model.path
         if isinstance(path, Path) and isinstance(asked_model, dict) and "path" in asked_model:

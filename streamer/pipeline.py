@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -220,11 +221,14 @@ class Pipeline:
         self._inference = DurationRecorder()
         self._run = -1
         self._state: tuple[int, State] | None = None
-        """A recurrent model's state and the run it belongs to; only the inference thread touches it."""
+        """A recurrent model's state and the run it belongs to; steps run one at a time."""
         self._misses = misses if misses is not None else MissWatch()
         """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
-        self._features: FeatureCache[FrameFeatures] = FeatureCache(windower.t, source.stream_id)
-        """A streaming model's per-frame features, one run at a time; only the inference thread uses it."""
+        self._features = self._feature_cache()
+        """A streaming model's per-frame features, one run at a time, shared by the windows in flight."""
+        self._features_lock = threading.Lock()
+        self._step_lock = threading.Lock()
+        """A recurrent step reads and writes ``_state``: a budget probe's step must not run beside one."""
 
     def _fit(self, backend: Backend) -> None:
         """Refuse a model whose T or output slot differs from the windower's; drop gate.tile for a
@@ -261,6 +265,12 @@ class Pipeline:
             await self.scheduler.aclose()
         self.scheduler, self.backend, self._own_scheduler = scheduler, scheduler.backend, owned
         self.scheduler.attach(self._key)
+        self._features = self._feature_cache()
+
+    def _feature_cache(self) -> FeatureCache[FrameFeatures]:
+        """Room for the frames of every window that may be in flight at once (the model's workers, and
+        a budget probe), so one window's new frame never evicts a frame another still needs."""
+        return FeatureCache(self.windower.t + self.scheduler.workers, self.source.stream_id)
 
     @property
     def stopping(self) -> bool:
@@ -423,16 +433,35 @@ class Pipeline:
         return _Work(frame, _Plan.ENHANCE if decision.run_model else _Plan.SKIP, task.run, window, region)
 
     async def _infer(self) -> None:
-        last: tuple[int, Frame] | None = None
-        try:
-            while True:
+        """Starts the model on windows, up to the model's ``workers`` at once (one for a recurrent model,
+        whose steps chain), and hands their frames on in order."""
+        limit = 1 if self.backend.info.state else self.scheduler.workers
+        slots = asyncio.Semaphore(limit)
+        started: asyncio.Queue[tuple[list[_Work], asyncio.Task[tuple[dict[int, Frame], set[int]]]] | None]
+        started = asyncio.Queue()
+
+        async def start(group: asyncio.TaskGroup) -> None:
+            try:
+                while True:
+                    await slots.acquire()
+                    try:
+                        batch = [await self._work.get()]
+                    except EndOfStream:
+                        break
+                    while len(batch) < self.max_batch and (more := self._work.get_nowait()) is not None:
+                        batch.append(more)
+                    started.put_nowait((batch, group.create_task(self._enhance(batch))))
+            finally:
+                started.put_nowait(None)
+
+        async def hand_on() -> None:
+            last: tuple[int, Frame] | None = None
+            while (item := await started.get()) is not None:
+                batch, running = item
                 try:
-                    batch = [await self._work.get()]
-                except EndOfStream:
-                    break
-                while len(batch) < self.max_batch and (more := self._work.get_nowait()) is not None:
-                    batch.append(more)
-                enhanced, dropped = await self._enhance(batch)
+                    enhanced, dropped = await running
+                finally:
+                    slots.release()
                 for work in batch:
                     out = self._resolve(work, enhanced, dropped, last)
                     if out is None:
@@ -440,6 +469,13 @@ class Pipeline:
                     if out.outcome is Outcome.ENHANCED:
                         last = (work.run, out.frame)
                     await self._out.put(out)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(start(group), name=f"start-{self.source.stream_id}")
+                group.create_task(hand_on(), name=f"hand-on-{self.source.stream_id}")
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
         finally:
             self._out.close()
             if self._probing is not None:
@@ -549,7 +585,9 @@ class Pipeline:
         for tile in plan_tiles(target.height, target.width, self.tile, self.tile_overlap, info.pad_multiple):
             top, bottom, left, right = tile.crop
             if info.streaming:
-                pixels = self.backend.enhance_cached(window, work.run, self._features, tile.crop)
+                pixels = self.backend.enhance_cached(
+                    window, work.run, self._features, tile.crop, self._features_lock
+                )
             else:
                 crops = np.stack([f.pixels[top:bottom, left:right] for f in window.frames])
                 pixels = self.backend.infer(crops.transpose(0, 3, 1, 2)[None])[0].transpose(1, 2, 0)
@@ -562,20 +600,22 @@ class Pipeline:
         window = work.window
         assert window is not None
         crop = None if work.region is None else work.region.crop
-        return work.frame.with_pixels(self.backend.enhance_cached(window, work.run, self._features, crop))
+        pixels = self.backend.enhance_cached(window, work.run, self._features, crop, self._features_lock)
+        return work.frame.with_pixels(pixels)
 
     def _step(self, work: _Work) -> Frame:
         """One recurrent step, on the model's thread; a new run (after a discontinuity) starts again
         from the zero state."""
         window = work.window
         assert window is not None
-        if self._state is not None and self._state[0] == work.run:
-            state = self._state[1]
-        else:
-            target = window.target_frame
-            state = self.backend.initial_state(1, target.height, target.width)
-        out, state = self.backend.step(window.pixels()[None], state)
-        self._state = (work.run, state)
+        with self._step_lock:
+            if self._state is not None and self._state[0] == work.run:
+                state = self._state[1]
+            else:
+                target = window.target_frame
+                state = self.backend.initial_state(1, target.height, target.width)
+            out, state = self.backend.step(window.pixels()[None], state)
+            self._state = (work.run, state)
         pixels: npt.NDArray[np.uint8] = np.ascontiguousarray(out[0].transpose(1, 2, 0))
         return work.frame.with_pixels(pixels)
 

@@ -2,8 +2,9 @@
 
 Each stream's pipeline submits the windows it wants enhanced and awaits them; a dispatcher task asks
 the pure :class:`~streamer.core.batching.FairBatcher` when a batch is due and which windows it holds,
-and runs it on the model's one worker thread (stacking, inference and the copy back to (H, W, C) all
-stay off the event loop). A batch that fails is retried window by window, so one stream's bad window
+and runs it on one of the model's worker threads (stacking, inference and the copy back to (H, W, C)
+all stay off the event loop); a backend sized for ``workers`` calls at once gets that many threads and
+that many batches in flight. A batch that fails is retried window by window, so one stream's bad window
 fails that stream alone.
 """
 
@@ -82,11 +83,14 @@ class InferenceScheduler:
             raise ConfigError(f"runtime.max_wait_ms must not be negative, got {max_wait_ms}")
         self.backend = backend
         self.max_batch = max_batch
-        self._batcher: FairBatcher[_Request] = FairBatcher(max_batch, max_wait_ms / 1000.0)
+        self.workers = max(1, backend.workers)
+        self._batcher: FairBatcher[_Request] = FairBatcher(max_batch, max_wait_ms / 1000.0, self.workers)
         self._on_call = on_call
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix=f"infer-{backend.info.name}"
+            self.workers, thread_name_prefix=f"infer-{backend.info.name}"
         )
+        self._free: asyncio.Semaphore | None = None
+        self._running: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Event | None = None
         self._dispatcher: asyncio.Task[None] | None = None
         self._calls = 0
@@ -123,7 +127,8 @@ class InferenceScheduler:
         return list(await asyncio.gather(*futures))
 
     async def call(self, fn: Callable[[], R]) -> R:
-        """Run ``fn`` on the model's worker thread, between batches: a recurrent model's ordered steps."""
+        """Run ``fn`` on one of the model's worker threads: windows a pipeline runs one by one (a
+        recurrent model's ordered steps, a streaming model's cached features); it orders them."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         result = await loop.run_in_executor(self._executor, fn)
@@ -150,21 +155,42 @@ class InferenceScheduler:
         """Stop dispatching and release the worker thread; the backend stays open (its owner closes it)."""
         self._closed = True
         task, self._dispatcher = self._dispatcher, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for running in (task, *self._running):
+            if running is not None:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
         self._executor.shutdown(wait=False)
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._dispatcher is None:
             self._wake = asyncio.Event()
+            self._free = asyncio.Semaphore(self.workers)
             self._dispatcher = loop.create_task(self._dispatch(), name=f"batch-{self.backend.info.name}")
 
     async def _dispatch(self) -> None:
-        wake = self._wake
+        """Takes a batch only once a worker is free, so windows that arrive meanwhile join the next."""
+        wake, free = self._wake, self._free
         assert wake is not None
+        assert free is not None
         loop = asyncio.get_running_loop()
+
+        def finished(done: asyncio.Task[None]) -> None:
+            self._running.discard(done)
+            free.release()
+
+        while True:
+            await free.acquire()
+            try:
+                requests = await self._next(wake)
+            except BaseException:
+                free.release()
+                raise
+            running = loop.create_task(self._run(loop, requests))
+            self._running.add(running)
+            running.add_done_callback(finished)
+
+    async def _next(self, wake: asyncio.Event) -> list[_Request]:
         while True:
             delay = self._batcher.due_in(time.monotonic())
             if delay is None or delay > 0:
@@ -174,7 +200,7 @@ class InferenceScheduler:
                 continue
             requests = [r for _, r in self._batcher.take() if not r.future.done()]
             if requests:
-                await self._run(loop, requests)
+                return requests
 
     async def _run(self, loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
         started = time.monotonic()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from streamer.app import build_backend, build_server, build_stream, choose_tier
-from streamer.backend.base import Backend, ModelInfo
+from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
 from streamer.core.admission import MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
@@ -318,26 +318,29 @@ class Service:
                 self._models[key] = self._new_model(backend)
         return self._models[key]
 
-    def _cost(self, stream: StreamConfig, width: int, height: int, model: ModelInfo) -> StreamCost:
-        """What a stream of this size will hold: its ring and the queues' frames, a streaming model's T
-        cached maps, one model call's activations (a tile's, with model.tile)."""
-        runtime = self.config.runtime
+    def _cost(self, stream: StreamConfig, width: int, height: int, backend: Backend) -> StreamCost:
+        """What a stream of this size will hold: its ring and the queues' frames, a streaming model's
+        cached maps (T, and one more per window that may be in flight), and the activations of the model
+        calls it may have under way at once (a tile's each, with model.tile)."""
+        runtime, model, calls = self.config.runtime, backend.info, max(1, backend.workers)
         ring = runtime.ring_capacity or stream.window.build(model.t, model.output_position).history
+        cached = model.t + calls
         return stream_cost(
             width,
             height,
             frames_held=ring + 3 * runtime.queue_size + 2,
-            feature_bytes_per_pixel=sum(4 * f.channels / f.scale**2 for f in model.features) * model.t,
+            feature_bytes_per_pixel=sum(4 * f.channels / f.scale**2 for f in model.features) * cached,
             tile=stream.model.tile,
             tile_overlap=stream.model.tile_overlap,
+            calls=1 if model.state else calls,
         )
 
     def _on_resize(self, stream: StreamConfig) -> ResizeHook:
         """A new frame size mid-stream is admitted again: one that no longer fits ends that stream."""
 
         def on_resize(width: int, height: int) -> None:
-            model = self.runners[stream.id].pipeline.backend.info
-            self.budget.admit(stream.id, self._cost(stream, width, height, model))
+            backend = self.runners[stream.id].pipeline.backend
+            self.budget.admit(stream.id, self._cost(stream, width, height, backend))
 
         return on_resize
 
@@ -348,9 +351,7 @@ class Service:
 
         async def on_open(info: StreamInfo) -> tuple[InferenceScheduler, bool] | None:
             runner = self.runners[stream.id]
-            self.budget.admit(
-                stream.id, self._cost(stream, info.width, info.height, runner.pipeline.backend.info)
-            )
+            self.budget.admit(stream.id, self._cost(stream, info.width, info.height, runner.pipeline.backend))
             if stream.model.path != AUTO:
                 return None
             choice = await choose_tier(self._tiers, stream.model, info, stream.id)
@@ -384,7 +385,7 @@ class Service:
         source = stream.source
         try:
             if isinstance(source, SyntheticSourceConfig):  # its size is known: refused before it runs
-                cost = self._cost(stream, source.width, source.height, model.backend.info)
+                cost = self._cost(stream, source.width, source.height, model.backend)
                 self.budget.admit(stream.id, cost)
             pipeline = build_stream(
                 stream,

@@ -38,8 +38,9 @@ def model_fps(
 ) -> float:
     """Output frames per second of ``backend`` alone at batch 1 on frames of ``width`` x ``height``, in
     the steady state a stream sees: a streaming model encodes one new frame and fuses T cached maps per
-    output frame; any other model runs its whole window. After ``warmup`` frames; at least ``runs``
-    timed, for at least ``seconds``."""
+    output frame; any other model runs its whole window; as many calls at once as the backend has
+    workers, as a pipeline runs them. After ``warmup`` frames; at least ``runs`` timed, for at least
+    ``seconds``."""
     rng = np.random.default_rng(0)
     t = backend.info.t
     if backend.info.streaming:
@@ -58,12 +59,33 @@ def model_fps(
 
     for _ in range(warmup):
         one()
-    done = 0
+    stop = threading.Event()
+    done = [0] * max(1, backend.workers)
+    failed: list[Exception] = []
+
+    def calls(worker: int) -> None:
+        try:
+            while not stop.is_set():
+                one()
+                done[worker] += 1
+        except Exception as err:  # raised again in the caller's thread
+            failed.append(err)
+            stop.set()
+
     start = time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds or done < runs:
-        one()
-        done += 1
-    return done / elapsed
+    threads = [threading.Thread(target=calls, args=(k,), name=f"model-fps-{k}") for k in range(len(done))]
+    for thread in threads:
+        thread.start()
+    try:
+        while not stop.is_set() and (time.perf_counter() - start < seconds or sum(done) < runs):
+            stop.wait(0.005)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    if failed:
+        raise failed[0]
+    return sum(done) / (time.perf_counter() - start)
 
 
 @dataclass(frozen=True, slots=True)

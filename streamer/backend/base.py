@@ -9,6 +9,7 @@ keeps beside the frames, and each window's output is fused from its T cached map
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,6 +92,10 @@ class ModelInfo:
 class Backend(abc.ABC):
     """Enhances batches of hyperframes; one instance may serve several streams."""
 
+    workers: int = 1
+    """Calls it is sized to run at once, each from its own thread (its runtime's threads split
+    between them); the scheduler runs that many batches, and a stream that many windows, at a time."""
+
     @property
     @abc.abstractmethod
     def info(self) -> ModelInfo: ...
@@ -126,19 +131,22 @@ class Backend(abc.ABC):
         run: int,
         cache: FeatureCache[FrameFeatures],
         crop: tuple[int, int, int, int] | None = None,
+        guard: contextlib.AbstractContextManager[object] | None = None,
     ) -> Pixels:
         """The window's enhanced target frame, (H, W, 3): frames the cache lacks are encoded in one call
         and stored, so each frame of a run is encoded once however many windows it is part of. With
         ``crop`` (top, bottom, left, right; starting on multiples of ``pad_multiple`` and spanning
         them, or ending at the frame's edge: ``Region.aligned``), only that box is fused, from the
-        whole frames' cached maps cut at the same place."""
+        whole frames' cached maps cut at the same place. ``guard`` (a lock) is held while the cache is
+        read and filled, where windows of one stream run on several threads at once."""
         frames = {f.index: f for f in window.frames}
-        missing = cache.missing(frames, run)
-        if missing:
-            encoded = self.encode(np.stack([frames[i].pixels for i in missing]))
-            for index, features in zip(missing, encoded, strict=True):
-                cache.put(index, run, features)
-        window_features = [cache.get(i) for i in window.indices]
+        with guard if guard is not None else contextlib.nullcontext():
+            missing = cache.missing(frames, run)
+            if missing:
+                encoded = self.encode(np.stack([frames[i].pixels for i in missing]))
+                for index, features in zip(missing, encoded, strict=True):
+                    cache.put(index, run, features)
+            window_features = [cache.get(i) for i in window.indices]
         target = window.target_frame.pixels
         if crop is not None:
             top, bottom, left, right = crop

@@ -43,7 +43,7 @@ from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.frame import Pixels
 from streamer.layout import to_model_layout
 
-__all__ = ["PROVIDER_PREFERENCE", "OnnxBackend", "resolve_providers"]
+__all__ = ["CPU_PROVIDER", "PROVIDER_PREFERENCE", "OnnxBackend", "resolve_providers"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ _E = TypeVar("_E", Layout, OutputPosition)
 PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 """What ``providers="auto"`` tries, fastest first; CPU always ends the list as the fallback."""
 
-_CPU = "CPUExecutionProvider"
+CPU_PROVIDER = "CPUExecutionProvider"
 _EXPORT_HINT = "export.onnx_export.export_onnx writes it"
 _STREAM_HINT = "export.streaming_export.export_streaming writes streaming models"
 _ENCODER = "streamer.encoder"
@@ -70,7 +70,7 @@ def resolve_providers(providers: str | Sequence[str]) -> list[str]:
                 f"backend providers must be 'auto' or a list of provider names, got {providers!r}; "
                 f"available here: {available}"
             )
-        return [p for p in PROVIDER_PREFERENCE if p in available and p != _CPU] + [_CPU]
+        return [p for p in PROVIDER_PREFERENCE if p in available and p != CPU_PROVIDER] + [CPU_PROVIDER]
     wanted = list(providers)
     if not wanted:
         raise ConfigError(f"backend providers is an empty list; use 'auto' or name some of {available}")
@@ -97,6 +97,7 @@ class OnnxBackend(Backend):
         providers: str | Sequence[str] = "auto",
         threads: int | None = None,
         spin: bool = False,
+        workers: int = 1,
     ) -> None:
         self.path = Path(path)
         if not self.path.is_file():
@@ -108,6 +109,9 @@ class OnnxBackend(Backend):
             raise ConfigError(
                 f"backend threads must be at least 1, or null to let onnxruntime decide; got {threads}"
             )
+        if workers < 1:
+            raise ConfigError(f"backend workers must be at least 1; got {workers}")
+        self.workers = workers
         requested = resolve_providers(providers)
         options = ort.SessionOptions()
         # Spinning intra-op threads wait faster between ops but burn the cores that decode and encode

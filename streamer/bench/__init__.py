@@ -339,6 +339,13 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "stream_t5, its INT8 pair, stream_t5_lite, then auto)",
     )
     live.add_argument(
+        "--workers",
+        default="default",
+        metavar="N,...",
+        help="model.workers (windows run at once, the cores split between them) to compare, "
+        "comma-separated, 'default' for the default (default)",
+    )
+    live.add_argument(
         "--threads",
         default="default",
         metavar="N,...",

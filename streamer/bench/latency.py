@@ -118,11 +118,13 @@ class Settings:
     """model.threads (onnxruntime's intra-op threads); None: its default."""
     encoder_threads: int | None = None
     """The RTSP sink's libx264 threads; None: libx264's choice."""
+    workers: int | None = None
+    """model.workers (windows run at once); None: its default."""
 
     def config(self, **sections: Any) -> Config:
         """The pipeline's config for one path: its source and sink plus this run's model, gate, budget."""
         return Config(
-            model=ModelConfig(path=self.model, threads=self.threads),
+            model=ModelConfig(path=self.model, threads=self.threads, workers=self.workers),
             gate=GateConfig(enabled=self.gate),
             latency=LatencyConfig(budget_ms=self.budget_ms),
             **sections,

@@ -53,11 +53,14 @@ class LiveRow:
     """model.threads (onnxruntime intra-op); None: its default."""
     encoder_threads: int | None = None
     """The RTSP sink's libx264 threads; None: libx264's choice."""
+    workers: int | None = None
+    """model.workers; None: its default."""
 
     @property
     def thread_counts(self) -> str:
-        """'model/x264' threads, 'd' where the library chose."""
-        return "/".join("d" if n is None else str(n) for n in (self.threads, self.encoder_threads))
+        """'workers/model threads/x264 threads', 'd' where the default chose."""
+        counts = (self.workers, self.threads, self.encoder_threads)
+        return "/".join("d" if n is None else str(n) for n in counts)
 
     @property
     def enhanced_share(self) -> float:
@@ -84,7 +87,7 @@ def _row(
     fps: int,
     seconds: float,
     budget_ms: float,
-    threads: tuple[int | None, int | None] = (None, None),
+    threads: tuple[int | None, int | None, int | None] = (None, None, None),
 ) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
@@ -97,8 +100,9 @@ def _row(
         paths=("rtsp",),
         model=AUTO if model == AUTO else Path(model),
         budget_ms=budget_ms,
-        threads=threads[0],
-        encoder_threads=threads[1],
+        workers=threads[0],
+        threads=threads[1],
+        encoder_threads=threads[2],
     )
     cpu_start, wall_start = os.times(), time.monotonic()
     report = run_latency(settings)
@@ -123,8 +127,9 @@ def _row(
         model_fps=alone,
         cpu_percent=100.0 * cpu / wall if wall > 0 else 0.0,
         seconds=wall,
-        threads=threads[0],
-        encoder_threads=threads[1],
+        workers=threads[0],
+        threads=threads[1],
+        encoder_threads=threads[2],
     )
 
 
@@ -161,7 +166,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
     names = (
         "size",
         "model",
-        "threads",
+        "w/threads",
         "sent",
         "enhanced",
         "passed",
@@ -203,8 +208,8 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         "enhanced / passed / lost: of the measured frames the camera sent; passed = left unenhanced because "
         "the model would have missed the budget; lost = never reached the player or dropped by the budget",
         "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
-        "threads: model/x264 threads (model.threads, the RTSP sink's libx264 threads; d = the library's "
-        "choice)",
+        "w/threads: model.workers / model.threads / the RTSP sink's libx264 threads (d = the default: "
+        "for threads, the library's choice)",
         "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "
         "encodes one frame and fuses T cached maps), timed just after the run with default threads",
         "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
@@ -215,7 +220,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
 
 def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: float) -> str:
     lines = [
-        "| size | model | threads (model/x264) | enhanced | passed through | lost | p50 ms | p99 ms "
+        "| size | model | workers/threads/x264 | enhanced | passed through | lost | p50 ms | p99 ms "
         "| budget ms | model fps | CPU % |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -237,18 +242,18 @@ def run_live_bench(
     fps: int,
     seconds: float,
     budget_ms: float,
-    threads: list[tuple[int | None, int | None]] | None = None,
+    threads: list[tuple[int | None, int | None, int | None]] | None = None,
 ) -> tuple[list[LiveRow], Machine, float]:
-    """One row per size, model and (model threads, encoder threads) pair, in that nesting."""
+    """One row per size, model and (model workers, model threads, encoder threads), in that nesting."""
     watch = LoadWatch()
     started = time.monotonic()
-    pairs = threads or [(None, None)]
+    pairs = threads or [(None, None, None)]
     rows = [_row(m, w, h, fps, seconds, budget_ms, t) for w, h in sizes for m in models for t in pairs]
     return rows, watch.machine(), time.monotonic() - started
 
 
 def _counts(text: str, flag: str) -> list[int | None]:
-    """'default,1,2' -> [None, 1, 2]."""
+    """'default,1,2' -> [None, 1, 2]: thread or worker counts."""
     out: list[int | None] = []
     for item in text.split(","):
         if item.strip() == "default":
@@ -256,7 +261,7 @@ def _counts(text: str, flag: str) -> list[int | None]:
         elif item.strip().isdigit() and 1 <= int(item) <= 64:
             out.append(int(item))
         else:
-            raise ConfigError(f"{flag} takes thread counts 1..64 or 'default', comma-separated; got {text!r}")
+            raise ConfigError(f"{flag} takes counts 1..64 or 'default', comma-separated; got {text!r}")
     return out
 
 
@@ -278,7 +283,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         if model != AUTO and not Path(model).is_file():
             raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model or auto")
     pairs = [
-        (t, e)
+        (w, t, e)
+        for w in _counts(args.workers, "--workers")
         for t in _counts(args.threads, "--threads")
         for e in _counts(args.encoder_threads, "--encoder-threads")
     ]

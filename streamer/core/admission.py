@@ -52,9 +52,11 @@ def stream_cost(
     tile: int | None = None,
     tile_overlap: int = 0,
     activation_bytes_per_pixel: int = ACTIVATION_BYTES_PER_PIXEL,
+    calls: int = 1,
 ) -> StreamCost:
     """The cost of a ``width`` x ``height`` stream holding ``frames_held`` RGB frames at once, with a
-    streaming model's ``feature_bytes_per_pixel`` (all T cached maps) and calls of at most a tile."""
+    streaming model's ``feature_bytes_per_pixel`` (all its cached maps) and ``calls`` model calls under
+    way at once, each of at most a tile."""
     pixels = width * height
     call = pixels
     if tile is not None and max(width, height) > tile:
@@ -65,7 +67,7 @@ def stream_cost(
         height,
         frames=3 * pixels * frames_held,
         features=round(feature_bytes_per_pixel * pixels),
-        activations=activation_bytes_per_pixel * call,
+        activations=activation_bytes_per_pixel * call * calls,
     )
 
 

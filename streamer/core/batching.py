@@ -38,19 +38,22 @@ class _Queued(Generic[T]):
 
 
 class FairBatcher(Generic[T]):
-    """Per-stream FIFO queues of at most ``max_batch`` items each, drained round-robin.
+    """Per-stream FIFO queues of at most ``calls x max_batch`` items each, drained round-robin.
 
-    A stream waits for its submitted windows before it submits more, so a stream never has more than
-    one call's worth queued and the whole batcher holds at most ``streams x max_batch`` items.
+    A stream has at most ``calls`` (the model's workers) submissions under way, each of at most one
+    call's worth, so the whole batcher holds at most ``streams x calls x max_batch`` items.
     """
 
-    def __init__(self, max_batch: int, max_wait_s: float = 0.0) -> None:
+    def __init__(self, max_batch: int, max_wait_s: float = 0.0, calls: int = 1) -> None:
         if max_batch < 1:
             raise ConfigError(f"runtime.max_batch must be at least 1, got {max_batch}")
+        if calls < 1:
+            raise ConfigError(f"a batcher's calls under way per stream must be at least 1, got {calls}")
         if max_wait_s < 0:
             raise ConfigError(f"runtime.max_wait_ms must not be negative, got {max_wait_s * 1000:g}")
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
+        self.max_queued = calls * max_batch
         self._queues: dict[str, collections.deque[_Queued[T]]] = {}
         self._order: list[str] = []
         self._cursor = 0
@@ -87,10 +90,10 @@ class FairBatcher(Generic[T]):
         queue = self._queues.get(stream)
         if queue is None:
             raise ConfigError(f"stream {stream!r} submitted a window without attaching to the batcher")
-        if len(queue) >= self.max_batch:
+        if len(queue) >= self.max_queued:
             raise RuntimeError(
-                f"stream {stream!r} has {len(queue)} windows queued, the most one call takes "
-                f"({self.max_batch}); wait for them before submitting more"
+                f"stream {stream!r} has {len(queue)} windows queued, the most its calls under way take "
+                f"({self.max_queued}); wait for them before submitting more"
             )
         queue.append(_Queued(item, key, now))
         self._pending += 1

@@ -6,10 +6,13 @@ on a busy machine often run well over their mean, and a budget judged by the mea
 the frames behind them. A frame whose age plus that estimate exceeds the budget leaves unenhanced (or
 is dropped) instead of waiting,
 so when the model cannot keep up the queue drains rather than grows. An estimate is only corrected by
-calls that run, so once every ``probe_s`` a refused frame young enough to make the budget on its own
-becomes a probe: it leaves as refused frames do, while the model is timed on its window in the
-background, and that call replaces the estimate. One slow spike (a cold first call, a burst of other
-streams sharing the model) cannot switch enhancement off for good, and a probe never delays a frame.
+calls that run, so a refused frame young enough to make the budget on its own becomes a probe once the
+model has had no frame for a while: it leaves as refused frames do, while the model is timed on its
+window in the background, and that call replaces the estimate. The wait before a probe starts at
+``probe_min_s`` and doubles while probes keep confirming the miss, up to ``probe_s`` (as TCP backs off
+its retransmissions): slow spikes at a stream's start (cold first calls, codecs and peers starting on
+the same cores, a burst of other streams) cost a fraction of a second of enhancement, not seconds, and a
+model that truly cannot keep up is timed only every ``probe_s``. A probe never delays a frame.
 """
 
 from __future__ import annotations
@@ -63,15 +66,23 @@ class LatencyBudget:
         on_miss: MissAction = MissAction.PASSTHROUGH,
         alpha: float = 0.2,
         probe_s: float = 5.0,
+        probe_min_s: float = 0.25,
     ) -> None:
         if budget_ms is not None and budget_ms <= 0:
             raise ConfigError(f"latency.budget_ms must be positive or null, got {budget_ms}")
         if not 0.0 < alpha <= 1.0:
             raise ConfigError(f"latency smoothing alpha must be in (0, 1], got {alpha}")
+        if not 0.0 < probe_min_s <= probe_s:
+            raise ConfigError(
+                f"latency probes need 0 < probe_min_s <= probe_s; got {probe_min_s} and {probe_s}"
+            )
         self.budget_ms = budget_ms
         self.on_miss = on_miss
         self.alpha = alpha
         self.probe_s = probe_s
+        self.probe_min_s = probe_min_s
+        self._probe_wait = probe_min_s
+        """How long the model must have had no frame before a refused frame probes it."""
         self._last_run: float | None = None
         self._probes = 0
         self._estimate = 0.0
@@ -87,15 +98,17 @@ class LatencyBudget:
         if self.budget_ms is None or age_ms + self._expected() * 1000.0 <= self.budget_ms:
             self._admitted += 1
             self._last_run = now
+            self._probe_wait = self.probe_min_s
             return Admission.RUN
         if self.on_miss is MissAction.DROP:
             self._dropped += 1
         else:
             self._passed += 1
-        stale = self._last_run is None or now - self._last_run >= self.probe_s
+        stale = self._last_run is None or now - self._last_run >= self._probe_wait
         if stale and age_ms <= self.budget_ms:
             self._probes += 1
             self._last_run = now
+            self._probe_wait = min(self.probe_s, 2.0 * self._probe_wait)  # if this one confirms the miss
             self._measured = False  # the probe's call replaces the stale estimate outright
             return Admission.PROBE
         return Admission.DROP if self.on_miss is MissAction.DROP else Admission.PASSTHROUGH

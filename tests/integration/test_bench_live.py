@@ -23,7 +23,8 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
         pytest.skip(f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
     json_path, md_path = tmp_path / "live.json", tmp_path / "live.md"
     models = ["--model", str(TEMPORAL_FILTER), "--model", "auto"]
-    argv = ["--sizes", "320x180", "--seconds", "2", "--budget-ms", "2000", "--threads", "1", *models]
+    argv = ["--sizes", "320x180", "--seconds", "2", "--budget-ms", "2000", "--workers", "2", "--threads", "1"]
+    argv += models
     assert run_bench("live", [*argv, "--json", str(json_path), "--markdown", str(md_path)]) == 0
 
     table = capsys.readouterr().out
@@ -43,8 +44,9 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
         assert row["p50_ms"] <= row["p99_ms"]
         assert row["model_fps"] > 0
         assert row["threads"] == 1
+        assert row["workers"] == 2
         assert row["cpu_percent"] > 0
-    assert f"| 320x180 | {auto} | 1/d |" in md_path.read_text()
+    assert f"| 320x180 | {auto} | 2/1/d |" in md_path.read_text()
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
@@ -52,7 +54,7 @@ def test_bad_arguments_are_one_line_errors() -> None:
         run_bench("live", ["--sizes", "big"])
     with pytest.raises(ConfigError, match="--seconds and --budget-ms must be positive"):
         run_bench("live", ["--sizes", "320x180", "--seconds", "0"])
-    with pytest.raises(ConfigError, match="--threads takes thread counts"):
+    with pytest.raises(ConfigError, match="--threads takes counts"):
         run_bench("live", ["--sizes", "320x180", "--threads", "0"])
     with pytest.raises(ConfigError, match="is not a file"):
         run_bench("live", ["--sizes", "320x180", "--model", "/nonexistent.onnx"])

@@ -17,6 +17,14 @@ def test_a_streams_cost_is_its_frames_features_and_one_calls_activations() -> No
     assert cost.total == cost.frames + cost.features + cost.activations
 
 
+def test_each_model_call_under_way_at_once_holds_its_own_activations() -> None:
+    one, two = (
+        stream_cost(640, 360, frames_held=10, tile=256, tile_overlap=32, calls=calls) for calls in (1, 2)
+    )
+    assert two.activations == 2 * one.activations == 2 * ACTIVATION_BYTES_PER_PIXEL * 320 * 320
+    assert two.frames == one.frames
+
+
 def test_tiles_bound_the_activations_of_a_large_frame() -> None:
     whole = stream_cost(3840, 2160, frames_held=10)
     tiled = stream_cost(3840, 2160, frames_held=10, tile=1024, tile_overlap=32)

@@ -106,6 +106,17 @@ def test_a_stream_may_not_queue_more_than_one_call_takes() -> None:
         fair.submit("a", "a2", SHAPE, now=0.0)
 
 
+def test_a_model_with_two_workers_takes_two_calls_worth_per_stream_and_batches_one_call_each() -> None:
+    fair: FairBatcher[str] = FairBatcher(1, calls=2)
+    fair.attach("a")
+    fair.submit("a", "a0", SHAPE, now=0.0)
+    fair.submit("a", "a1", SHAPE, now=0.0)
+    with pytest.raises(RuntimeError, match="the most its calls under way take \\(2\\)"):
+        fair.submit("a", "a2", SHAPE, now=0.0)
+    assert [item for _, item in fair.take()] == ["a0"]
+    assert [item for _, item in fair.take()] == ["a1"]
+
+
 def test_detach_returns_what_the_stream_had_queued_and_keeps_the_rest() -> None:
     fair = batcher(4)
     fair.submit("a", "a0", SHAPE, now=0.0)

@@ -100,8 +100,11 @@ def test_rtsp_hosts_can_be_limited() -> None:
         _check(policy, {"source": {"kind": "rtsp", "url": "rtsp://cam.local.evil.example/x"}})
 
 
-def test_model_threads_past_the_cores_are_refused(roots: dict[str, Path]) -> None:
+@pytest.mark.parametrize("field", ["threads", "workers"])
+def test_model_threads_or_workers_past_the_cores_are_refused(roots: dict[str, Path], field: str) -> None:
     cores = os.cpu_count() or 1
-    _check(_policy(roots), {"model": {"threads": cores}})
-    with pytest.raises(AccessError, match=re.escape(f"more than this machine's {cores} cores")):
-        _check(_policy(roots), {"model": {"threads": cores + 98}})
+    _check(_policy(roots), {"model": {field: cores}})
+    with pytest.raises(
+        AccessError, match=re.escape(f"model.{field} {cores + 1} is more than this machine's")
+    ):
+        _check(_policy(roots), {"model": {field: cores + 1}})

@@ -36,7 +36,7 @@ def test_estimate_follows_measured_calls() -> None:
 
 
 def test_calls_that_vary_widen_the_margin_admission_keeps() -> None:
-    steady, jumpy = LatencyBudget(120.0, alpha=0.5), LatencyBudget(120.0, alpha=0.5)
+    steady, jumpy = (LatencyBudget(120.0, alpha=0.5, probe_min_s=5.0) for _ in range(2))
     for seconds in (0.04, 0.04, 0.04):
         steady.observe(seconds)
     for seconds in (0.04, 0.01, 0.07):
@@ -50,7 +50,7 @@ def test_calls_that_vary_widen_the_margin_admission_keeps() -> None:
 
 
 def test_a_stale_estimate_is_measured_again_by_a_probe_once_per_interval() -> None:
-    budget = LatencyBudget(100.0, probe_s=5.0)
+    budget = LatencyBudget(100.0, probe_s=5.0, probe_min_s=5.0)
     budget.observe(0.5)  # one slow call: every later frame would be judged too late by the estimate
     assert budget.admit(arrival=10.0, now=10.01) is Admission.PROBE  # leaves unenhanced, times the model
     assert budget.admit(arrival=11.0, now=11.01) is Admission.PASSTHROUGH
@@ -63,8 +63,26 @@ def test_a_stale_estimate_is_measured_again_by_a_probe_once_per_interval() -> No
     assert stats.estimate_ms == pytest.approx(20.0)
 
 
+def test_probes_back_off_while_they_confirm_the_miss_and_start_short_again_after_a_run() -> None:
+    budget = LatencyBudget(100.0, probe_s=2.0, probe_min_s=0.25)
+    budget.observe(0.5)
+    probes = []
+    for step in range(200):  # a frame every 50 ms for 10 s, each probe's call as slow as the first
+        now = step * 0.05
+        if budget.admit(arrival=now, now=now) is Admission.PROBE:
+            probes.append(round(now, 2))
+            budget.observe(0.5)
+    assert probes == [0.0, 0.5, 1.5, 3.5, 5.5, 7.5, 9.5]  # at once (nothing ran yet), then 0.5, 1, 2, 2...
+    assert budget.admit(arrival=11.5, now=11.5) is Admission.PROBE
+    budget.observe(0.02)  # the model is fast again: the next frame runs
+    assert budget.admit(arrival=11.6, now=11.6) is Admission.RUN
+    budget.observe(0.5)  # one slow call after it: the next probe comes after the shortest wait again
+    assert budget.admit(arrival=11.7, now=11.7) is Admission.PASSTHROUGH
+    assert budget.admit(arrival=11.85, now=11.85) is Admission.PROBE
+
+
 def test_with_drop_a_probe_is_counted_as_dropped() -> None:
-    budget = LatencyBudget(100.0, MissAction.DROP, probe_s=5.0)
+    budget = LatencyBudget(100.0, MissAction.DROP, probe_s=5.0, probe_min_s=5.0)
     budget.observe(0.5)
     assert budget.admit(arrival=0.0, now=0.01) is Admission.PROBE
     assert budget.admit(arrival=1.0, now=1.01) is Admission.DROP
@@ -82,6 +100,8 @@ def test_a_frame_already_over_budget_is_never_a_probe() -> None:
 def test_bad_settings(budget_ms: float, alpha: float) -> None:
     with pytest.raises(ConfigError):
         LatencyBudget(budget_ms, alpha=alpha)
+    with pytest.raises(ConfigError, match="probe_min_s"):
+        LatencyBudget(100.0, probe_s=1.0, probe_min_s=2.0)
 
 
 def test_recorder_percentiles_over_retained_window() -> None:

@@ -13,9 +13,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from streamer import app
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend, resolve_providers
+from streamer.config import ModelConfig
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from tests.onnx_models import ema_model
@@ -314,3 +316,29 @@ def test_runtime_side_never_imports_torch() -> None:
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "cores", "expected"),
+    [
+        ({}, 2, (2, 1)),  # two calls of one thread each: the CPU default
+        ({}, 8, (2, 4)),
+        ({}, 1, (1, None)),
+        ({"threads": 2}, 2, (1, 2)),  # threads set alone: one call, as many threads as asked
+        ({"workers": 3}, 8, (3, 2)),
+        ({"workers": 1}, 2, (1, None)),
+    ],
+)
+def test_the_cpu_provider_runs_two_calls_at_once_with_the_cores_split_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, settings: dict[str, int], cores: int, expected: tuple[int, int | None]
+) -> None:
+    made: list[tuple[int, int | None]] = []
+
+    def record(path: Path, *, providers: object, threads: int | None, spin: bool, workers: int) -> str:
+        made.append((workers, threads))
+        return "backend"
+
+    monkeypatch.setattr(app, "OnnxBackend", record)
+    monkeypatch.setattr(app.os, "cpu_count", lambda: cores)
+    app.build_backend(ModelConfig(providers=["CPUExecutionProvider"], **settings))  # type: ignore[arg-type]
+    assert made == [expected]

@@ -6,16 +6,18 @@ here is a benchmark's business, not a unit test's.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_MODEL
+from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_MODEL, TEMPORAL_FILTER
 from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import ModelConfig, load_config
-from streamer.errors import ConfigError
-from streamer.tiers import TierSelector
+from streamer.errors import BackendError, ConfigError
+from streamer.tiers import TierSelector, model_fps
 
 
 class Timings:
@@ -86,3 +88,35 @@ def test_model_path_auto_is_a_setting_and_stands_in_with_the_first_tier() -> Non
     assert auto.with_file(STREAMING_INT8_MODEL).file() == STREAMING_INT8_MODEL
     with pytest.raises(ConfigError, match="headroom"):
         load_config(None, {"model.headroom": 0.5})
+
+
+def test_model_fps_runs_as_many_calls_at_once_as_the_backend_has_workers() -> None:
+    backend = OnnxBackend(TEMPORAL_FILTER, threads=1, workers=2)
+    real_infer, barrier, met = backend.infer, threading.Barrier(2, timeout=60), list[int]()
+    calls = iter(range(1_000_000))  # next() on it is atomic: each call gets its own number
+
+    def together(batch: np.ndarray) -> np.ndarray:
+        if next(calls) < 2:  # the first two calls pass only if they are under way at once
+            met.append(barrier.wait())
+        return real_infer(batch)
+
+    backend.infer = together  # type: ignore[method-assign]
+    try:
+        assert model_fps(backend, 64, 48, seconds=0.0, warmup=0, runs=4) > 0
+    finally:
+        backend.close()
+    assert sorted(met) == [0, 1]
+
+
+def test_model_fps_raises_what_a_call_raised() -> None:
+    backend = OnnxBackend(TEMPORAL_FILTER, threads=1, workers=2)
+
+    def broken(batch: np.ndarray) -> np.ndarray:
+        raise BackendError("the runtime failed")
+
+    backend.infer = broken  # type: ignore[method-assign]
+    try:
+        with pytest.raises(BackendError, match="the runtime failed"):
+            model_fps(backend, 64, 48, seconds=10.0, warmup=0)
+    finally:
+        backend.close()
