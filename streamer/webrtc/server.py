@@ -4,7 +4,8 @@ Routes (``{stream}`` is a stream id declared by a :class:`~streamer.webrtc.sourc
 :class:`~streamer.webrtc.sink.WhepSink`; anything else is a 404):
 
 - ``POST /whip/{stream}`` (SDP offer) -> 201, SDP answer, ``Location: /whip/{stream}/{session}``; one
-  publisher per stream, a second gets 409. ``DELETE`` the Location to leave.
+  publisher per stream, a second gets 409. ``DELETE`` the Location to leave. The offer's video must
+  include VP8 or H.264 in a profile FFmpeg decodes (:data:`~streamer.webrtc.codecs.ACCEPTED`).
 - ``POST /whep/{stream}`` -> 201 likewise, any number of players; ``{stream}.original`` plays the
   frames as they entered the pipeline. ``DELETE`` the Location to stop.
 - ``PATCH`` on a session: 405, trickle ICE is not supported (the offer must carry its candidates).
@@ -31,6 +32,7 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSe
 
 from streamer.errors import ConfigError
 from streamer.httpserve import check_bearer, serve
+from streamer.webrtc.codecs import refusal, relabel_h264, video_formats, video_section
 from streamer.webrtc.ice import (
     check_addresses,
     default_ice_addresses,
@@ -77,13 +79,7 @@ def _offer_problem(sdp: str, kind: _Kind) -> str | None:
     lines = [line.strip() for line in sdp.splitlines()]
     if not lines or lines[0] != "v=0":
         return "the body is not an SDP offer: it must start with 'v=0'"
-    sections: list[list[str]] = []
-    for line in lines:
-        if line.startswith("m="):
-            sections.append([line])
-        elif sections:
-            sections[-1].append(line)
-    video = next((s for s in sections if s[0].startswith("m=video ")), None)
+    video = video_section(sdp)
     if video is None:
         return "the offer has no video m-line; offer one video track"
     if not any(line.startswith("a=fingerprint:") for line in lines):
@@ -93,6 +89,9 @@ def _offer_problem(sdp: str, kind: _Kind) -> str | None:
     if direction not in wanted:
         role = "WHIP publisher must send video" if kind == "whip" else "WHEP player must receive video"
         return f"the offer's video is {direction!r}; a {role} ({wanted[1]})"
+    formats = video_formats(video)
+    if kind == "whip" and not any(f.decodable for f in formats):
+        return refusal(formats)
     return None
 
 
@@ -257,14 +256,15 @@ class WebRtcServer:
         self._check_room("whip", stream)
         session = self._open_session("whip", stream)
         self._publishers[stream] = session
-        answer, video = await self._negotiate(session, offer, "recvonly")
+        relabelled = relabel_h264(offer)  # so aiortc answers every H.264 profile FFmpeg decodes
+        answer, video = await self._negotiate(session, relabelled.sdp, "recvonly")
         ingest = self._ingests.get(stream)
         if ingest is None or session.ended:  # the source was closed while the offer was being answered
             await self._end(session)
             raise self._unknown("WHIP source", stream, self._ingests)
         ingest.attach(video.receiver.track)
         session.attached = True
-        return self._created(session, answer)
+        return self._created(session, relabelled.answer(answer))
 
     async def _whep(self, request: web.Request) -> web.Response:
         stream = request.match_info["stream"]
@@ -414,7 +414,10 @@ class WebRtcServer:
         return pc.localDescription.sdp, video
 
     def _created(self, session: _Session, answer: str) -> web.Response:
-        log.info("%s session %s on stream %s", session.kind.upper(), session.id, session.stream)
+        video = video_section(answer)
+        formats = video_formats(video) if video is not None else []
+        chosen = str(formats[0]) if formats else "no video"  # the first format is the one sent
+        log.info("%s session %s on stream %s: %s", session.kind.upper(), session.id, session.stream, chosen)
         return web.Response(
             status=201,
             text=answer,

@@ -1,0 +1,198 @@
+"""The video codecs WHIP ingest takes, and how an offer of any of them gets answered by aiortc.
+
+aiortc negotiates H.264 only in the two profiles its own encoder produces (42001f Baseline and 42e01f
+Constrained Baseline, ``aiortc.codecs.CODECS``), matching an offer by profile: a High-profile offer, as
+OBS, GStreamer and many cameras send, fails with "Failed to set remote video description send
+parameters". Receiving needs no such limit, since aiortc decodes H.264 with FFmpeg, which takes every
+profile in :data:`ACCEPTED`. So :func:`relabel_h264` shows aiortc each such format as Constrained
+Baseline and :meth:`Relabelled.answer` puts each format's offered profile-level-id back into the answer,
+as RFC 6184 asks of an answer (the offer's profile; any level, FFmpeg has none it cannot take).
+aiortc's codec list is left alone, so what WHEP players are offered and sent does not change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ACCEPTED",
+    "Format",
+    "Relabelled",
+    "h264_profile",
+    "refusal",
+    "relabel_h264",
+    "video_formats",
+    "video_section",
+]
+
+ACCEPTED = (
+    "VP8, or H.264 with packetization-mode=1 in profile Constrained Baseline (42e0xx, 42c0xx), "
+    "Baseline (4200xx), Main (4d00xx, 4d40xx), High (6400xx) or Constrained High (640cxx)"
+)
+"""What a WHIP offer's video must include, as a refusal names it."""
+
+_H264_PROFILES: tuple[tuple[int, str, str], ...] = (
+    (0x42, "x1xx0000", "Constrained Baseline"),
+    (0x4D, "1xxx0000", "Constrained Baseline"),
+    (0x58, "11xx0000", "Constrained Baseline"),
+    (0x42, "x0xx0000", "Baseline"),
+    (0x58, "10xx0000", "Baseline"),
+    (0x4D, "0x0x0000", "Main"),
+    (0x64, "00000000", "High"),
+    (0x64, "00001100", "Constrained High"),
+)
+"""(profile_idc, profile-iop bits with x for either, profile), as libwebrtc's and aiortc's tables have them.
+High 10, 4:2:2 and 4:4:4 are left out: FFmpeg decodes them, but WebRTC publishers do not send them and
+nothing here is tested with frames that are not 8-bit 4:2:0."""
+
+_AIORTC_H264 = "packetization-mode=1;profile-level-id=42e01f"
+"""The fmtp aiortc is shown for every H.264 format it is to answer: Constrained Baseline, its own."""
+
+_NOT_CODECS = frozenset({"RTX", "RED", "ULPFEC", "FLEXFEC-03"})
+"""Formats that repair or resend another one, left out when a refusal lists what an offer has."""
+
+_RTPMAP = re.compile(r"a=rtpmap:([0-9]{1,3}) ([^/\s]{1,32})/([0-9]{1,6})")
+_FMTP = re.compile(r"a=fmtp:([0-9]{1,3}) ")
+_ANSWER_PROFILE = re.compile(r"a=fmtp:([0-9]{1,3}) .*profile-level-id=([0-9A-Fa-f]{6})")
+
+
+def h264_profile(profile_level_id: str) -> str | None:
+    """The profile an H.264 profile-level-id names if ingest decodes it (any level), else None."""
+    if not re.fullmatch(r"[0-9A-Fa-f]{6}", profile_level_id):
+        return None
+    idc, iop = int(profile_level_id[:2], 16), int(profile_level_id[2:4], 16)
+    for profile_idc, bits, profile in _H264_PROFILES:
+        if profile_idc == idc and all(b == "x" or int(b) == (iop >> (7 - i)) & 1 for i, b in enumerate(bits)):
+            return profile
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One payload format of a video m-section: its ``a=rtpmap`` and ``a=fmtp`` lines."""
+
+    payload_type: int
+    name: str
+    """The encoding name as offered ("H264", "VP8"); empty without an rtpmap line."""
+    clock_rate: int
+    parameters: Mapping[str, str]
+    """fmtp parameters, names lower-cased."""
+
+    @property
+    def h264(self) -> bool:
+        """Whether it is H.264 (whatever its profile or packetization)."""
+        return self.name.upper() == "H264" and self.clock_rate == 90000
+
+    @property
+    def decodable(self) -> bool:
+        """Whether ingest takes it: one of :data:`ACCEPTED` (no profile-level-id counts as 42e01f)."""
+        if self.name.upper() == "VP8":
+            return self.clock_rate == 90000
+        profile = self.parameters.get("profile-level-id", "42e01f")
+        return self.h264 and self.parameters.get("packetization-mode") == "1" and bool(h264_profile(profile))
+
+    def __str__(self) -> str:
+        if not self.name:
+            return f"payload type {self.payload_type}"
+        if not self.h264:
+            return self.name
+        text = self.name
+        profile_level_id = self.parameters.get("profile-level-id")
+        if profile_level_id is not None:
+            profile = h264_profile(profile_level_id)
+            text += f" {profile_level_id}" + (f" ({profile})" if profile else "")
+        mode = self.parameters.get("packetization-mode", "0")
+        return text if mode == "1" else f"{text} packetization-mode={mode}"
+
+
+def _media_sections(sdp: str) -> list[list[str]]:
+    """The m-sections of ``sdp``, each its stripped lines from the m-line on."""
+    sections: list[list[str]] = []
+    for line in sdp.splitlines():
+        line = line.strip()
+        if line.startswith("m="):
+            sections.append([line])
+        elif sections:
+            sections[-1].append(line)
+    return sections
+
+
+def video_section(sdp: str) -> list[str] | None:
+    """The first video m-section of ``sdp``, the one the server answers, as :func:`_media_sections` has it."""
+    return next((s for s in _media_sections(sdp) if s[0].startswith("m=video ")), None)
+
+
+def video_formats(section: Sequence[str]) -> list[Format]:
+    """The formats of an m-section (as :func:`_media_sections` gives it), in the offer's order."""
+    rtpmaps: dict[int, tuple[str, int]] = {}
+    fmtps: dict[int, dict[str, str]] = {}
+    for line in section[1:]:
+        if (rtpmap := _RTPMAP.match(line)) is not None:
+            rtpmaps[int(rtpmap[1])] = (rtpmap[2], int(rtpmap[3]))
+        elif (fmtp := _FMTP.match(line)) is not None:
+            pairs = (p.split("=", 1) for p in line[fmtp.end() :].split(";") if "=" in p)
+            fmtps[int(fmtp[1])] = {k.strip().lower(): v.strip() for k, v in pairs}
+    formats = []
+    for token in section[0].split()[3:]:
+        if re.fullmatch(r"[0-9]{1,3}", token):
+            pt = int(token)
+            name, clock_rate = rtpmaps.get(pt, ("", 0))
+            formats.append(Format(pt, name, clock_rate, fmtps.get(pt, {})))
+    return formats
+
+
+def refusal(formats: Sequence[Format]) -> str:
+    """Why ingest cannot take a video m-section with only ``formats``, naming what it would take."""
+    offered = list(dict.fromkeys(str(f) for f in formats if f.name.upper() not in _NOT_CODECS))
+    listed = ", ".join(offered[:8]) if offered else "none"
+    if len(offered) > 8:
+        listed += ", …"
+    return f"the offer's video has no codec this server decodes (it offers {listed}); offer {ACCEPTED}"
+
+
+@dataclass(frozen=True, slots=True)
+class Relabelled:
+    """A WHIP offer as aiortc is shown it, and the profile-level-ids it no longer shows."""
+
+    sdp: str
+    offered: Mapping[tuple[int, int], str]
+    """(m-section index, payload type) -> the profile-level-id the publisher offered."""
+
+    def answer(self, sdp: str) -> str:
+        """aiortc's answer to :attr:`sdp`, with each H.264 format's offered profile-level-id put back."""
+        lines, index = [], -1
+        for line in sdp.splitlines(keepends=True):
+            index += line.startswith("m=")
+            match = _ANSWER_PROFILE.match(line)
+            value = self.offered.get((index, int(match[1]))) if match is not None else None
+            if match is not None and value is not None:
+                line = line[: match.start(2)] + value + line[match.end(2) :]
+            lines.append(line)
+        return "".join(lines)
+
+
+def relabel_h264(offer: str) -> Relabelled:
+    """``offer`` with the fmtp of each H.264 format ingest decodes made the one aiortc answers."""
+    chosen: set[tuple[int, int]] = set()
+    offered: dict[tuple[int, int], str] = {}
+    for index, section in enumerate(_media_sections(offer)):
+        if section[0].startswith("m=video "):
+            for f in video_formats(section):
+                if f.h264 and f.decodable:
+                    chosen.add((index, f.payload_type))
+                    if "profile-level-id" in f.parameters:
+                        offered[(index, f.payload_type)] = f.parameters["profile-level-id"]
+    return Relabelled("".join(_refmtp(offer, chosen)), offered)
+
+
+def _refmtp(offer: str, chosen: set[tuple[int, int]]) -> Iterator[str]:
+    index = -1
+    for line in offer.splitlines(keepends=True):
+        index += line.lstrip().startswith("m=")
+        fmtp = _FMTP.match(line.lstrip())
+        if fmtp is not None and (index, int(fmtp[1])) in chosen:
+            end = line[len(line.rstrip("\r\n")) :]
+            line = f"a=fmtp:{fmtp[1]} {_AIORTC_H264}{end}"
+        yield line
