@@ -229,6 +229,7 @@ def build_stream(
         on_resize=on_resize,
         tile=stream.model.tile,
         tile_overlap=stream.model.tile_overlap,
+        keepalive=stream.keepalive.build if stream.keepalive.enabled else None,
     )
 
 

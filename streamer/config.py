@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL
 from streamer.core.gate import MotionGate, SceneCutDetector
+from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
@@ -301,6 +302,20 @@ class LatencyConfig(_Strict):
         return LatencyBudget(self.budget_ms, self.on_miss)
 
 
+class KeepAliveConfig(_Strict):
+    enabled: bool = True
+    """Live outputs (RTSP, WHEP) keep their clock while the source is silent (a camera stalling or
+    reconnecting): the last frame again every frame period, then the no-signal card; so readers
+    downstream (NVRs, players) neither time out nor reconnect. Files and the null sink never get
+    fillers."""
+    card_after_s: float | None = Field(10.0, ge=0.0, le=86_400.0)
+    """Seconds of silence after which the no-signal card replaces the last frame; None: the last frame
+    for as long as it lasts."""
+
+    def build(self, fps: float) -> KeepAlive:
+        return KeepAlive(1.0 / fps if fps > 0 else 1.0 / 30, self.card_after_s)
+
+
 class RuntimeConfig(_Strict):
     max_batch: int | None = Field(None, ge=1, le=256)
     """Windows in one model call, from one stream or several that share the model; None: by provider
@@ -398,7 +413,7 @@ def _default_kinds(data: Any) -> Any:
 
 
 DEFAULT_STREAM_ID = "0"
-_SHARED = ("model", "window", "gate", "latency")
+_SHARED = ("model", "window", "gate", "latency", "keepalive")
 """Sections a stream may set for itself; the top-level ones are the defaults every stream starts from."""
 
 
@@ -411,6 +426,7 @@ class _Stream(_Strict):
     window: WindowConfig = Field(default_factory=WindowConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    keepalive: KeepAliveConfig = Field(default_factory=KeepAliveConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -32,8 +32,10 @@ import numpy.typing as npt
 
 from streamer.backend.base import Backend, FrameFeatures, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.core.card import no_signal_card
 from streamer.core.features import FeatureCache, FeatureCacheStats
 from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector
+from streamer.core.keepalive import Filler, KeepAlive
 from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.ring import RingBuffer
@@ -163,6 +165,7 @@ class Pipeline:
         on_resize: ResizeHook | None = None,
         tile: int | None = None,
         tile_overlap: int = 32,
+        keepalive: Callable[[float], KeepAlive] | None = None,
     ) -> None:
         self.source = source
         self.sink = sink
@@ -173,6 +176,10 @@ class Pipeline:
         self._fit(backend)
         self._on_open = on_open
         self._on_resize = on_resize
+        self._keepalive_for = keepalive if sink.live else None
+        self.keepalive: KeepAlive | None = None
+        """Made once the source's frame rate is known, for a live sink; None otherwise."""
+        self._card: Pixels | None = None
         self.tile = tile
         self.tile_overlap = tile_overlap
         self.budget = budget if budget is not None else LatencyBudget()
@@ -341,6 +348,8 @@ class Pipeline:
         """The three tasks, then the sink closed; the first error wins over one closing the sink adds."""
         stream = self.source.stream_id
         error: BaseException | None = None
+        if self._keepalive_for is not None:
+            self.keepalive = self._keepalive_for(float(info.fps))
         try:
             if self._on_open is not None:  # the sink is open, so players are not kept waiting for it
                 chosen = await self._on_open(info)
@@ -390,6 +399,8 @@ class Pipeline:
                 size = (frame.width, frame.height)
                 self._frames_in += 1
                 self.last_frame_at = time.monotonic()
+                if self.keepalive is not None:
+                    self.keepalive.received(self.last_frame_at)
                 self.ring.push(frame)
                 if self.cuts.is_cut(frame.pixels):
                     frame = dataclasses.replace(frame, discontinuity=True)
@@ -674,17 +685,66 @@ class Pipeline:
         return out
 
     async def _output(self) -> None:
-        async for out in self._out:
-            self.sending_since = started = time.monotonic()
-            await self.sink.send(out.frame)
-            self.sending_since = None
-            self.last_sent_at = done = time.monotonic()
-            self._observe(Stage.ENCODE, done - started)
-            self._observe(Stage.END_TO_END, done - out.source.arrival)
-            self._latency.record(done - out.source.arrival)
-            self._frames_out += 1
-            if self._on_output is not None:
-                self._on_output(out.source, out.frame, out.outcome)
+        """Writes frames in order; for a live sink, keeps the output's clock while none come."""
+        keepalive = self.keepalive
+        last: Frame | None = None
+        waiting: asyncio.Future[_Output] | None = None
+        try:
+            while True:
+                if waiting is None:
+                    waiting = asyncio.ensure_future(self._out.get())
+                due = None if keepalive is None else keepalive.due_in(time.monotonic())
+                done, _ = await asyncio.wait({waiting}, timeout=due)
+                if not done:  # a timeout: only a keep-alive sets one, once a frame has gone out
+                    filler = None if keepalive is None else keepalive.fill(time.monotonic())
+                    if filler is not None and last is not None:
+                        last = self._filler(last, filler)
+                        await self._write(last)
+                    continue
+                try:
+                    out = waiting.result()
+                except EndOfStream:
+                    break
+                finally:
+                    waiting = None
+                if keepalive is not None and keepalive.stale(out.source.arrival):
+                    continue
+                await self._write(out.frame)
+                last = out.frame
+                if keepalive is not None:
+                    keepalive.sent(self.last_sent_at or time.monotonic())
+                done_at = self.last_sent_at or time.monotonic()
+                self._observe(Stage.END_TO_END, done_at - out.source.arrival)
+                self._latency.record(done_at - out.source.arrival)
+                self._frames_out += 1
+                if self._on_output is not None:
+                    self._on_output(out.source, out.frame, out.outcome)
+        finally:
+            if waiting is not None:
+                waiting.cancel()
+
+    async def _write(self, frame: Frame) -> None:
+        self.sending_since = started = time.monotonic()
+        await self.sink.send(frame)
+        self.sending_since = None
+        self.last_sent_at = time.monotonic()
+        self._observe(Stage.ENCODE, self.last_sent_at - started)
+
+    def _filler(self, last: Frame, filler: Filler) -> Frame:
+        """The frame a silent source leaves the output: ``last`` again, or the card, one period on."""
+        keepalive = self.keepalive
+        assert keepalive is not None
+        pixels = last.pixels
+        if filler is Filler.CARD:
+            if self._card is None or self._card.shape != pixels.shape:
+                self._card = no_signal_card(last.width, last.height)
+            pixels = self._card
+        pts = None
+        if last.pts is not None:
+            pts = last.pts + max(1, round(keepalive.period_s / float(last.time_base)))
+        return dataclasses.replace(
+            last, pixels=pixels, pts=pts, arrival=time.monotonic(), discontinuity=False
+        )
 
     def _report(self, info: StreamInfo, wall: float) -> PipelineReport:
         src = self.source.stats()

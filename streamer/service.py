@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
 from streamer.core.admission import MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
+from streamer.core.keepalive import KeepAlive
 from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerError, StreamExistsError
 from streamer.frame import StreamInfo
 from streamer.memory import default_budget_bytes, release_memory
@@ -141,7 +143,13 @@ class StreamRunner:
             "error": None if self.error is None else redact_text(str(self.error)),
             "connection": _connection(p),
             "model_choice": None if self.choice is None else self.choice.as_dict(),
+            "keepalive": None if p.keepalive is None else _keepalive(p.keepalive),
         }
+
+
+def _keepalive(keepalive: KeepAlive) -> dict[str, object]:
+    """A live output's fillers while its source was silent: gaps, frames repeated, cards shown."""
+    return {"in_gap": keepalive.in_gap, **dataclasses.asdict(keepalive.stats())}
 
 
 class Service:

@@ -14,6 +14,10 @@ __all__ = ["Sink"]
 
 
 class Sink(abc.ABC):
+    live: bool = False
+    """Read by players or recorders that time out when frames stop (RTSP, WHEP): the pipeline keeps
+    its clock while the source is silent (``keepalive``). Files and the null sink are not."""
+
     @abc.abstractmethod
     async def open(self, info: StreamInfo) -> None:
         """Prepare for frames of this size and rate; raises SinkError when the target is unusable."""

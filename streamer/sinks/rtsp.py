@@ -108,6 +108,8 @@ class RtspSink(Sink):
     """Publishes frames in the order sent; ``open`` fails only when the first connection does and
     ``reconnect`` is off (with it on, the sink starts disconnected and keeps trying)."""
 
+    live = True
+
     def __init__(
         self,
         url: str,

@@ -141,6 +141,8 @@ class WhepSink(Sink):
     the sink, so a viewer may connect first and receive frames as soon as they come.
     """
 
+    live = True
+
     def __init__(self, server: WebRtcServer, stream_id: str = "0") -> None:
         self.stream_id = stream_id
         self._server = server

@@ -213,8 +213,9 @@ class Reader(threading.Thread):
     """An independent player: decodes ``url`` and reads each frame's code, reconnecting until stopped
     (or, without ``reconnect``, until its one session ends).
 
-    ``codes`` holds (code, monotonic arrival) for every frame, None where no code was found; ``ends``
-    counts sessions that ended (server gone or stream over).
+    ``codes`` holds (code, monotonic arrival) for every frame, None where no code was found, ``pts`` and
+    ``means`` each frame's PTS (in the stream's time base) and mean pixel level; ``ends`` counts sessions
+    that ended (server gone or stream over).
     """
 
     def __init__(
@@ -226,6 +227,8 @@ class Reader(threading.Thread):
         self.open_timeout_s = open_timeout_s
         self.retry_s = retry_s
         self.codes: list[tuple[int | None, float]] = []
+        self.pts: list[int | None] = []
+        self.means: list[float] = []
         self.ends = 0
         self._halt = threading.Event()
         self._lock = threading.Lock()
@@ -244,9 +247,12 @@ class Reader(threading.Thread):
                 timeouts = (self.open_timeout_s, 3.0)
                 with av.open(self.url, options=READER_OPTIONS, timeout=timeouts) as container:
                     for frame in container.decode(video=0):
-                        code = framecode.read(np.asarray(frame.to_ndarray(format="rgb24"), np.uint8))
+                        pixels = np.asarray(frame.to_ndarray(format="rgb24"), np.uint8)
+                        code = framecode.read(pixels)
                         with self._lock:
                             self.codes.append((code, time.monotonic()))
+                            self.pts.append(frame.pts)
+                            self.means.append(float(pixels.mean()))
                         if self._halt.is_set():
                             return
             except av.error.FFmpegError:

@@ -1,4 +1,5 @@
-"""RTSP faults with real peers: servers that answer with garbage, and a camera process killed mid-stream.
+"""RTSP faults with real peers: servers that answer with garbage, a camera process killed mid-stream, and
+an output that keeps its clock while its camera is gone.
 
 The garbage servers are real TCP servers on 127.0.0.1 (they need no GStreamer); the camera is a real
 process pushing H.264 with PyAV to GStreamer's RTSP server, SIGKILLed as a crashed camera would be.
@@ -26,13 +27,15 @@ import pytest
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.gate import MotionGate
+from streamer.core.keepalive import KeepAlive
 from streamer.core.windower import Windower
 from streamer.errors import SourceError
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.sinks import FileSink, NullSink
+from streamer.sinks.rtsp import RtspSink
 from streamer.sources import SyntheticSource
 from streamer.sources.rtsp import RtspSource, RtspState
-from tests.integration.rtsp_fixtures import RtspServer, until
+from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, until
 from tests.media import probe
 
 pytestmark = pytest.mark.slow
@@ -321,3 +324,74 @@ def test_camera_killed_mid_stream_reconnects_to_the_next_one_and_the_file_stays_
     assert decoded.pts == sorted(set(decoded.pts))  # strictly increasing across the camera's two lives
     assert other.frames_out == 150
     assert other.discontinuities == 0
+
+
+# --- an output that keeps its clock while its camera is gone -------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_an_rtsp_output_keeps_its_clock_while_the_camera_is_gone_and_resumes_enhanced_after(
+    rtsp_server: RtspServer,
+) -> None:
+    source = RtspSource(
+        rtsp_server.url("cam"), read_timeout_s=2.0, backoff_initial_s=0.2, backoff_max_s=0.5, jitter=0.0
+    )
+    written: list[tuple[int, Outcome]] = []
+    run = Pipeline(
+        source,
+        RtspSink(rtsp_server.publish_url("out"), gop=15),
+        OnnxBackend(TEMPORAL_FILTER),
+        Windower(5),
+        on_output=lambda src, sent, outcome: written.append((src.index, outcome)),
+        keepalive=lambda fps: KeepAlive(1 / fps, card_after_s=1.0),
+    )
+    # An NVR of its own: one session, never reconnecting; a 3 s read timeout ends it if frames stop.
+    reader = Reader(rtsp_server.url("out"), reconnect=False)
+    cameras = [Publisher(rtsp_server.publish_url("cam"))]
+    marks: dict[str, int] = {}
+
+    async def scenario() -> PipelineReport:
+        running = asyncio.create_task(run.run())
+        cameras[0].start()
+        await asyncio.to_thread(rtsp_server.wait_for, "publish out", 1, 60.0)
+        reader.start()
+        await until(lambda: len(reader.snapshot()) >= 30 or running.done(), 60, "30 frames at the reader")
+        cameras[0].stop()  # the camera goes: its session ends, the relay ends the stream it played
+        marks["gone"] = len(reader.snapshot())
+        alive = run.keepalive
+        assert alive is not None
+        # Longer than the reader's 3 s read timeout: the card shows for 4 s of the gap.
+        await until(lambda: alive.stats().cards >= 120 or running.done(), 60, "4 s of the no-signal card")
+        marks["card"] = len(reader.snapshot())
+        cameras.append(Publisher(rtsp_server.publish_url("cam")))
+        cameras[1].start()
+        marks["back"] = len(written)
+        await until(lambda: len(written) >= marks["back"] + 30 or running.done(), 60, "30 frames after")
+
+        def camera_again() -> bool:
+            return sum(code is not None for code, _ in reader.snapshot()[marks["card"] :]) >= 30
+
+        await until(lambda: camera_again() or running.done(), 60, "the second camera at the reader")
+        assert not running.done(), "the pipeline stopped when the camera went"
+        marks["reader ends"] = reader.ends  # before the output ends, which ends the reader's session
+        run.stop()
+        await source.aclose()
+        return await asyncio.wait_for(running, 30)
+
+    try:
+        report = asyncio.run(scenario())
+    finally:
+        reader.stop()
+        for camera in cameras:
+            camera.stop()
+    stats = run.keepalive.stats() if run.keepalive is not None else None
+    assert stats is not None
+    assert stats.gaps >= 1
+    assert stats.repeats >= 25  # the last frame again for the card's first second, one per period
+    # The reader's one session outlived 5 s without a camera, past its own 3 s read timeout.
+    assert marks["reader ends"] == 0
+    during = reader.means[marks["gone"] :]
+    assert any(abs(m - 47) < 8 for m in during)  # the card (mid-grey 40, its text 200) was shown
+    assert report.discontinuities >= 1
+    after = [outcome for _, outcome in written[marks["back"] :]]
+    assert after.count(Outcome.ENHANCED) >= 25  # frames of the second camera are enhanced again
