@@ -165,9 +165,9 @@ class WebRtcConfig(_Strict):
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=1024 * 1024)
     connect_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
     max_sessions: int = Field(64, ge=1, le=4096)
-    """WHIP and WHEP sessions open at once; an offer past it gets 429."""
+    """WHIP and WHEP sessions open at once; an offer past it gets 503 with Retry-After."""
     max_players: int = Field(16, ge=1, le=4096)
-    """WHEP players of one stream at once (each has its own encoder); past it, 429."""
+    """WHEP players of one stream at once (each has its own encoder); past it, 503 with Retry-After."""
 
 
 _MAX_PAD_MULTIPLE = 16

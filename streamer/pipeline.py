@@ -707,7 +707,7 @@ class Pipeline:
                     break
                 finally:
                     waiting = None
-                if keepalive is not None and keepalive.stale(out.source.arrival):
+                if keepalive is not None and keepalive.stale(out.source.arrival, time.monotonic()):
                     continue
                 await self._write(out.frame)
                 last = out.frame

@@ -361,6 +361,67 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     live.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     live.set_defaults(func=_live)
 
+    keepalive = kinds.add_parser(
+        "keepalive",
+        help="a camera gone for half a minute behind an RTSP output, as an NVR reading it sees it",
+        description="A camera publishes to the GStreamer relay, the pipeline reads it over RTSP and "
+        "publishes /out, an independent reader (one session, never reconnecting, a read timeout as an "
+        "NVR's) plays /out. The camera leaves for --outage-s, then a new one publishes. Reports the "
+        "reader's longest wait between frames, whether its session outlived the outage, what it saw "
+        "meanwhile (the last frame again, then the NO SIGNAL card) and the second camera's frames "
+        "enhanced. Needs the relay (GStreamer's RTSP server).",
+    )
+    keepalive.add_argument("--size", default="640x360", help="camera frame size (default 640x360)")
+    keepalive.add_argument("--fps", type=int, default=30, help="camera frame rate (default 30)")
+    keepalive.add_argument(
+        "--outage-s", type=float, default=30.0, help="how long the camera is gone (default 30)"
+    )
+    keepalive.add_argument("--before-s", type=float, default=5.0, help="first camera's time (default 5)")
+    keepalive.add_argument("--after-s", type=float, default=5.0, help="second camera's time (default 5)")
+    keepalive.add_argument(
+        "--reader-timeout-s",
+        type=float,
+        default=5.0,
+        help="the reader's read timeout, as an NVR's (default 5)",
+    )
+    keepalive.add_argument(
+        "--card-after-s", type=float, default=10.0, help="keepalive.card_after_s (default 10)"
+    )
+    keepalive.add_argument("--budget-ms", type=float, default=250.0, help="latency.budget_ms (default 250)")
+    keepalive.add_argument("--model", help="the ONNX model (default: the shipped stream_t5_lite)")
+    keepalive.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
+    keepalive.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    keepalive.set_defaults(func=_keepalive)
+
+    whep = kinds.add_parser(
+        "whep",
+        help="a burst of WHEP players against webrtc.max_players, and the memory after they leave",
+        description="A live synthetic 640x360@30 stream into a WHEP sink; --players real aiortc players "
+        "post offers at once against webrtc.max_players --cap: the accepted ones watch for --hold-s and "
+        "leave, the rest must get 503 with Retry-After. Reports resident memory before, at the peak and "
+        "--after-s after they left (target: within 20%% of before), and the CPU one player costs.",
+    )
+    whep.add_argument("--players", type=int, default=40, help="players posting at once (40)")
+    whep.add_argument("--cap", type=int, default=4, help="webrtc.max_players (4)")
+    whep.add_argument("--hold-s", type=float, default=10.0, help="how long accepted players watch (10)")
+    whep.add_argument("--after-s", type=float, default=60.0, help="when RSS is read after they left (60)")
+    whep.add_argument("--warmup-s", type=float, default=5.0, help="stream time before the burst (5)")
+    whep.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
+    whep.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    whep.set_defaults(func=_whep)
+
+
+def _keepalive(args: argparse.Namespace) -> int:
+    from streamer.bench.keepalive import run_from_args
+
+    return run_from_args(args)
+
+
+def _whep(args: argparse.Namespace) -> int:
+    from streamer.bench.whep import run_from_args
+
+    return run_from_args(args)
+
 
 def _live(args: argparse.Namespace) -> int:
     from streamer.bench.live import run_from_args

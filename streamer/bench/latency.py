@@ -63,6 +63,7 @@ from streamer.bench.harness import cpu_isa, cpu_name
 from streamer.config import (
     Config,
     GateConfig,
+    KeepAliveConfig,
     LatencyConfig,
     ModelConfig,
     RtspSinkConfig,
@@ -122,11 +123,13 @@ class Settings:
     """model.workers (windows run at once); None: its default."""
 
     def config(self, **sections: Any) -> Config:
-        """The pipeline's config for one path: its source and sink plus this run's model, gate, budget."""
+        """The pipeline's config for one path: its source and sink plus this run's model, gate, budget.
+        No keep-alive: a repeated frame would be counted as received and measure nothing."""
         return Config(
             model=ModelConfig(path=self.model, threads=self.threads, workers=self.workers),
             gate=GateConfig(enabled=self.gate),
             latency=LatencyConfig(budget_ms=self.budget_ms),
+            keepalive=KeepAliveConfig(enabled=False),
             **sections,
         )
 

@@ -5,9 +5,10 @@ that stalls or reconnects must not take the output with it. While the output has
 ``start_periods`` frame periods *and* the source has delivered nothing for as long (a slow model alone
 does not count: its frames pass through on the latency budget), a gap begins: the output repeats its
 last frame every period, and after ``card_after_s`` of gap shows the card instead. The gap ends when a
-real frame is sent. Frames that arrived before the gap began (the newest ones a centre window was still
-waiting for when the camera went) are stale by the time they come out: the output already moved past
-them, so they are not sent. Time is passed in; nothing here waits.
+real frame is sent. A frame that comes out of a gap more than ``stale_s`` after it arrived (the newest
+ones a centre window was still waiting for when the camera went, released when it reconnects) is
+history: the output moved past it, so it is not sent; after a short hiccup the frames held meanwhile go
+out, late by a frame or two, rather than be lost. Time is passed in; nothing here waits.
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ class KeepAlive:
     """Decides when a live output sends a filler frame, and which."""
 
     def __init__(
-        self, period_s: float, card_after_s: float | None = 10.0, start_periods: float = 1.5
+        self,
+        period_s: float,
+        card_after_s: float | None = 10.0,
+        start_periods: float = 1.5,
+        stale_s: float = 1.0,
     ) -> None:
         if not period_s > 0:
             raise ConfigError(f"keep-alive frame period must be positive seconds, got {period_s}")
@@ -55,6 +60,7 @@ class KeepAlive:
         self.period_s = period_s
         self.card_after_s = card_after_s
         self.start_s = start_periods * period_s
+        self.stale_s = stale_s
         self._sent: float | None = None
         self._received: float | None = None
         self._gap_since: float | None = None
@@ -78,9 +84,10 @@ class KeepAlive:
         self._gap_since = None
         self._next = None
 
-    def stale(self, arrival: float) -> bool:
-        """Whether a frame that arrived at ``arrival`` is older than the gap being filled (and counts it)."""
-        if self._gap_since is None or arrival >= self._gap_since:
+    def stale(self, arrival: float, now: float) -> bool:
+        """Whether a frame that arrived at ``arrival``, due out at ``now``, is history (and counts it): it
+        arrived before the gap being filled, more than ``stale_s`` ago."""
+        if self._gap_since is None or arrival >= self._gap_since or now - arrival <= self.stale_s:
             return False
         self._stale += 1
         return True

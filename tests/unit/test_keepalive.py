@@ -47,17 +47,18 @@ def test_a_slow_model_with_a_live_source_is_no_gap() -> None:
     assert alive.stats().gaps == 0
 
 
-def test_the_gap_ends_with_the_next_real_frame_and_frames_from_before_it_are_stale() -> None:
-    alive = KeepAlive(PERIOD)
+def test_the_gap_ends_with_the_next_real_frame_and_frames_held_through_a_long_one_are_stale() -> None:
+    alive = KeepAlive(PERIOD, stale_s=1.0)
     streaming(alive, 1.0)
     assert alive.fill(1.1) is Filler.REPEAT
-    assert alive.stale(arrival=1.02)  # arrived before the gap: the output already moved past it
-    assert not alive.stale(arrival=1.3)  # the camera's first frame after it
-    alive.received(1.3)
-    alive.sent(1.45)
+    assert not alive.stale(arrival=1.02, now=1.2)  # a hiccup: late by a few frames, still sent
+    assert alive.stale(arrival=1.02, now=9.0)  # held through a long gap: the output moved past it
+    assert not alive.stale(arrival=8.9, now=9.0)  # the camera's first frame after the gap
+    alive.received(8.9)
+    alive.sent(9.0)
     assert not alive.in_gap
-    assert not alive.stale(arrival=1.02)  # no gap: nothing is stale
-    assert alive.fill(1.46) is None
+    assert not alive.stale(arrival=1.02, now=9.1)  # no gap: nothing is stale
+    assert alive.fill(9.01) is None
     assert alive.stats().stale == 1
 
 
