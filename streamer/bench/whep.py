@@ -5,8 +5,8 @@ WHEP sink. ``--players`` real aiortc players (their own event loop, ICE on loopb
 at once; those answered 201 connect, receive frames for ``--hold-s`` and leave; the rest must be
 answered 503 with Retry-After. Resident memory (VmRSS) is sampled every second: before the burst, at
 its peak, and ``--after-s`` after the players left. Process CPU before and while the players watch
-gives what one player costs: its encode on the server (each player has its own) plus its decode in the
-bench's player, so an upper bound on what a player costs a server.
+gives what one player costs the server: its own encode (the players run in a process of their own,
+so neither their decoding nor their memory is counted).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import os
-import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import aiohttp
@@ -71,7 +72,7 @@ class WhepBurstResult:
     after_s: float
     cpu_before_percent: float
     cpu_watching_percent: float
-    """Process CPU while the accepted players watched, 100 = one core."""
+    """The server process's CPU while the accepted players watched, 100 = one core."""
     seconds: float
 
     @property
@@ -84,83 +85,117 @@ class WhepBurstResult:
         return (self.cpu_watching_percent - self.cpu_before_percent) / accepted if accepted else 0.0
 
 
-class _Players(threading.Thread):
-    """The players, on an event loop of their own so the streamer's tasks never delay theirs."""
+class _Players:
+    """The players, in a process of their own: their memory and event loop are not the server's, so the
+    server's resident memory is what is measured. ``watching`` and ``left`` are set as they happen."""
 
     def __init__(self, base_url: str, count: int, hold_s: float) -> None:
-        super().__init__(name="bench-whep-players", daemon=True)
         self.base_url = base_url
         self.count = count
         self.hold_s = hold_s
         self.answered: Counter[int] = Counter()
         self.retry_after = True
         self.frames: list[int] = []
-        self.watching = threading.Event()
-        self.left = threading.Event()
-        self.error: BaseException | None = None
+        self.error: str | None = None
+        context = multiprocessing.get_context("spawn")
+        self._events, child = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_play, args=(base_url, count, hold_s, child), name="bench-whep-players", daemon=True
+        )
 
-    def run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.watching.set()
-            self.left.set()
+    def start(self) -> None:
+        self._process.start()
 
-    async def _main(self) -> None:
-        peers = [RTCPeerConnection(rtc_configuration()) for _ in range(self.count)]
-        counts = [0] * self.count
-        readers: list[asyncio.Task[None]] = []
-        try:
-            async with aiohttp.ClientSession() as http:
-                offers = await asyncio.gather(*(self._offer(pc) for pc in peers))
-                answers = await asyncio.gather(*(self._post(http, sdp) for sdp in offers))
-                accepted: list[str] = []
-                for k, (pc, (status, answer, location)) in enumerate(zip(peers, answers, strict=True)):
-                    if status != 201 or answer is None or location is None:
-                        continue
-                    tracks: asyncio.Queue[MediaStreamTrack] = asyncio.Queue(maxsize=1)
-                    pc.on("track", tracks.put_nowait)
-                    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
-                    readers.append(asyncio.create_task(self._read(await tracks.get(), counts, k)))
-                    accepted.append(location)
-                self.watching.set()
-                await asyncio.sleep(self.hold_s)
-                for location in accepted:
-                    async with http.delete(self.base_url + location) as response:
-                        await response.read()
-        finally:
-            for reader in readers:
-                reader.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
-            await asyncio.gather(*(pc.close() for pc in peers))
-            self.frames = [counts[k] for k in range(self.count) if counts[k]]
-            self.left.set()
+    def wait(self, event: str) -> None:
+        """Until the players report ``event`` (``watching``, then ``left``) or fail."""
+        while True:
+            if not self._events.poll(120):
+                raise ConfigError(f"bench whep: the players said nothing for 120 s (waiting for {event})")
+            try:
+                kind, payload = self._events.recv()
+            except EOFError:
+                raise ConfigError(f"bench whep: the players' process ended before {event}") from None
+            if kind == "error":
+                self.error = str(payload)
+                return
+            if kind == "result":
+                answered, retry_after, frames = payload
+                self.answered, self.retry_after, self.frames = Counter(answered), retry_after, frames
+            if kind == event:
+                return
 
-    async def _offer(self, pc: RTCPeerConnection) -> str:
-        pc.addTransceiver("video", direction="recvonly")
-        with restrict_host_addresses(["127.0.0.1"]):
-            await pc.setLocalDescription(await pc.createOffer())
-        return str(pc.localDescription.sdp)
+    def join(self) -> None:
+        self._process.join(30)
 
-    async def _post(self, http: aiohttp.ClientSession, sdp: str) -> tuple[int, str | None, str | None]:
+
+def _play(base_url: str, count: int, hold_s: float, events: Connection) -> None:
+    """The players' process: report ``watching``, the result, then ``left``."""
+    try:
+        asyncio.run(_players(base_url, count, hold_s, events))
+    except BaseException as exc:
+        events.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        events.close()
+
+
+async def _players(base_url: str, count: int, hold_s: float, events: Connection) -> None:
+    peers = [RTCPeerConnection(rtc_configuration()) for _ in range(count)]
+    counts = [0] * count
+    readers: list[asyncio.Task[None]] = []
+    answered: Counter[int] = Counter()
+    retry_after = True
+
+    async def post(http: aiohttp.ClientSession, sdp: str) -> tuple[int, str | None, str | None]:
+        nonlocal retry_after
         headers = {"Content-Type": "application/sdp"}
-        async with http.post(f"{self.base_url}/whep/{_STREAM}", data=sdp, headers=headers) as response:
+        async with http.post(f"{base_url}/whep/{_STREAM}", data=sdp, headers=headers) as response:
             text = await response.text()
-            self.answered[response.status] += 1
+            answered[response.status] += 1
             if response.status == 503 and "Retry-After" not in response.headers:
-                self.retry_after = False
+                retry_after = False
             if response.status != 201:
                 return response.status, None, None
             return response.status, text, response.headers["Location"]
 
-    @staticmethod
-    async def _read(track: MediaStreamTrack, counts: list[int], k: int) -> None:
-        with contextlib.suppress(MediaStreamError):
-            while True:
-                await track.recv()
-                counts[k] += 1
+    try:
+        async with aiohttp.ClientSession() as http:
+            offers = await asyncio.gather(*(_offer(pc) for pc in peers))
+            answers = await asyncio.gather(*(post(http, sdp) for sdp in offers))
+            accepted: list[str] = []
+            for k, (pc, (status, answer, location)) in enumerate(zip(peers, answers, strict=True)):
+                if status != 201 or answer is None or location is None:
+                    continue
+                tracks: asyncio.Queue[MediaStreamTrack] = asyncio.Queue(maxsize=1)
+                pc.on("track", tracks.put_nowait)
+                await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+                readers.append(asyncio.create_task(_read(await tracks.get(), counts, k)))
+                accepted.append(location)
+            events.send(("watching", None))
+            await asyncio.sleep(hold_s)
+            for location in accepted:
+                async with http.delete(base_url + location) as response:
+                    await response.read()
+    finally:
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        await asyncio.gather(*(pc.close() for pc in peers))
+    events.send(("result", (dict(answered), retry_after, [c for c in counts if c])))
+    events.send(("left", None))
+
+
+async def _offer(pc: RTCPeerConnection) -> str:
+    pc.addTransceiver("video", direction="recvonly")
+    with restrict_host_addresses(["127.0.0.1"]):
+        await pc.setLocalDescription(await pc.createOffer())
+    return str(pc.localDescription.sdp)
+
+
+async def _read(track: MediaStreamTrack, counts: list[int], k: int) -> None:
+    with contextlib.suppress(MediaStreamError):
+        while True:
+            await track.recv()
+            counts[k] += 1
 
 
 def _cpu_percent(seconds: float) -> float:
@@ -199,10 +234,10 @@ async def _scenario(args: argparse.Namespace) -> WhepBurstResult:
             before = [rss for t, rss in sampler.samples if t >= args.warmup_s - 3]
             players = _Players(server.url, args.players, args.hold_s)
             players.start()
-            await asyncio.to_thread(players.watching.wait)
+            await asyncio.to_thread(players.wait, "watching")
             cpu_watching = await asyncio.to_thread(_cpu_percent, min(5.0, args.hold_s / 2))
-            await asyncio.to_thread(players.left.wait)
-            await asyncio.to_thread(players.join, 30)
+            await asyncio.to_thread(players.wait, "left")
+            await asyncio.to_thread(players.join)
             left = time.monotonic() - t0
             await asyncio.sleep(args.after_s)
             samples = list(sampler.samples)
@@ -260,7 +295,7 @@ def format_table(result: WhepBurstResult, machine: Machine) -> str:
         f"RSS: {r.rss_before_mb:.1f} MB before, {r.rss_peak_mb:.1f} MB peak, {r.rss_after_mb:.1f} MB "
         f"{r.after_s:g} s after they left ({r.rss_after_growth:+.1%})",
         f"CPU: {r.cpu_before_percent:.0f}% before, {r.cpu_watching_percent:.0f}% while they watched: "
-        f"{r.cpu_per_player:.1f}% of a core per player (its encode here, its decode in the bench's player)",
+        f"{r.cpu_per_player:.1f}% of a core per player (its own encode; the players are another process)",
     ]
     notes = ["RSS: medians of 1 s samples over the last 3 s before the burst and of the run's end"]
     return "\n".join([*lines, *table_footer(notes, check_targets(result), r.seconds)])

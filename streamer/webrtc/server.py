@@ -32,6 +32,7 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSe
 
 from streamer.errors import ConfigError
 from streamer.httpserve import check_bearer, serve
+from streamer.memory import release_memory
 from streamer.webrtc.codecs import refusal, relabel_h264, video_formats, video_section
 from streamer.webrtc.ice import (
     check_addresses,
@@ -101,6 +102,8 @@ def _one_line(text: str) -> str:
 
 _RETRY_AFTER_S = 5
 """Retry-After of a session refused at a cap: players come and go within seconds."""
+_RELEASE_AFTER_S = 2.0
+"""How long after a session ends its memory is collected: players leaving together share one collection."""
 
 
 class WebRtcServer:
@@ -151,6 +154,8 @@ class WebRtcServer:
         self._sessions: dict[str, _Session] = {}
         self._runner: web.AppRunner | None = None
         self._ending: set[asyncio.Task[None]] = set()
+        self._releasing: asyncio.Task[None] | None = None
+        self._release_due = False
         self.app = web.Application(client_max_size=max_body_bytes)
         self.app.on_shutdown.append(self._on_shutdown)
         self.app.add_routes(
@@ -441,9 +446,27 @@ class WebRtcServer:
             session.track.stop()
         await session.pc.close()
         log.info("%s session %s on stream %s ended", session.kind.upper(), session.id, session.stream)
+        self._release_soon()
+
+    def _release_soon(self) -> None:
+        """Give a session's memory back (its encoder, buffers and peer objects, in reference cycles):
+        once, shortly after, for all the sessions a burst of players ends together."""
+        self._release_due = True
+        if self._releasing is None or self._releasing.done():
+            self._releasing = asyncio.get_running_loop().create_task(self._release(), name="webrtc-release")
+
+    async def _release(self) -> None:
+        while self._release_due:  # sessions that ended during a collection get one more
+            self._release_due = False
+            await asyncio.sleep(_RELEASE_AFTER_S)
+            await asyncio.to_thread(release_memory)
 
     async def _end_all(self) -> None:
         await asyncio.gather(*(self._end(s) for s in tuple(self._sessions.values())), *self._ending)
+        releasing, self._releasing = self._releasing, None
+        if releasing is not None:
+            releasing.cancel()
+            await asyncio.gather(releasing, return_exceptions=True)
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self._end_all()

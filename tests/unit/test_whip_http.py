@@ -23,6 +23,7 @@ from aiortc import RTCPeerConnection
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame
 from streamer.webrtc import ORIGINAL_SUFFIX, FrameHub, WebRtcServer, WhepSink, WhipSource
+from streamer.webrtc import server as server_module
 from streamer.webrtc.ice import default_ice_addresses, is_loopback, restrict_host_addresses, rtc_configuration
 from streamer.webrtc.sink import RTP_CLOCK_RATE, RtpClock
 
@@ -153,6 +154,28 @@ def test_sessions_past_the_caps_get_503_and_free_their_place_when_they_end() -> 
             assert "webrtc.max_sessions" in await full.text()
             assert (await client.delete(players[0].headers["Location"], headers=AUTH)).status == 200
             assert (await client.post("/whip/cam", data=await make_offer(), headers=SDP)).status == 201
+
+    run(scenario())
+
+
+def test_players_that_leave_give_their_memory_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    released: list[int] = []
+    monkeypatch.setattr(server_module, "release_memory", lambda: released.append(1))
+    monkeypatch.setattr(server_module, "_RELEASE_AFTER_S", 0.0)
+
+    async def scenario() -> None:
+        async with served() as (server, client):
+            offers = [await make_offer("recvonly") for _ in range(3)]
+            played = [await client.post("/whep/cam", data=offer, headers=SDP) for offer in offers]
+            assert released == []
+            for response in played:
+                assert (await client.delete(response.headers["Location"], headers=AUTH)).status == 200
+            releasing = server._releasing
+            assert releasing is not None
+            await releasing
+            assert 1 <= len(released) <= 3  # one per burst, one more for any that ended during it
 
     run(scenario())
 
