@@ -80,8 +80,15 @@ def _need(server: WebRtcServer | None, what: str) -> WebRtcServer:
 
 
 def build_source(
-    config: SourceConfig, queue_size: int, server: WebRtcServer | None = None, stream_id: str = "0"
+    config: SourceConfig,
+    queue_size: int,
+    server: WebRtcServer | None = None,
+    stream_id: str = "0",
+    *,
+    keep_audio: bool = False,
 ) -> Source:
+    """``keep_audio``: a file source also hands its audio to the sink (which must write it, or the
+    pipeline declines it); set where the sink is a file sink with ``audio: keep``."""
     if isinstance(config, FileSourceConfig):
         return FileSource(
             config.path,
@@ -91,6 +98,7 @@ def build_source(
             max_frames=config.max_frames,
             noise_sigma=config.noise_sigma,
             seed=config.seed,
+            keep_audio=keep_audio,
         )
     if isinstance(config, RtspSourceConfig):
         return RtspSource(
@@ -210,8 +218,9 @@ def build_stream(
 ) -> Pipeline:
     """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
     model = backend.info
+    keep_audio = isinstance(stream.sink, FileSinkConfig) and stream.sink.audio == "keep"
     return Pipeline(
-        build_source(stream.source, runtime.queue_size, server, stream.id),
+        build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
         build_sink(stream.sink, server),
         backend,
         stream.window.build(model.t, model.output_position),

@@ -130,6 +130,11 @@ class FileSinkConfig(_Strict):
     crf: int = Field(18, ge=0, le=51)
     bitrate: int | None = Field(None, ge=1, le=10**9)
     gop: int | None = Field(None, ge=1, le=10**4)
+    audio: Literal["keep", "drop"] = "keep"
+    """``keep``: a file source's first audio stream is written beside the video, its packets as they
+    are (transcoded to AAC, or Opus for webm, where the container cannot hold the codec). A setting of
+    the sink, since the sink is what writes it and only a file sink can; other sources have no audio to
+    give. ``drop``: video only."""
 
 
 class NullSinkConfig(_Strict):

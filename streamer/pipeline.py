@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +49,9 @@ from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sources.base import Source
 from streamer.telemetry import Stage, StageObserver, ignore
+
+if TYPE_CHECKING:
+    from streamer.audio import AudioTrack
 
 __all__ = ["Outcome", "Pipeline", "PipelineReport", "SkipAction"]
 
@@ -204,6 +208,8 @@ class Pipeline:
         self._work: Channel[_Work] = Channel(queue_size, DropPolicy.BLOCK, name=f"work:{source.stream_id}")
         self._out: Channel[_Output] = Channel(queue_size, DropPolicy.BLOCK, name=f"out:{source.stream_id}")
         self._on_output = on_output
+        self._audio: AudioTrack | None = None
+        """The source's audio, when the sink writes it: its queue shows beside the channels."""
         self._stopping = False
         self.opened = False
         self.last_frame_at: float | None = None
@@ -322,9 +328,11 @@ class Pipeline:
         return self._latency.nbytes + self._inference.nbytes
 
     def queue_stats(self) -> list[ChannelStats]:
-        """The bounded hand-offs of this stream: the source's (if it has one), work, output."""
+        """The bounded hand-offs of this stream: the source's (if it has one), work, output, and the
+        audio queue from a file source to a file sink (if there is one)."""
         src = self.source.stats()
-        return [*([src] if src is not None else []), self._work.stats(), self._out.stats()]
+        audio = [self._audio.stats()] if self._audio is not None else []
+        return [*([src] if src is not None else []), self._work.stats(), self._out.stats(), *audio]
 
     async def run(self) -> PipelineReport:
         started = time.monotonic()
@@ -334,6 +342,7 @@ class Pipeline:
             info = await self.source.open()
             self.opened = self._on_open is None
             try:
+                self._pair_audio()
                 await self.sink.open(info)
                 await self._stages(info)
             finally:
@@ -343,6 +352,17 @@ class Pipeline:
             if self._own_scheduler:
                 await self.scheduler.aclose()
         return self._report(info, time.monotonic() - started)
+
+    def _pair_audio(self) -> None:
+        """The source's audio goes to the sink when the sink writes audio; else the source skips it.
+        Either way before the sink opens: the source's demuxer waits for the answer."""
+        track = self.source.audio
+        if track is None:
+            return
+        if self.sink.attach_audio(track):
+            self._audio = track
+        else:
+            track.decline()
 
     async def _stages(self, info: StreamInfo) -> None:
         """The three tasks, then the sink closed; the first error wins over one closing the sink adds."""

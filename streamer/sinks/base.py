@@ -7,8 +7,12 @@ frame is written, which is when the pipeline stamps its end-to-end latency.
 from __future__ import annotations
 
 import abc
+from typing import TYPE_CHECKING
 
 from streamer.frame import Frame, StreamInfo
+
+if TYPE_CHECKING:
+    from streamer.audio import AudioTrack
 
 __all__ = ["Sink"]
 
@@ -21,6 +25,11 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     async def open(self, info: StreamInfo) -> None:
         """Prepare for frames of this size and rate; raises SinkError when the target is unusable."""
+
+    def attach_audio(self, track: AudioTrack) -> bool:
+        """Offered the source's audio before ``open``: True when this sink will write it beside the
+        video (it then takes or declines the track in ``open``); False, the default, writes video only."""
+        return False
 
     @abc.abstractmethod
     async def send(self, frame: Frame) -> None:

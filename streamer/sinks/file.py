@@ -8,6 +8,10 @@ Output PTS are the frames' own, in the stream's time base, as long as they incre
 PTS restart when it reconnects (an RTSP camera's new session starts its clock again); a muxer refuses
 a timestamp that goes back, so from such a frame on the sink shifts every PTS to continue one frame
 period after the last one written: the file keeps playing in order instead of failing.
+
+A file source's audio track, attached before ``open``, is written beside the video with its own
+timestamps (:mod:`streamer.sinks.audio`): each packet before the first video frame that does not start
+earlier, so the file is interleaved by time and A/V sync holds by construction.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import errno
 import logging
 import os
 import threading
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -25,8 +30,10 @@ import av.error
 from av.container import OutputContainer
 from av.video.stream import VideoStream
 
+from streamer.audio import AudioTrack
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
+from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import Sink
 
 __all__ = ["FileSink"]
@@ -73,6 +80,10 @@ class FileSink(Sink):
         self._shift = 0
         """Added to every PTS (stream time base) since the input's PTS last went back."""
         self._last_pts: int | None = None
+        self._track: AudioTrack | None = None
+        self._audio: AudioWriter | None = None
+        self._audio_failure: Exception | None = None
+        """Writing audio from the demuxer's thread failed: the next send or aclose raises it."""
         self._closed = False
         # Encoding runs in worker threads; a send still running when aclose starts must not race the flush.
         self._lock = threading.Lock()
@@ -81,12 +92,23 @@ class FileSink(Sink):
     def frames_written(self) -> int:
         return self._written
 
+    def attach_audio(self, track: AudioTrack) -> bool:
+        if self._info is not None:
+            raise RuntimeError(f"file sink '{self.path}' is already open; attach audio before open")
+        self._track = track
+        return True
+
     async def open(self, info: StreamInfo) -> None:
         if self._closed:
             raise RuntimeError(f"file sink '{self.path}' is closed; make a new sink")
         if self._info is not None:
             raise RuntimeError(f"file sink '{self.path}' is already open")
-        await asyncio.to_thread(self._open, info)
+        try:
+            await asyncio.to_thread(self._open, info)
+        except BaseException:
+            if self._track is not None:
+                self._track.decline()  # the demuxer waits for a decision
+            raise
         self._info = info
 
     async def send(self, frame: Frame) -> None:
@@ -145,7 +167,12 @@ class FileSink(Sink):
                 stream.codec_context.gop_size = self.gop
             if self.bitrate is not None:
                 stream.bit_rate = self.bitrate
+            audio = None if self._track is None else AudioWriter.add(container, self._track, self.path)
             container.start_encoding()
+        except SinkError:
+            with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
+                container.close()
+            raise
         except (av.error.FFmpegError, ValueError, OSError) as exc:
             with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
                 container.close()
@@ -155,10 +182,12 @@ class FileSink(Sink):
                 else "check the codec name and its options"
             )
             raise SinkError(
-                f"cannot start encoding '{self.path}' with {self.codec} at {info.width}x{info.height}: "
-                f"{_reason(exc)}; {fix}"
+                f"cannot start encoding '{self.path}' with {self.codec} at {info.width}x{info.height}"
+                f"{'' if self._track is None else ' and the source audio'}: {_reason(exc)}; {fix}"
             ) from exc
-        self._container, self._stream = container, stream
+        self._container, self._stream, self._audio = container, stream, audio
+        if self._track is not None:
+            self._track.take(self._spill)
 
     def _codec_options(self) -> dict[str, str]:
         opts = {"preset": self.preset, "bf": "0"}
@@ -173,11 +202,15 @@ class FileSink(Sink):
                 raise SinkError(
                     f"file sink '{self.path}' was closed while frame {frame.index} was being sent"
                 )
+            self._raise_audio_failure()
             av_frame = av.VideoFrame.from_ndarray(frame.pixels, format="rgb24")
             av_frame.pts = self._output_pts(frame, info)
             av_frame.time_base = info.time_base
             try:
-                container.mux(stream.encode(av_frame))
+                packets = stream.encode(av_frame)
+                if self._audio is not None:
+                    self._audio.mux_until(container, av_frame.pts * info.time_base)
+                container.mux(packets)
             except (av.error.FFmpegError, ValueError) as exc:
                 raise SinkError(
                     f"encoding frame {frame.index} (pts {frame.pts}) to '{self.path}' failed: {_reason(exc)}"
@@ -195,7 +228,7 @@ class FileSink(Sink):
         pts += self._shift
         last = self._last_pts
         if last is not None and pts <= last:
-            step = max(1, round(1 / info.fps / info.time_base))
+            step = _period(info)
             log.info(
                 "'%s': frame %d's time goes back (a source reconnect?); later frames shift to follow on",
                 self.path,
@@ -205,17 +238,52 @@ class FileSink(Sink):
             pts = last + step
         return pts
 
+    def _spill(self) -> None:
+        """In the demuxer's thread: the audio past its queue's bound, muxed now; a failure waits for
+        the next send (or aclose), and the track drops what comes after it."""
+        with self._lock:
+            container, audio = self._container, self._audio
+            if container is None or audio is None:
+                return
+            try:
+                audio.spill(container)
+            except (av.error.FFmpegError, ValueError, OSError) as exc:
+                self._audio_failure = exc
+                self._audio = None
+                audio.track.discard()
+
+    def _raise_audio_failure(self) -> None:
+        failure = self._audio_failure
+        if failure is not None:
+            raise SinkError(
+                f"writing the source audio to '{self.path}' failed: {_reason(failure)}"
+                + ("; check that the disk has space" if _storage_trouble(failure) else "")
+            ) from failure
+
+    def _video_end(self) -> Fraction | None:
+        """When the last frame written ends, in seconds; None before the first."""
+        info = self._info
+        if info is None or self._last_pts is None:
+            return None
+        return (self._last_pts + _period(info)) * info.time_base
+
     def _finish(self) -> None:
         with self._lock:
-            container, stream = self._container, self._stream
-            self._container = self._stream = None
+            container, stream, audio = self._container, self._stream, self._audio
+            self._container = self._stream = self._audio = None
             if container is None or stream is None:
                 return
-            failure: Exception | None = None
+            failure: Exception | None = self._audio_failure
             try:
                 container.mux(stream.encode(None))
             except (av.error.FFmpegError, ValueError, OSError) as exc:
-                failure = exc
+                failure = failure or exc
+            if audio is not None:
+                # Audio past the video is the file's own only when the source read it to the end.
+                try:
+                    audio.finish(container, None if audio.track.complete else self._video_end())
+                except (av.error.FFmpegError, ValueError, OSError) as exc:
+                    failure = failure or exc
             try:
                 container.close()  # writes the trailer: the disk filling up shows here too
             except (av.error.FFmpegError, ValueError, OSError) as exc:
@@ -225,3 +293,8 @@ class FileSink(Sink):
                     f"finishing '{self.path}' failed: {_reason(failure)}; the file is incomplete"
                     + ("; check that the disk has space" if _storage_trouble(failure) else "")
                 ) from failure
+
+
+def _period(info: StreamInfo) -> int:
+    """One frame period in the stream's time base, at least one tick."""
+    return max(1, round(1 / info.fps / info.time_base))

@@ -17,10 +17,14 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.errors import EndOfStream, SourceError, StreamerError
 from streamer.frame import Frame, StreamInfo
+
+if TYPE_CHECKING:
+    from streamer.audio import AudioTrack
 
 __all__ = ["DecodeObserver", "Source", "ThreadedSource"]
 
@@ -63,6 +67,12 @@ class Source(abc.ABC):
 
     def stats(self) -> ChannelStats | None:
         """The hand-off's counters (frames dropped before the pipeline saw them), if it has one."""
+        return None
+
+    @property
+    def audio(self) -> AudioTrack | None:
+        """Audio packets for a sink to write beside the video, once open (a file's, when asked for);
+        whoever opened the source hands the track to a sink or declines it. None: no audio to give."""
         return None
 
     def interrupt(self) -> None:  # noqa: B027 - optional: a source that never blocks needs nothing here

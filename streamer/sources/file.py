@@ -1,7 +1,8 @@
 """A source that decodes the first video stream of any file PyAV can read.
 
 Files are read on demand, so the default policy is BLOCK: the decode thread runs only as fast as the
-pipeline consumes and no frame is lost.
+pipeline consumes and no frame is lost. With ``keep_audio`` the same demux also hands the first audio
+stream's packets, undecoded, to an :class:`~streamer.audio.AudioTrack` for a file sink to write.
 """
 
 from __future__ import annotations
@@ -17,9 +18,13 @@ from pathlib import Path
 import av
 import av.error
 import numpy as np
+from av.audio.stream import AudioStream
 from av.container import InputContainer
+from av.stream import Stream
+from av.video.frame import VideoFrame
 from av.video.stream import VideoStream
 
+from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
@@ -39,7 +44,12 @@ def _reason(exc: av.error.FFmpegError) -> str:
 
 
 class FileSource(ThreadedSource):
-    """Frames of a video file as rgb24, indexed from 0, with the file's own PTS and time base."""
+    """Frames of a video file as rgb24, indexed from 0, with the file's own PTS and time base.
+
+    ``keep_audio``: expose the file's first audio stream as :attr:`audio` once open; the decode thread
+    then waits, before its first packet, until a sink takes the track or it is declined (a
+    :class:`~streamer.pipeline.Pipeline` does one or the other as soon as the source has opened).
+    """
 
     def __init__(
         self,
@@ -51,16 +61,24 @@ class FileSource(ThreadedSource):
         max_frames: int | None = None,
         noise_sigma: float = 0.0,
         seed: int = 0,
+        keep_audio: bool = False,
     ) -> None:
         if max_frames is not None and max_frames < 1:
             raise ConfigError(f"max_frames must be at least 1 or None (the whole file), got {max_frames}")
         super().__init__(stream_id, capacity, policy)
         self.path = Path(path)
         self.max_frames = max_frames
+        self.keep_audio = keep_audio
         self._noise = GaussianNoise(noise_sigma, seed)
         self._container: InputContainer | None = None
         self._stream: VideoStream | None = None
+        self._audio_stream: AudioStream | None = None
+        self._audio: AudioTrack | None = None
         self._time_base = Fraction(0)
+
+    @property
+    def audio(self) -> AudioTrack | None:
+        return self._audio
 
     def _open(self) -> StreamInfo:
         try:
@@ -86,6 +104,9 @@ class FileSource(ThreadedSource):
         stream = self._container.streams.video[0]
         stream.thread_type = "AUTO"
         self._stream = stream
+        if self.keep_audio and self._container.streams.audio:
+            self._audio_stream = self._container.streams.audio[0]
+            self._audio = AudioTrack(self._audio_stream, self.stream_id)
         fps = stream.average_rate or stream.guessed_rate
         if not fps:
             log.warning("'%s' states no frame rate; assuming %s fps", self.path, DEFAULT_FPS)
@@ -106,13 +127,18 @@ class FileSource(ThreadedSource):
         container, stream = self._container, self._stream
         assert container is not None
         assert stream is not None
+        track = self._audio
+        if track is not None and not track.wait_taken(self._stop):
+            track = None
         index = 0
-        decoded = container.decode(stream)
+        decoded = self._decode(container, stream, track)
         try:
             while True:
                 started = time.perf_counter()
                 av_frame = next(decoded, None)
                 if av_frame is None:
+                    if track is not None:
+                        track.reached_end()
                     return
                 rgb = av_frame.to_ndarray(format="rgb24")
                 self._decoded(time.perf_counter() - started)
@@ -127,11 +153,25 @@ class FileSource(ThreadedSource):
                 "the file is truncated or corrupt"
             ) from exc
 
+    def _decode(
+        self, container: InputContainer, stream: VideoStream, track: AudioTrack | None
+    ) -> Iterator[VideoFrame]:
+        """The video's frames, from one demux that also queues the audio packets on ``track``."""
+        streams: list[Stream] = [stream]
+        if track is not None and self._audio_stream is not None:
+            streams.append(self._audio_stream)
+        for packet in container.demux(*streams):
+            if packet.stream.index == stream.index:  # a flush packet's own stream_index is always 0
+                yield from stream.decode(packet)
+            elif track is not None and packet.size:  # the demuxer's empty last packet only flushes
+                track.put(packet)
+
     def _close(self) -> None:
         if self._container is not None:
             self._container.close()
             self._container = None
             self._stream = None
+            self._audio_stream = None
 
 
 def _expected(in_file: int, limit: int | None) -> int | None:

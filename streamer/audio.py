@@ -1,0 +1,183 @@
+"""A file's audio on its way from the demuxer to a file sink: packets, never decoded on the way.
+
+The file source demuxes its first audio stream beside the video (one demux, in its decode thread) and
+queues the audio packets in an :class:`AudioTrack`; the file sink takes them in its encode threads and
+muxes each before the first video frame that does not start earlier. Every packet keeps its own
+timestamps, so a video frame the pipeline passes through or drops never moves the audio.
+
+The queue holds at most :data:`AUDIO_QUEUE_PACKETS` packets and never makes the demuxer wait: the video
+frame the sink needs next may lie in the file behind audio that cannot be muxed before it (a latency
+budget dropping frames, a file storing its audio seconds ahead of its video), so waiting could deadlock.
+A packet past the bound has the sink mux the oldest at once instead (its ``spill``, run in the
+demuxer's thread), and FFmpeg's own interleaving queue, bounded at ``max_interleave_delta`` (10 s),
+orders it among the video.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import threading
+from collections.abc import Callable
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from streamer.channel import ChannelStats
+from streamer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from av.audio.stream import AudioStream
+    from av.packet import Packet
+    from av.stream import Stream
+
+__all__ = ["AUDIO_QUEUE_PACKETS", "AudioTrack", "Spill"]
+
+AUDIO_QUEUE_PACKETS = 256
+"""Audio packets waiting between the demuxer and the sink: 5.5 s of AAC at 48 kHz (1024 samples a
+packet), more than a file pipeline holds in flight; a packet is a few hundred bytes (AAC) to a few KB."""
+
+Spill = Callable[[], None]
+"""The sink's way to mux, at once and in the demuxer's thread, the packets past the queue's bound."""
+
+
+def _start(packet: Packet[Stream]) -> Fraction | None:
+    """When ``packet`` starts, in seconds (its PTS, else its DTS); None when it carries neither."""
+    stamp = packet.pts if packet.pts is not None else packet.dts
+    return None if stamp is None else stamp * packet.time_base
+
+
+class _Decision(enum.Enum):
+    PENDING = "pending"
+    TAKEN = "taken"
+    DECLINED = "declined"
+
+
+class AudioTrack:
+    """The first audio stream of a file and its packets, from the demux thread to a sink's threads.
+
+    The demuxer waits, before its first packet, until a sink :meth:`take` s the track or it is
+    :meth:`decline` d: the sink copies the stream's codec parameters meanwhile, so they are never read
+    while the demuxer runs or after the file is closed. (The stream's decoder, which PyAV owns apart
+    from the file and the demuxer never uses, a transcoding sink keeps.)
+    """
+
+    def __init__(self, stream: AudioStream, name: str, capacity: int = AUDIO_QUEUE_PACKETS) -> None:
+        if capacity < 1:
+            raise ConfigError(f"audio track {name!r}: capacity must be at least 1, got {capacity}")
+        self.name = name
+        self.capacity = capacity
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._decided = threading.Event()
+        self._decision = _Decision.PENDING
+        self._spill: Spill | None = None
+        self._packets: collections.deque[Packet[Stream]] = collections.deque()
+        self._complete = False
+        self._released = False
+        self._max_depth = 0
+        self._put = 0
+        self._got = 0
+        self._dropped = 0
+
+    @property
+    def stream(self) -> AudioStream:
+        """The demuxed stream, for its codec parameters and decoder: read it before :meth:`take`."""
+        return self._stream
+
+    @property
+    def complete(self) -> bool:
+        """Whether the demuxer reached the end of the file (not a stop, an error or ``max_frames``)."""
+        with self._lock:
+            return self._complete
+
+    def take(self, spill: Spill) -> None:
+        """A sink writes the track: packets queue from now on, and ``spill`` muxes those past the bound."""
+        with self._lock:
+            self._decision, self._spill = _Decision.TAKEN, spill
+        self._decided.set()
+
+    def decline(self) -> None:
+        """Nobody writes the track: the demuxer reads video only."""
+        with self._lock:
+            if self._decision is _Decision.PENDING:
+                self._decision = _Decision.DECLINED
+        self._decided.set()
+
+    def wait_taken(self, stop: threading.Event) -> bool:
+        """In the demux thread: wait for :meth:`take` or :meth:`decline`; False when declined or stopped."""
+        while not self._decided.wait(0.1):
+            if stop.is_set():
+                return False
+        return self._decision is _Decision.TAKEN
+
+    def put(self, packet: Packet[Stream]) -> None:
+        """Queue one packet (demux thread); past the capacity, the sink muxes the oldest at once."""
+        with self._lock:
+            if self._released:
+                self._dropped += 1
+                return
+            self._packets.append(packet)
+            self._put += 1
+            self._max_depth = max(self._max_depth, len(self._packets))
+            spill = self._spill if len(self._packets) > self.capacity else None
+        if spill is not None:
+            spill()
+
+    def reached_end(self) -> None:
+        """The demuxer put the file's last packet: the sink keeps the audio that runs past the video."""
+        with self._lock:
+            self._complete = True
+
+    def pop_until(self, time: Fraction) -> list[Packet[Stream]]:
+        """The queued packets that start at ``time`` (seconds) or before, oldest first."""
+        with self._lock:
+            out: list[Packet[Stream]] = []
+            while self._packets:
+                start = _start(self._packets[0])
+                if start is not None and start > time:
+                    break
+                out.append(self._packets.popleft())
+            self._got += len(out)
+            return out
+
+    def pop_over(self) -> list[Packet[Stream]]:
+        """The oldest queued packets past the capacity."""
+        with self._lock:
+            out = [self._packets.popleft() for _ in range(len(self._packets) - self.capacity)]
+            self._got += len(out)
+            return out
+
+    def release(self, before: Fraction | None) -> list[Packet[Stream]]:
+        """The sink's last take: what is queued (only what starts before ``before``, when given); any
+        packet queued or demuxed later is discarded and counted."""
+        with self._lock:
+            self._released = True
+            out: list[Packet[Stream]] = []
+            for packet in self._packets:
+                start = _start(packet)
+                if before is None or start is None or start < before:
+                    out.append(packet)
+            self._got += len(out)
+            self._dropped += len(self._packets) - len(out)
+            self._packets.clear()
+            return out
+
+    def discard(self) -> None:
+        """The sink can write no more (it failed): what is queued and what comes is dropped, counted."""
+        with self._lock:
+            self._released = True
+            self._dropped += len(self._packets)
+            self._packets.clear()
+
+    def stats(self) -> ChannelStats:
+        """The queue's counters, named ``audio:<stream>`` beside the pipeline's channels."""
+        with self._lock:
+            return ChannelStats(
+                name=f"audio:{self.name}",
+                capacity=self.capacity,
+                depth=len(self._packets),
+                max_depth=self._max_depth,
+                put=self._put,
+                got=self._got,
+                dropped=self._dropped,
+            )
