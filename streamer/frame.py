@@ -11,10 +11,29 @@ import numpy.typing as npt
 
 from streamer.errors import FrameError
 
-__all__ = ["Frame", "Hyperframe", "Pixels", "StreamInfo"]
+__all__ = ["Colour", "Frame", "Hyperframe", "Pixels", "StreamInfo"]
 
 Pixels = npt.NDArray[np.uint8]
 """An RGB image, shape (H, W, 3), dtype uint8, read-only once inside a :class:`Frame`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Colour:
+    """How a stream's YUV samples map to colour, as the source stated it, in FFmpeg's own codes.
+
+    Kept so a sink encodes with the matrix and range the source was decoded with and tags its output
+    the same way: without it, an identity model would shift every colour of a BT.709 or full-range
+    input. The defaults mean "unspecified"; :func:`streamer.colour.resolve` says what is assumed then.
+    """
+
+    matrix: int = 2
+    """AVColorSpace: 1 BT.709, 5 BT.470BG and 6 SMPTE 170M (both BT.601), 9 BT.2020; 2 unspecified."""
+    range: int = 0
+    """AVColorRange: 1 tv (limited, Y 16-235), 2 pc (full, 0-255); 0 unspecified."""
+    primaries: int = 2
+    """AVColorPrimaries, carried to the output's tags only (pixels are not converted); 2 unspecified."""
+    transfer: int = 2
+    """AVColorTransferCharacteristic, carried to the output's tags only; 2 unspecified."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +48,8 @@ class StreamInfo:
     """Frames the source expects to deliver, when it knows (files); None for live streams."""
     live: bool = False
     """True when frames arrive at the source's pace (cameras, paced synthetic), not on demand."""
+    colour: Colour = Colour()
+    """The source's colour description; unspecified for sources that make RGB themselves."""
 
 
 @dataclass(frozen=True, slots=True)

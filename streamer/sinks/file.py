@@ -31,6 +31,7 @@ from av.container import OutputContainer
 from av.video.stream import VideoStream
 
 from streamer.audio import AudioTrack
+from streamer.colour import from_rgb, tag
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.sinks.audio import AudioWriter
@@ -161,6 +162,7 @@ class FileSink(Sink):
             # 4:2:0 halves both chroma dimensions, which needs even sizes.
             even = info.width % 2 == 0 and info.height % 2 == 0
             stream.pix_fmt = "yuv420p" if even else "yuv444p"
+            tag(stream.codec_context, info.colour)
             stream.time_base = info.time_base
             stream.codec_context.time_base = info.time_base
             if self.gop is not None:
@@ -203,10 +205,10 @@ class FileSink(Sink):
                     f"file sink '{self.path}' was closed while frame {frame.index} was being sent"
                 )
             self._raise_audio_failure()
-            av_frame = av.VideoFrame.from_ndarray(frame.pixels, format="rgb24")
-            av_frame.pts = self._output_pts(frame, info)
-            av_frame.time_base = info.time_base
             try:
+                av_frame = from_rgb(frame.pixels, stream.codec_context)
+                av_frame.pts = self._output_pts(frame, info)
+                av_frame.time_base = info.time_base
                 packets = stream.encode(av_frame)
                 if self._audio is not None:
                     self._audio.mux_until(container, av_frame.pts * info.time_base)

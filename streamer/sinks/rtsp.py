@@ -27,6 +27,7 @@ import av.error
 from av.container import OutputContainer
 from av.video.stream import VideoStream
 
+from streamer.colour import from_rgb, tag
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.sinks.base import Sink
@@ -239,10 +240,10 @@ class RtspSink(Sink):
             if conn is None:
                 self._dropped += 1
                 return
-            av_frame = av.VideoFrame.from_ndarray(frame.pixels, format="rgb24")
-            av_frame.pts = pts
-            av_frame.time_base = TIME_BASE
             try:
+                av_frame = from_rgb(frame.pixels, conn.stream.codec_context)
+                av_frame.pts = pts
+                av_frame.time_base = TIME_BASE
                 packets = conn.stream.encode(av_frame)
             except (av.error.FFmpegError, ValueError) as exc:
                 raise SinkError(
@@ -283,6 +284,7 @@ class RtspSink(Sink):
             stream.height = info.height
             even = info.width % 2 == 0 and info.height % 2 == 0
             stream.pix_fmt = "yuv420p" if even else "yuv444p"
+            tag(stream.codec_context, info.colour)
             stream.bit_rate = self.bitrate
             stream.time_base = TIME_BASE
             stream.codec_context.time_base = TIME_BASE

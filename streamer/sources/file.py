@@ -17,7 +17,6 @@ from pathlib import Path
 
 import av
 import av.error
-import numpy as np
 from av.audio.stream import AudioStream
 from av.container import InputContainer
 from av.stream import Stream
@@ -26,6 +25,7 @@ from av.video.stream import VideoStream
 
 from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
+from streamer.colour import colour_of, to_rgb
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
 from streamer.sources.base import ThreadedSource
@@ -45,6 +45,9 @@ def _reason(exc: av.error.FFmpegError) -> str:
 
 class FileSource(ThreadedSource):
     """Frames of a video file as rgb24, indexed from 0, with the file's own PTS and time base.
+
+    Each frame is converted with its own colour matrix and range; ``info.colour`` carries the stream's,
+    for the sink to encode and tag alike.
 
     ``keep_audio``: expose the file's first audio stream as :attr:`audio` once open; the decode thread
     then waits, before its first packet, until a sink takes the track or it is declined (a
@@ -121,6 +124,7 @@ class FileSource(ThreadedSource):
             time_base=self._time_base,
             frame_count=_expected(stream.frames, self.max_frames),
             live=False,
+            colour=colour_of(stream.codec_context),
         )
 
     def _frames(self) -> Iterator[Frame]:
@@ -140,9 +144,9 @@ class FileSource(ThreadedSource):
                     if track is not None:
                         track.reached_end()
                     return
-                rgb = av_frame.to_ndarray(format="rgb24")
+                rgb = to_rgb(av_frame)
                 self._decoded(time.perf_counter() - started)
-                pixels = self._noise(np.ascontiguousarray(rgb, dtype=np.uint8))
+                pixels = self._noise(rgb)
                 yield Frame(pixels, index, av_frame.pts, self._time_base, time.monotonic(), self.stream_id)
                 index += 1
                 if index == self.max_frames:

@@ -34,11 +34,11 @@ from typing import Literal
 
 import av
 import av.error
-import numpy as np
 from av.container import InputContainer
 from av.video.frame import VideoFrame
 
 from streamer.channel import DropPolicy
+from streamer.colour import colour_of, to_rgb
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.redact import redact_url
@@ -147,6 +147,9 @@ class _Stalled(Exception):
 class RtspSource(ThreadedSource):
     """Frames of the first video stream of an RTSP URL as rgb24; reconnects on failure, stall or end.
 
+    Each frame is converted with its own colour matrix and range, so a camera that comes back with
+    other colour tags still gives true RGB; ``info.colour`` is the first connection's, for the sink.
+
     ``open`` returns once the first connection is up (waiting through retries while the server is
     down). ``max_attempts`` bounds the consecutive failed attempts of one reconnection (None: forever);
     every connection that opens starts the count again. ``capacity`` is the hand-off's size in frames.
@@ -238,6 +241,7 @@ class RtspSource(ThreadedSource):
             time_base=Fraction(stream.time_base) if stream.time_base else 1 / Fraction(fps),
             frame_count=None,
             live=True,
+            colour=colour_of(stream.codec_context),
         )
 
     def _frames(self) -> Iterator[Frame]:
@@ -255,7 +259,7 @@ class RtspSource(ThreadedSource):
             ended = False
             try:
                 for av_frame in self._decode(container):
-                    pixels = np.ascontiguousarray(av_frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                    pixels = to_rgb(av_frame)
                     self._decoded(time.perf_counter() - self._decode_started)
                     arrival = time.monotonic()
                     with self._lock:

@@ -1,0 +1,94 @@
+"""Between a stream's YUV and the frames' RGB, with the stream's own matrix and range.
+
+An encoder fed RGB converts it as BT.601 tv range and writes no tags: a BT.709 or full-range input
+came out shifted (through an identity model a BT.709 tv-range input's Y became about 0.87 Y + 15, up to
+22 levels off). Sources decode each frame with the matrix and range it is tagged with; sinks encode
+with the stream's :class:`~streamer.frame.Colour` and tag their output the same way. Each conversion is
+the one swscale call PyAV makes anyway, told the matrix and range.
+
+What a stream leaves unspecified, or states as a matrix swscale cannot apply, is assumed the way
+players commonly guess it: BT.709 from :data:`HD_LINES` lines up, BT.601 below; tv range, except for
+FFmpeg's full-range ``yuvj`` pixel formats. A sink tags its output with what it assumed, so an untagged
+input comes out with the same YUV, tagged as such a player reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from av.video.codeccontext import VideoCodecContext
+from av.video.frame import VideoFrame
+from av.video.reformatter import ColorRange, Colorspace
+
+from streamer.frame import Colour, Pixels
+
+__all__ = ["HD_LINES", "colour_of", "from_rgb", "resolve", "tag", "to_rgb"]
+
+HD_LINES = 720
+"""An unspecified matrix is BT.709 from this height up, BT.601 below."""
+
+_BT601, _BT709 = 6, 1
+"""AVColorSpace codes of the matrices an unspecified one is taken for (6 is SMPTE 170M: BT.601)."""
+
+_SWSCALE: dict[int, Colorspace] = {
+    1: Colorspace.ITU709,
+    4: Colorspace.FCC,
+    5: Colorspace.ITU601,  # BT.470BG
+    6: Colorspace.SMPTE170M,
+    7: Colorspace.SMPTE240M,
+    9: Colorspace.BT2020,  # BT.2020 non-constant luminance
+}
+"""The AVColorSpace matrices swscale applies, as PyAV names them (its own SWS_CS_* codes)."""
+
+_RANGES = (ColorRange.MPEG, ColorRange.JPEG)
+
+
+def colour_of(tagged: VideoFrame | VideoCodecContext) -> Colour:
+    """What a decoded frame, or a decoder's stream, says of its colour; a ``yuvj`` format means pc range."""
+    pix_fmt = tagged.format.name if isinstance(tagged, VideoFrame) else tagged.pix_fmt
+    colour_range = tagged.color_range
+    if colour_range not in _RANGES and pix_fmt is not None and pix_fmt.startswith("yuvj"):
+        colour_range = int(ColorRange.JPEG)
+    return Colour(tagged.colorspace, colour_range, tagged.color_primaries, tagged.color_trc)
+
+
+def resolve(colour: Colour, height: int) -> Colour:
+    """``colour`` with a matrix swscale applies and a range: where not stated (or not applicable),
+    BT.709 from :data:`HD_LINES` up, BT.601 below, and tv range."""
+    matrix = colour.matrix if colour.matrix in _SWSCALE else _BT709 if height >= HD_LINES else _BT601
+    colour_range = colour.range if colour.range in _RANGES else ColorRange.MPEG
+    return dataclasses.replace(colour, matrix=matrix, range=int(colour_range))
+
+
+def to_rgb(frame: VideoFrame) -> Pixels:
+    """A decoded frame as rgb24, read with its own (resolved) matrix and range."""
+    colour = resolve(colour_of(frame), frame.height)
+    rgb = frame.to_ndarray(
+        format="rgb24",
+        src_colorspace=_SWSCALE[colour.matrix],
+        src_color_range=colour.range,
+        dst_color_range=ColorRange.JPEG,
+    )
+    pixels: Pixels = np.ascontiguousarray(rgb, dtype=np.uint8)
+    return pixels
+
+
+def from_rgb(pixels: Pixels, codec: VideoCodecContext) -> VideoFrame:
+    """rgb24 pixels as a frame in the encoder's pixel format, made with the matrix and range it is
+    tagged with (:func:`tag`), so players read back the RGB that went in."""
+    colour = resolve(colour_of(codec), codec.height)
+    rgb = VideoFrame.from_ndarray(pixels, format="rgb24")
+    return rgb.reformat(
+        format=codec.pix_fmt, dst_colorspace=_SWSCALE[colour.matrix], dst_color_range=colour.range
+    )
+
+
+def tag(codec: VideoCodecContext, colour: Colour) -> None:
+    """Tag an encoder (H.264's VUI, the container's colour box) with ``colour``, its matrix and range
+    resolved for the encoder's height; call it once the size is set and before encoding starts."""
+    resolved = resolve(colour, codec.height)
+    codec.colorspace = resolved.matrix
+    codec.color_range = resolved.range
+    codec.color_primaries = resolved.primaries
+    codec.color_trc = resolved.transfer
