@@ -131,6 +131,9 @@ class PipelineReport:
         return self.frames_out / self.wall_s if self.wall_s > 0 else 0.0
 
 
+_Started = tuple[list["_Work"], int, asyncio.Task[tuple[dict[int, Frame], set[int]]]]
+"""A batch under way: its windows, the worker slots it holds, and its model call."""
+
 OutputHook = Callable[[Frame, Frame, Outcome], None]
 """Called for each frame written, with the source frame, the frame sent and how it was made."""
 
@@ -465,10 +468,13 @@ class Pipeline:
 
     async def _infer(self) -> None:
         """Starts the model on windows, up to the model's ``workers`` at once (one for a recurrent model,
-        whose steps chain), and hands their frames on in order."""
+        whose steps chain; a frame larger than ``tile`` alone, as tiles are there to bound memory), and
+        hands their frames on in order."""
         limit = 1 if self.backend.info.state else self.scheduler.workers
         slots = asyncio.Semaphore(limit)
-        started: asyncio.Queue[tuple[list[_Work], asyncio.Task[tuple[dict[int, Frame], set[int]]]] | None]
+        started: asyncio.Queue[
+            tuple[list[_Work], int, asyncio.Task[tuple[dict[int, Frame], set[int]]]] | None
+        ]
         started = asyncio.Queue()
 
         async def start(group: asyncio.TaskGroup) -> None:
@@ -481,18 +487,22 @@ class Pipeline:
                         break
                     while len(batch) < self.max_batch and (more := self._work.get_nowait()) is not None:
                         batch.append(more)
-                    started.put_nowait((batch, group.create_task(self._enhance(batch))))
+                    held = limit if self._needs_tiles(batch[0].frame) else 1
+                    for _ in range(held - 1):
+                        await slots.acquire()
+                    started.put_nowait((batch, held, group.create_task(self._enhance(batch))))
             finally:
                 started.put_nowait(None)
 
         async def hand_on() -> None:
             last: tuple[int, Frame] | None = None
             while (item := await started.get()) is not None:
-                batch, running = item
+                batch, held, running = item
                 try:
                     enhanced, dropped = await running
                 finally:
-                    slots.release()
+                    for _ in range(held):
+                        slots.release()
                 for work in batch:
                     out = self._resolve(work, enhanced, dropped, last)
                     if out is None:
@@ -613,11 +623,12 @@ class Pipeline:
         info = self.backend.info
         out = np.empty_like(target.pixels)
         assert self.tile is not None
+        tiles = (self.tile, self.tile_overlap)
         for tile in plan_tiles(target.height, target.width, self.tile, self.tile_overlap, info.pad_multiple):
             top, bottom, left, right = tile.crop
             if info.streaming:
                 pixels = self.backend.enhance_cached(
-                    window, work.run, self._features, tile.crop, self._features_lock
+                    window, work.run, self._features, tile.crop, self._features_lock, tiles
                 )
             else:
                 crops = np.stack([f.pixels[top:bottom, left:right] for f in window.frames])

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from streamer.app import build_backend, build_server, build_stream, choose_tier
 from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
-from streamer.core.admission import MemoryBudget, StreamCost, stream_cost
+from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.core.keepalive import KeepAlive
 from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerError, StreamExistsError
@@ -341,6 +341,7 @@ class Service:
             tile=stream.model.tile,
             tile_overlap=stream.model.tile_overlap,
             calls=1 if model.state else calls,
+            activation_bytes_per_pixel=model.activation_bytes_per_pixel or ACTIVATION_BYTES_PER_PIXEL,
         )
 
     def _on_resize(self, stream: StreamConfig) -> ResizeHook:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamer.core.features import FeatureCache
+from streamer.core.tiling import plan_tiles
 from streamer.core.windower import OutputPosition
 from streamer.errors import ModelError
 from streamer.frame import Hyperframe, Pixels
@@ -83,6 +84,9 @@ class ModelInfo:
     """Empty for stateless models; a recurrent model's windows of one stream must run in order."""
     features: tuple[FeatureSpec, ...] = ()
     """Empty unless the model streams: then each frame is encoded once and windows fuse cached maps."""
+    activation_bytes_per_pixel: int | None = None
+    """Peak memory one call takes per pixel of its frames, measured once (``streamer bench memory``)
+    and kept in the model's card; None: not measured (memory admission assumes a default)."""
 
     @property
     def streaming(self) -> bool:
@@ -125,6 +129,31 @@ class Backend(abc.ABC):
         (B, H, W, 3) enhanced target frames (streaming models)."""
         raise ModelError(f"model {self.info.name!r} is not a streaming model; it cannot fuse features")
 
+    def encode_tiles(self, frames: npt.NDArray[np.uint8], tile: int, overlap: int) -> list[FrameFeatures]:
+        """``encode`` for frames larger than ``tile``: one encoder call per overlapping tile, so its
+        activations stay a tile's, written into half-precision maps of the whole frames (half the memory
+        a large stream's cache holds; the fusion reads its crops back at full precision). Equal to
+        ``encode`` up to that rounding when ``overlap`` covers the encoder's reach, as ``model.tile_overlap``
+        must cover the model's."""
+        n, h, w, _ = frames.shape
+        m = self.info.pad_multiple
+        hp, wp = -(-h // m) * m, -(-w // m) * m
+        specs = self.info.features
+        maps = [np.empty((n, s.channels, hp // s.scale, wp // s.scale), dtype=np.float16) for s in specs]
+        for part in plan_tiles(h, w, tile, overlap, m):
+            ct, _, cl, _ = part.crop
+            pt, pb, pl, pr = part.paste
+            pb, pr = (hp if pb == h else pb), (wp if pr == w else pr)  # the edge tile keeps its padding
+            top, bottom, left, right = part.crop
+            encoded = self.encode(np.ascontiguousarray(frames[:, top:bottom, left:right]))
+            for k, spec in enumerate(specs):
+                s = spec.scale
+                for i, features in enumerate(encoded):
+                    maps[k][i, :, pt // s : pb // s, pl // s : pr // s] = features[k][
+                        :, (pt - ct) // s : (pb - ct) // s, (pl - cl) // s : (pr - cl) // s
+                    ]
+        return [tuple(m_[i] for m_ in maps) for i in range(n)]
+
     def enhance_cached(
         self,
         window: Hyperframe,
@@ -132,18 +161,21 @@ class Backend(abc.ABC):
         cache: FeatureCache[FrameFeatures],
         crop: tuple[int, int, int, int] | None = None,
         guard: contextlib.AbstractContextManager[object] | None = None,
+        tiles: tuple[int, int] | None = None,
     ) -> Pixels:
         """The window's enhanced target frame, (H, W, 3): frames the cache lacks are encoded in one call
         and stored, so each frame of a run is encoded once however many windows it is part of. With
         ``crop`` (top, bottom, left, right; starting on multiples of ``pad_multiple`` and spanning
         them, or ending at the frame's edge: ``Region.aligned``), only that box is fused, from the
         whole frames' cached maps cut at the same place. ``guard`` (a lock) is held while the cache is
-        read and filled, where windows of one stream run on several threads at once."""
+        read and filled, where windows of one stream run on several threads at once. ``tiles`` (size,
+        overlap): frames too large for one call are encoded tile by tile (``encode_tiles``)."""
         frames = {f.index: f for f in window.frames}
         with guard if guard is not None else contextlib.nullcontext():
             missing = cache.missing(frames, run)
             if missing:
-                encoded = self.encode(np.stack([frames[i].pixels for i in missing]))
+                stacked = np.stack([frames[i].pixels for i in missing])
+                encoded = self.encode(stacked) if tiles is None else self.encode_tiles(stacked, *tiles)
                 for index, features in zip(missing, encoded, strict=True):
                     cache.put(index, run, features)
             window_features = [cache.get(i) for i in window.indices]
@@ -161,6 +193,9 @@ class Backend(abc.ABC):
                 for features in window_features
             ]
             target = target[top:bottom, left:right]
+        window_features = [
+            tuple(f.astype(np.float32, copy=False) for f in features) for features in window_features
+        ]
         enhanced: Pixels = self.fuse([window_features], target[None])[0]
         return enhanced
 

@@ -25,6 +25,7 @@ A streaming model (``export.streaming_export`` writes them) is two files and kee
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -43,7 +44,14 @@ from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.frame import Pixels
 from streamer.layout import to_model_layout
 
-__all__ = ["CPU_PROVIDER", "PROVIDER_PREFERENCE", "OnnxBackend", "resolve_providers"]
+__all__ = [
+    "CARD_BYTES_KEY",
+    "CPU_PROVIDER",
+    "PROVIDER_PREFERENCE",
+    "OnnxBackend",
+    "card_bytes_per_pixel",
+    "resolve_providers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +138,9 @@ class OnnxBackend(Backend):
             self._input, self._output = _TARGET, session.get_outputs()[0].name
         else:
             self._info, self._input, self._output = _read_contract(session, self.path)
+        self._info = dataclasses.replace(
+            self._info, activation_bytes_per_pixel=card_bytes_per_pixel(self.path)
+        )
         logger.info(
             "model %s runs on %s (asked for %s)", self._info.name, self._info.provider, ", ".join(requested)
         )
@@ -301,6 +312,34 @@ class OnnxBackend(Backend):
                 f"model {self._info.name} takes a batch of shape (B>=1, T={t}, C=3, H, W) uint8; "
                 f"got shape {shape} dtype {dtype}. Stack Hyperframe.pixels() of {t}-frame windows"
             )
+
+
+CARD_BYTES_KEY = "activation_bytes_per_pixel"
+"""The model card's field (``MODEL.json`` beside ``MODEL.onnx``) that memory admission reads."""
+
+
+def card_bytes_per_pixel(model: Path) -> int | None:
+    """The measured activation bytes per pixel in the card beside ``model``, if it has a valid one; a card
+    that cannot be read is ignored with a warning (admission then assumes its default)."""
+    card = model.with_suffix(".json")
+    if not card.is_file():
+        return None
+    try:
+        value = json.loads(card.read_text()).get(CARD_BYTES_KEY)
+    except (OSError, ValueError, AttributeError) as err:
+        logger.warning("model card %s cannot be read (%s); memory admission assumes its default", card, err)
+        return None
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1_000_000:
+        logger.warning(
+            "model card %s: %s must be a whole number of bytes in 1..1000000, got %r; ignored",
+            card,
+            CARD_BYTES_KEY,
+            value,
+        )
+        return None
+    return value
 
 
 def _pad(batch: npt.NDArray[np.uint8], widths: tuple[tuple[int, int], ...]) -> npt.NDArray[np.uint8]:

@@ -410,9 +410,35 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     whep.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     whep.set_defaults(func=_whep)
 
+    memory = kinds.add_parser(
+        "memory",
+        help="one model call's peak memory per pixel (what memory admission reads from the card)",
+        description="Each model in a fresh process: peak resident memory after one call at --size against "
+        "after one at 64x48, per pixel (a window model's whole window; a streaming model's T frames "
+        "encoded and one fusion). --write-cards stores it, rounded up, as activation_bytes_per_pixel in "
+        "the model's JSON card, which memory admission reads (480 where a model has none).",
+    )
+    memory.add_argument("--size", default="1920x1080", metavar="WxH", help="frame size measured (1920x1080)")
+    memory.add_argument(
+        "--model",
+        action="append",
+        metavar="ONNX",
+        help="a model to measure, repeatable (default: conv3d_t5, stream_t5, its INT8 pair, stream_t5_lite)",
+    )
+    memory.add_argument("--write-cards", action="store_true", help="store the figures in the models' cards")
+    memory.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    memory.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    memory.set_defaults(func=_memory)
+
 
 def _keepalive(args: argparse.Namespace) -> int:
     from streamer.bench.keepalive import run_from_args
+
+    return run_from_args(args)
+
+
+def _memory(args: argparse.Namespace) -> int:
+    from streamer.bench.memory import run_from_args
 
     return run_from_args(args)
 

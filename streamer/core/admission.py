@@ -17,8 +17,10 @@ from streamer.errors import BudgetError
 __all__ = ["ACTIVATION_BYTES_PER_PIXEL", "MemoryBudget", "StreamCost", "stream_cost"]
 
 ACTIVATION_BYTES_PER_PIXEL = 480
-"""A model call's working memory per input pixel: conv3d_t5 on a 3840x2160 stream peaked 3.23 GB higher
-whole-frame than in 1024-pixel tiles, for 7.1 million pixels more per call (455 bytes each)."""
+"""A model call's working memory per input pixel where its card has no measured figure
+(``activation_bytes_per_pixel``, written by ``streamer bench memory``): as the shipped models measure
+150-560 (one call at 1920x1080); conv3d_t5 on a 3840x2160 stream with two intra-op threads
+peaked 3.23 GB higher whole-frame than in 1024-pixel tiles, 455 bytes for each pixel more per call."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""``streamer bench keepalive`` and ``streamer bench whep`` for a few seconds, with real peers.
+"""``streamer bench keepalive``, ``whep`` and ``memory`` for a few seconds, with real peers and models.
 
 The figures these benchmarks exist for (gaps in milliseconds, memory after a minute) are timings and
 belong in their reports; here each runs short and the tests check what does not depend on the load.
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from streamer.assets import TEMPORAL_FILTER
 from streamer.bench import rtsp_relay
 from streamer.errors import ConfigError
 from tests.bench_cli import run_bench
@@ -51,3 +52,17 @@ def test_bad_arguments_are_one_line_errors() -> None:
         run_bench("whep", ["--players", "0"])
     with pytest.raises(ConfigError, match="--outage-s must be"):
         run_bench("keepalive", ["--outage-s", "0"])
+
+
+def test_memory_bench_measures_a_model_and_writes_its_card(tmp_path: Path) -> None:
+    model = tmp_path / "filter.onnx"
+    model.write_bytes(TEMPORAL_FILTER.read_bytes())
+    (tmp_path / "filter.json").write_text(json.dumps({"name": "filter"}))
+    out = tmp_path / "memory.json"
+    argv = ["--size", "1280x720", "--model", str(model), "--write-cards", "--json", str(out)]
+    assert run_bench("memory", argv) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["bytes_per_pixel"] > 0
+    card = json.loads((tmp_path / "filter.json").read_text())
+    assert card["name"] == "filter"  # the rest of the card is kept
+    assert card["activation_bytes_per_pixel"] >= row["bytes_per_pixel"]

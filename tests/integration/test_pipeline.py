@@ -337,10 +337,13 @@ def test_frames_larger_than_model_tile_are_enhanced_in_tiles_equal_to_the_whole_
 def test_two_workers_run_windows_at_once_and_write_the_frames_one_worker_writes_in_order(
     real_clip: Path, model: Path, tile: int | None
 ) -> None:
+    """Frames larger than ``model.tile`` run one window at a time (tiles are there to bound memory): two
+    of their tiles' calls must then never be under way together."""
     outputs: dict[int, list[tuple[int, np.ndarray]]] = {}
     features = {}
     barrier, met = threading.Barrier(2, timeout=60), list[int]()
     calls = iter(range(1_000_000))  # next() on it is atomic: each call gets its own number
+    lock, running, most = threading.Lock(), [0], [0]
     for workers in (1, 2):
         settings = {"model.path": str(model), "model.workers": workers, "model.tile": tile}
         source = {"kind": "file", "path": str(real_clip), "max_frames": 16}
@@ -360,15 +363,23 @@ def test_two_workers_run_windows_at_once_and_write_the_frames_one_worker_writes_
             real_call = getattr(backend, name)
 
             def together(*args: object, real_call: Any = real_call) -> Any:
-                if next(calls) < 2:
-                    met.append(barrier.wait())
-                return real_call(*args)
+                with lock:  # counted before the barrier: both of the first two are in when it opens
+                    running[0] += 1
+                    most[0] = max(most[0], running[0])
+                try:
+                    if tile is None and next(calls) < 2:
+                        met.append(barrier.wait())
+                    return real_call(*args)
+                finally:
+                    with lock:
+                        running[0] -= 1
 
             setattr(backend, name, together)
         report = asyncio.run(pipeline.run())
         assert report.outcomes["enhanced"] == 16
         features[workers] = pipeline.feature_stats().encoded
-    assert sorted(met) == [0, 1]
+    assert sorted(met) == ([] if tile else [0, 1])
+    assert most[0] == (1 if tile else 2)
     assert [i for i, _ in outputs[2]] == [i for i, _ in outputs[1]] == list(range(16))
     for (_, one), (_, two) in zip(outputs[1], outputs[2], strict=True):
         assert int(np.abs(one.astype(np.int16) - two).max()) <= 1  # threads split otherwise: rounding

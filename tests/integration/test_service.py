@@ -683,10 +683,11 @@ def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_g
     media = tmp_path / "media"
     media.mkdir()
     (media / "clip.mp4").write_bytes(real_clip.read_bytes())
-    # The running 640x360 stream is estimated at about 235 MB (two model calls at once): 65 MB are left.
+    # The running 640x360 stream is estimated at about 160 MB (two model calls at once, conv3d_t5's card:
+    # 295 bytes a pixel each): 40 MB are left, less than a 640x272 file needs.
     config = config_of(
         [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
-        **{"http.token": "t", "http.media_roots": [str(media)], "runtime.memory_budget_mb": 300},
+        **{"http.token": "t", "http.media_roots": [str(media)], "runtime.memory_budget_mb": 200},
     )
     auth = {"Authorization": "Bearer t"}
 
@@ -705,7 +706,7 @@ def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_g
             assert status == 503
             assert len(reason.strip().splitlines()) == 1
             assert "7680x4320 needs about" in reason
-            assert "MB of the 300 MB memory budget are left" in reason
+            assert "MB of the 200 MB memory budget are left" in reason
             assert rss_mb() - before < 50  # refused before anything of its size was allocated
             # A file's size is known once it opens: admitted or refused then, the stream failing alone.
             clip = {"id": "clip", "source": {"kind": "file", "path": str(media / "clip.mp4")}}
@@ -728,7 +729,7 @@ def test_a_stream_whose_frames_grow_past_the_budget_ends_there_with_its_earlier_
     written: list[int] = []
     config = config_of(
         [{"id": "grows", "source": {"kind": "file", "path": str(clip)}}],
-        **{"runtime.memory_budget_mb": 16},  # the first size needs ~9 MB, the second ~135 MB
+        **{"runtime.memory_budget_mb": 16},  # the first size needs ~11 MB, the second ~160 MB
     )
 
     def record(source: Frame, sent: Frame, outcome: Outcome) -> None:

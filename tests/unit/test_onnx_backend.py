@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -342,3 +343,31 @@ def test_the_cpu_provider_runs_two_calls_at_once_with_the_cores_split_unless_tol
     monkeypatch.setattr(app.os, "cpu_count", lambda: cores)
     app.build_backend(ModelConfig(providers=["CPUExecutionProvider"], **settings))  # type: ignore[arg-type]
     assert made == [expected]
+
+
+@pytest.mark.parametrize(
+    ("card", "expected", "warned"),
+    [
+        ({"name": "x", "activation_bytes_per_pixel": 230}, 230, False),
+        ({"name": "x"}, None, False),
+        ({"activation_bytes_per_pixel": -5}, None, True),
+        ({"activation_bytes_per_pixel": "lots"}, None, True),
+        (None, None, False),
+    ],
+)
+def test_the_measured_bytes_per_pixel_come_from_the_card_beside_the_model(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    card: dict[str, object] | None,
+    expected: int | None,
+    warned: bool,
+) -> None:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(TEMPORAL_FILTER.read_bytes())
+    if card is not None:
+        (tmp_path / "model.json").write_text(json.dumps(card))
+    with caplog.at_level(logging.WARNING):
+        backend = OnnxBackend(model)
+    backend.close()
+    assert backend.info.activation_bytes_per_pixel == expected
+    assert ("activation_bytes_per_pixel must be" in caplog.text) is warned

@@ -13,6 +13,7 @@ import torch
 
 from export.onnx_export import PARITY_TOLERANCE
 from export.streaming_export import UINT8_TOLERANCE_LEVELS, StreamingGraphs, export_streaming
+from streamer.assets import STREAMING_MODEL
 from streamer.backend.base import FrameFeatures
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.features import FeatureCache
@@ -280,3 +281,22 @@ def test_step_on_a_stateless_streaming_model_is_its_full_window_infer() -> None:
     stepped, state = backend.step(batch, backend.initial_state(1, 32, 48))
     assert state == ()
     assert np.array_equal(stepped, backend.infer(batch))
+
+
+@pytest.mark.parametrize(("height", "width"), [(200, 330), (96, 128)])
+def test_large_frames_are_encoded_tile_by_tile_into_half_precision_maps_equal_to_the_whole(
+    height: int, width: int
+) -> None:
+    backend = OnnxBackend(STREAMING_MODEL, threads=1)
+    try:
+        frames = np.random.default_rng(3).integers(0, 256, (2, height, width, 3), dtype=np.uint8)
+        whole = backend.encode(frames)
+        tiled = backend.encode_tiles(frames, tile=96, overlap=16)  # 200x330 in 3 x 5 tiles, odd edges
+        for w_maps, t_maps in zip(whole, tiled, strict=True):
+            for w_map, t_map in zip(w_maps, t_maps, strict=True):
+                assert t_map.dtype == np.float16
+                assert t_map.shape == w_map.shape
+                scale = float(np.abs(w_map).max())
+                np.testing.assert_allclose(t_map.astype(np.float32), w_map, rtol=1e-3, atol=1e-3 * scale)
+    finally:
+        backend.close()
