@@ -29,7 +29,7 @@ from streamer.app import build_pipeline
 from streamer.assets import STREAMING_LITE_MODEL
 from streamer.bench import rtsp_relay
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, markdown_targets, table_footer
-from streamer.bench.latency import Settings, _Camera, _Relay, _RtspCamera, parse_size
+from streamer.bench.latency import Camera, Relay, RtspCamera, Settings, parse_size
 from streamer.config import (
     Config,
     GateConfig,
@@ -112,7 +112,7 @@ class _Reader(threading.Thread):
             self.ended_at = time.monotonic()
 
 
-def _config(relay: _Relay, args: argparse.Namespace) -> Config:
+def _config(relay: Relay, args: argparse.Namespace) -> Config:
     return Config(
         source=RtspSourceConfig(
             url=relay.url("cam"), read_timeout_s=2.0, backoff_initial_s=0.2, backoff_max_s=1.0
@@ -127,7 +127,7 @@ def _config(relay: _Relay, args: argparse.Namespace) -> Config:
 
 async def _scenario(args: argparse.Namespace, width: int, height: int) -> KeepAliveResult:
     settings = Settings(width, height, args.fps, frames=10**6, warmup=0)
-    relay = _Relay()
+    relay = Relay()
     written: list[tuple[float, Outcome]] = []
 
     def note(source: Frame, sent: Frame, outcome: Outcome) -> None:
@@ -136,11 +136,11 @@ async def _scenario(args: argparse.Namespace, width: int, height: int) -> KeepAl
     await asyncio.to_thread(relay.start)
     pipeline = build_pipeline(_config(relay, args), on_output=note)
     reader = _Reader(relay.url("out"), args.reader_timeout_s)
-    cameras: list[_RtspCamera] = []
+    cameras: list[RtspCamera] = []
     running = asyncio.create_task(pipeline.run())
     started = time.monotonic()
     try:
-        cameras.append(_RtspCamera(relay.publish_url("cam"), _Camera(settings)))
+        cameras.append(RtspCamera(relay.publish_url("cam"), Camera(settings)))
         cameras[0].start()
         await asyncio.to_thread(relay.wait_for, "publish out", 60.0)
         reader.start()
@@ -149,7 +149,7 @@ async def _scenario(args: argparse.Namespace, width: int, height: int) -> KeepAl
         await asyncio.to_thread(cameras[0].join, 10.0)
         left = time.monotonic()
         await asyncio.sleep(args.outage_s)
-        cameras.append(_RtspCamera(relay.publish_url("cam"), _Camera(settings)))
+        cameras.append(RtspCamera(relay.publish_url("cam"), Camera(settings)))
         back = time.monotonic()
         cameras[1].start()
         await asyncio.sleep(args.after_s)

@@ -80,8 +80,11 @@ from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 
 __all__ = [
     "PATHS",
+    "Camera",
     "LatencyReport",
     "PathResult",
+    "Relay",
+    "RtspCamera",
     "Settings",
     "Skipped",
     "format_markdown",
@@ -214,7 +217,7 @@ class LatencyReport:
 # The camera and what the players saw
 
 
-class _Camera:
+class Camera:
     """FFmpeg's moving testsrc2 with each frame's number stamped in; notes when each frame was captured."""
 
     def __init__(self, settings: Settings) -> None:
@@ -263,7 +266,7 @@ def _result(
     route: str,
     codec: str,
     settings: Settings,
-    camera: _Camera,
+    camera: Camera,
     arrivals: Sequence[tuple[int | None, float]],
     recorder: _Recorder,
     report: PipelineReport,
@@ -352,7 +355,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class _Relay:
+class Relay:
     """The relay process on a free loopback port, and the event lines it prints (``play cam`` ...)."""
 
     def __init__(self) -> None:
@@ -398,11 +401,11 @@ class _Relay:
                 self._changed.notify_all()
 
 
-class _RtspCamera(threading.Thread):
+class RtspCamera(threading.Thread):
     """Publishes the camera's frames to the relay in real time (libx264 ultrafast, zerolatency), then
     leaves (TEARDOWN), which ends the relay's stream for its players."""
 
-    def __init__(self, url: str, camera: _Camera) -> None:
+    def __init__(self, url: str, camera: Camera) -> None:
         super().__init__(name="bench-rtsp-camera", daemon=True)
         self.url = url
         self.camera = camera
@@ -486,9 +489,9 @@ async def _rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     if missing is not None:
         return Skipped("rtsp", f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
     deadline = time.monotonic() + settings.cap_s
-    relay = _Relay()
-    camera = _Camera(settings)
-    sender = _RtspCamera(relay.publish_url("cam"), camera)
+    relay = Relay()
+    camera = Camera(settings)
+    sender = RtspCamera(relay.publish_url("cam"), camera)
     player = _RtspPlayer(relay.url("out"), settings.total * 2, open_timeout_s=SETUP_S)
     recorder = _Recorder(measured)
     config = settings.config(
@@ -538,7 +541,7 @@ class _CameraTrack(MediaStreamTrack):
 
     kind = "video"
 
-    def __init__(self, camera: _Camera) -> None:
+    def __init__(self, camera: Camera) -> None:
         super().__init__()
         self.camera = camera
         self.done = asyncio.Event()
@@ -590,7 +593,7 @@ class _WebRtcPeers(threading.Thread):
     shown the last measured frame (or ``DRAIN_S`` after the camera's last)."""
 
     def __init__(
-        self, base_url: str, camera: _Camera, last: int, cap_s: float, on_error: Callable[[], object]
+        self, base_url: str, camera: Camera, last: int, cap_s: float, on_error: Callable[[], object]
     ) -> None:
         super().__init__(name="bench-webrtc-peers", daemon=True)
         self.on_error = on_error
@@ -705,7 +708,7 @@ async def _webrtc(settings: Settings, measured: range) -> PathResult:
     loop = asyncio.get_running_loop()
     await server.start()
     try:
-        camera = _Camera(settings)
+        camera = Camera(settings)
         # Peers that fail stop the pipeline, rather than leave it waiting out its open timeout.
         peers = _WebRtcPeers(
             server.url, camera, measured[-1], settings.cap_s, lambda: loop.call_soon_threadsafe(pipeline.stop)
