@@ -740,10 +740,10 @@ class Pipeline:
                     waiting = None
                 if keepalive is not None and keepalive.stale(out.source.arrival, time.monotonic()):
                     continue
-                await self._write(out.frame)
+                began = await self._write(out.frame)
                 last = out.frame
                 if keepalive is not None:
-                    keepalive.sent(self.last_sent_at or time.monotonic())
+                    keepalive.sent(began)
                 done_at = self.last_sent_at or time.monotonic()
                 self._observe(Stage.END_TO_END, done_at - out.source.arrival)
                 self._latency.record(done_at - out.source.arrival)
@@ -754,12 +754,15 @@ class Pipeline:
             if waiting is not None:
                 waiting.cancel()
 
-    async def _write(self, frame: Frame) -> None:
+    async def _write(self, frame: Frame) -> float:
+        """Sends ``frame``; returns when the send began, which is what a keep-alive times from: every send
+        (a filler's too) takes about as long, so fillers then leave a frame period apart."""
         self.sending_since = started = time.monotonic()
         await self.sink.send(frame)
         self.sending_since = None
         self.last_sent_at = time.monotonic()
         self._observe(Stage.ENCODE, self.last_sent_at - started)
+        return started
 
     def _filler(self, last: Frame, filler: Filler) -> Frame:
         """The frame a silent source leaves the output: ``last`` again, or the card, one period on."""

@@ -1,22 +1,24 @@
 """``streamer bench keepalive``: a camera gone for half a minute behind an RTSP output, seen by a reader.
 
-A camera (FFmpeg's ``testsrc2`` with each frame's number stamped in, libx264, paced in real time)
-publishes to the GStreamer relay; the pipeline reads it over RTSP, enhances it within a latency budget
-and publishes ``/out`` to the relay; an independent reader (PyAV, one session, never reconnecting, a
-read timeout as an NVR's) plays ``/out``. After ``--before-s`` the camera leaves (TEARDOWN: the relay
-ends its stream), for ``--outage-s``; a new camera then publishes for ``--after-s``. What the reader saw
-is the result: the longest wait between two frames (overall, and from the camera leaving until its
-return shows), whether its session outlived the outage, the frames it got meanwhile (the last frame
-again, then the NO SIGNAL card) and the frames of the second camera, enhanced again.
+A camera (FFmpeg's ``testsrc2`` with each frame's number stamped in, libx264, paced in real time, in a
+process of its own, as is the reader) publishes to the GStreamer relay; the pipeline reads it over RTSP,
+enhances it within a latency budget and publishes ``/out`` to the relay; an independent reader (PyAV,
+one session, never reconnecting, a read timeout as an NVR's) plays ``/out``. After ``--before-s`` the
+camera leaves (TEARDOWN: the relay ends its stream), for ``--outage-s``; a new camera then publishes for
+``--after-s``. What the reader saw is the result: the longest wait between two frames (overall, and from
+the camera leaving until its return shows), whether its session outlived the outage, the frames it got
+meanwhile (the last frame again, then the NO SIGNAL card) and the frames of the second camera, enhanced
+again.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import threading
+import multiprocessing
 import time
 from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -78,39 +80,89 @@ class KeepAliveResult:
     seconds: float
 
 
-class _Reader(threading.Thread):
-    """An NVR: one session of ``/out``, never reconnecting; notes each frame's arrival, code and level."""
+class _Reader:
+    """An NVR: one session of ``/out``, never reconnecting; notes each frame's arrival, code and level. In
+    a process of its own, so its decoding and the pipeline's work never wait for each other's interpreter
+    lock: what it sees is what the RTSP output and the relay deliver (arrival times are the system's
+    monotonic clock, shared by both processes)."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
-        super().__init__(name="bench-keepalive-reader", daemon=True)
-        self.url = url
+        context = multiprocessing.get_context("spawn")
         self.timeout_s = timeout_s
         self.frames: list[tuple[float, int | None, float]] = []
-        self.ended_at: float | None = None
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
+        self._halt = context.Event()
+        self._ended = context.Value("d", 0.0)
+        self._results, child = context.Pipe(duplex=False)
+        self._process = context.Process(
+            target=_read, args=(url, timeout_s, self._halt, self._ended, child), daemon=True
+        )
+
+    @property
+    def ended_at(self) -> float | None:
+        """When its session ended before it was halted (the output went silent for its read timeout)."""
+        return float(self._ended.value) or None
+
+    def start(self) -> None:
+        self._process.start()
 
     def halt(self) -> None:
         self._halt.set()
 
-    def snapshot(self) -> list[tuple[float, int | None, float]]:
-        with self._lock:
-            return list(self.frames)
+    def join(self, timeout: float) -> None:
+        """Collects what it saw; a reader still waiting on a silent output gives up at its read timeout."""
+        if self._process.pid is None:  # never started
+            return
+        if self._results.poll(timeout):
+            self.frames = self._results.recv()
+        self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
 
-    def run(self) -> None:
-        options = {"rtsp_transport": "tcp", "analyzeduration": "100000"}
-        try:
-            with av.open(self.url, options=options, timeout=(30.0, self.timeout_s)) as container:
-                for frame in container.decode(video=0):
-                    pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
-                    with self._lock:
-                        self.frames.append((time.monotonic(), framecode.read(pixels), float(pixels.mean())))
-                    if self._halt.is_set():
-                        return
-        except av.error.FFmpegError:
-            pass
-        if not self._halt.is_set():
-            self.ended_at = time.monotonic()
+
+def _read(url: str, timeout_s: float, halt: Any, ended: Any, results: Connection) -> None:
+    frames: list[tuple[float, int | None, float]] = []
+    options = {"rtsp_transport": "tcp", "analyzeduration": "100000"}
+    try:
+        with av.open(url, options=options, timeout=(30.0, timeout_s)) as container:
+            for frame in container.decode(video=0):
+                pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                frames.append((time.monotonic(), framecode.read(pixels), float(pixels.mean())))
+                if halt.is_set():
+                    break
+    except av.error.FFmpegError:
+        pass
+    if not halt.is_set():
+        ended.value = time.monotonic()
+    results.send(frames)
+    results.close()
+
+
+class _CameraProcess:
+    """A camera in a process of its own (a real camera is not in the sidecar): publishes until halted."""
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._halt = context.Event()
+        self._process = context.Process(target=_publish, args=(url, settings, self._halt), daemon=True)
+
+    def start(self) -> None:
+        self._process.start()
+
+    def halt(self) -> None:
+        """Leave (TEARDOWN: the relay ends its stream for its players) and wait for the process."""
+        self._halt.set()
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+def _publish(url: str, settings: Settings, halt: Any) -> None:
+    camera = RtspCamera(url, Camera(settings))
+    camera.start()
+    halt.wait()
+    camera.halt()
+    camera.join(10)
+    camera.camera.close()
 
 
 def _config(relay: Relay, args: argparse.Namespace) -> Config:
@@ -137,20 +189,19 @@ async def _scenario(args: argparse.Namespace, width: int, height: int) -> KeepAl
     await asyncio.to_thread(relay.start)
     pipeline = build_pipeline(_config(relay, args), on_output=note)
     reader = _Reader(relay.url("out"), args.reader_timeout_s)
-    cameras: list[RtspCamera] = []
+    cameras: list[_CameraProcess] = []
     running = asyncio.create_task(pipeline.run())
     started = time.monotonic()
     try:
-        cameras.append(RtspCamera(relay.publish_url("cam"), Camera(settings)))
+        cameras.append(_CameraProcess(relay.publish_url("cam"), settings))
         cameras[0].start()
         await asyncio.to_thread(relay.wait_for, "publish out", 60.0)
         reader.start()
         await asyncio.sleep(args.before_s)
-        cameras[0].halt()
-        await asyncio.to_thread(cameras[0].join, 10.0)
+        await asyncio.to_thread(cameras[0].halt)
         left = time.monotonic()
         await asyncio.sleep(args.outage_s)
-        cameras.append(RtspCamera(relay.publish_url("cam"), Camera(settings)))
+        cameras.append(_CameraProcess(relay.publish_url("cam"), settings))
         back = time.monotonic()
         cameras[1].start()
         await asyncio.sleep(args.after_s)
@@ -162,16 +213,16 @@ async def _scenario(args: argparse.Namespace, width: int, height: int) -> KeepAl
         await asyncio.wait_for(running, 30)
     finally:
         for camera in cameras:
-            camera.halt()
-            camera.join(10)
-            camera.camera.close()
+            await asyncio.to_thread(camera.halt)
         if not running.done():
             pipeline.stop()
             await asyncio.wait_for(running, 30)
         reader.halt()
-        await asyncio.to_thread(reader.join, args.reader_timeout_s + 5)
+        await asyncio.to_thread(reader.join, args.reader_timeout_s + 10)
         relay.kill()
-    frames = reader.snapshot()
+    frames = reader.frames
+    if not frames:
+        raise SourceError("bench keepalive: the reader got no frame from the RTSP output")
     times = [at for at, _, _ in frames]
     gaps = np.diff(np.asarray(times)) * 1000 if len(times) > 1 else np.zeros(1)
     # The outage, as the reader lived it: from the camera leaving to the second camera's first frame.
