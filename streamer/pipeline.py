@@ -472,10 +472,7 @@ class Pipeline:
         hands their frames on in order."""
         limit = 1 if self.backend.info.state else self.scheduler.workers
         slots = asyncio.Semaphore(limit)
-        started: asyncio.Queue[
-            tuple[list[_Work], int, asyncio.Task[tuple[dict[int, Frame], set[int]]]] | None
-        ]
-        started = asyncio.Queue()
+        started: asyncio.Queue[_Started | None] = asyncio.Queue()
 
         async def start(group: asyncio.TaskGroup) -> None:
             try:

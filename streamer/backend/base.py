@@ -141,16 +141,15 @@ class Backend(abc.ABC):
         specs = self.info.features
         maps = [np.empty((n, s.channels, hp // s.scale, wp // s.scale), dtype=np.float16) for s in specs]
         for part in plan_tiles(h, w, tile, overlap, m):
-            ct, _, cl, _ = part.crop
+            top, bottom, left, right = part.crop
             pt, pb, pl, pr = part.paste
             pb, pr = (hp if pb == h else pb), (wp if pr == w else pr)  # the edge tile keeps its padding
-            top, bottom, left, right = part.crop
             encoded = self.encode(np.ascontiguousarray(frames[:, top:bottom, left:right]))
             for k, spec in enumerate(specs):
                 s = spec.scale
                 for i, features in enumerate(encoded):
                     maps[k][i, :, pt // s : pb // s, pl // s : pr // s] = features[k][
-                        :, (pt - ct) // s : (pb - ct) // s, (pl - cl) // s : (pr - cl) // s
+                        :, (pt - top) // s : (pb - top) // s, (pl - left) // s : (pr - left) // s
                     ]
         return [tuple(m_[i] for m_ in maps) for i in range(n)]
 

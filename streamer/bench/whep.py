@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import statistics
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -207,11 +208,6 @@ def _cpu_percent(seconds: float) -> float:
     return 100.0 * used / (time.monotonic() - wall)
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else 0.0
-
-
 async def _scenario(args: argparse.Namespace) -> WhepBurstResult:
     config = Config(
         source=SyntheticSourceConfig(width=640, height=360, fps=30, frames=None, realtime=True),
@@ -255,10 +251,10 @@ async def _scenario(args: argparse.Namespace) -> WhepBurstResult:
         cap=args.cap,
         answered=dict(sorted(players.answered.items())),
         retry_after=players.retry_after,
-        frames_per_player=_median([float(f) for f in players.frames]),
-        rss_before_mb=_median([float(r) for r in before]) / _MIB,
+        frames_per_player=statistics.median(players.frames) if players.frames else 0.0,
+        rss_before_mb=statistics.median(before) / _MIB,
         rss_peak_mb=peak / _MIB,
-        rss_after_mb=_median([float(r) for r in after]) / _MIB,
+        rss_after_mb=statistics.median(after) / _MIB,
         after_s=args.after_s,
         cpu_before_percent=cpu_before,
         cpu_watching_percent=cpu_watching,
