@@ -81,10 +81,10 @@ class KeepAliveResult:
 
 
 class _Reader:
-    """An NVR: one session of ``/out``, never reconnecting; notes each frame's arrival, code and level. In
-    a process of its own, so its decoding and the pipeline's work never wait for each other's interpreter
-    lock: what it sees is what the RTSP output and the relay deliver (arrival times are the system's
-    monotonic clock, shared by both processes)."""
+    """An NVR: one session of ``/out``, never reconnecting; notes each frame's arrival (when its packet is
+    demuxed, before decoding), code and level. In a process of its own, so its decoding and the
+    pipeline's work never wait for each other's interpreter lock: what it sees is what the RTSP output
+    and the relay deliver (arrival times are the system's monotonic clock, shared by both processes)."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
         context = multiprocessing.get_context("spawn")
@@ -124,9 +124,11 @@ def _read(url: str, timeout_s: float, halt: Any, ended: Any, results: Connection
     options = {"rtsp_transport": "tcp", "analyzeduration": "100000"}
     try:
         with av.open(url, options=options, timeout=(30.0, timeout_s)) as container:
-            for frame in container.decode(video=0):
-                pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
-                frames.append((time.monotonic(), framecode.read(pixels), float(pixels.mean())))
+            for packet in container.demux(video=0):
+                arrived = time.monotonic()
+                for frame in packet.decode():
+                    pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                    frames.append((arrived, framecode.read(pixels), float(pixels.mean())))
                 if halt.is_set():
                     break
     except av.error.FFmpegError:
@@ -304,7 +306,8 @@ def format_table(result: KeepAliveResult, machine: Machine) -> str:
         f"{r.second_camera_enhanced} of {r.second_camera_frames} frames enhanced",
     ]
     notes = [
-        "gaps are the reader's waits between decoded frames (monotonic clock); while the camera is gone, "
+        "gaps are the reader's waits between frames, each timed as its packet arrives (monotonic clock); "
+        "while the camera is gone, "
         "those next to a keep-alive frame (a repeat or the card): the camera's last frames still leaving "
         "the pipeline keep the model's cadence, as in the overall figure; the relay, the pipeline and the "
         "reader share this machine's cores",

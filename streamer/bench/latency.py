@@ -75,6 +75,7 @@ from streamer.config import (
 )
 from streamer.errors import ConfigError, SourceError, StreamerError
 from streamer.frame import Frame
+from streamer.nodelay import disable_nagle, rtsp_peer
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 
@@ -432,6 +433,9 @@ class RtspCamera(threading.Thread):
             assert isinstance(stream, VideoStream)
             stream.width, stream.height, stream.pix_fmt = s.width, s.height, "yuv420p"
             container.start_encoding()
+            peer = rtsp_peer(self.url)
+            if peer is not None:
+                disable_nagle(*peer)  # as a camera's RTSP stack does; see streamer.nodelay
             start = time.monotonic()
             for index in range(s.total):
                 if self._halt.wait(max(0.0, start + index / s.fps - time.monotonic())):

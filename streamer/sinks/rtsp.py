@@ -30,6 +30,7 @@ from av.video.stream import VideoStream
 from streamer.colour import from_rgb, tag
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
+from streamer.nodelay import disable_nagle, rtsp_peer
 from streamer.sinks.base import Sink
 from streamer.sources.rtsp import (
     Transport,
@@ -293,6 +294,9 @@ class RtspSink(Sink):
             with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
                 container.close()
             raise SinkError(self._cannot_publish(exc)) from None
+        peer = rtsp_peer(self.url)
+        if self.transport == "tcp" and peer is not None:
+            disable_nagle(*peer)  # a keyframe's packets would wait out the server's delayed ACKs
         return _Connection(container, stream)
 
     def _cannot_publish(self, exc: Exception) -> str:
