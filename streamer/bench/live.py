@@ -27,7 +27,7 @@ from streamer.config import ModelConfig
 from streamer.errors import ConfigError
 from streamer.tiers import AUTO, model_fps
 
-__all__ = ["LiveRow", "run_from_args", "run_live_bench"]
+__all__ = ["LiveRow", "check_targets", "run_from_args", "run_live_bench"]
 
 _SHARE_TARGETS = {(640, 360): 0.99, (1280, 720): 0.95}
 """Issue targets: the share of frames enhanced live at 30 fps on two cores."""
@@ -137,20 +137,24 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def _targets(rows: list[LiveRow]) -> list[Target]:
+def _meets(row: LiveRow, share: float) -> bool:
+    return row.enhanced_share >= share and row.lost == 0 and (row.p99_ms or 0) <= row.budget_ms
+
+
+def check_targets(rows: list[LiveRow]) -> list[Target]:
     targets = []
     for (w, h), share in _SHARE_TARGETS.items():
         size = f"{w}x{h}"
         mine = [r for r in rows if r.size == size]
-        best = max(mine, key=lambda r: r.enhanced_share, default=None)
+        # A tier that meets all three, else the one enhancing most.
+        best = max(mine, key=lambda r: (_meets(r, share), r.enhanced_share), default=None)
         if best is None:
             targets.append(Target(f">= {share:.0%} enhanced at {size}", None, "not measured in this run"))
             continue
-        ok = best.enhanced_share >= share and best.lost == 0 and (best.p99_ms or 0) <= best.budget_ms
         targets.append(
             Target(
-                f">= {share:.0%} enhanced at {size}, 0 lost, p99 <= budget (best tier)",
-                ok,
+                f">= {share:.0%} enhanced at {size}, 0 lost, p99 <= budget (in one tier)",
+                _meets(best, share),
                 f"{best.model}: {best.enhanced_share:.1%} enhanced, {best.lost} lost, "
                 f"p99 {_ms(best.p99_ms)} ms vs budget {best.budget_ms:g} ms",
             )
@@ -215,7 +219,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
         "is not counted",
     ]
-    return "\n".join([header, "", line, "-" * len(line), *body, *table_footer(notes, _targets(rows), wall_s)])
+    return "\n".join([header, "", line, "-" * len(line), *body, *table_footer(notes, check_targets(rows), wall_s)])
 
 
 def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: float) -> str:
@@ -232,7 +236,7 @@ def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: fl
             f"| {r.cpu_percent:.0f} |"
         )
     lines += ["", f"RTSP at {fps} fps, {seconds:g} s per run, gate off; {machine.line()}."]
-    lines += [f"- {t.verdict} {t.name}: {t.detail}" for t in _targets(rows)]
+    lines += [f"- {t.verdict} {t.name}: {t.detail}" for t in check_targets(rows)]
     return "\n".join(lines) + "\n"
 
 
