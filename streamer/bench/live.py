@@ -219,7 +219,9 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
         "is not counted",
     ]
-    return "\n".join([header, "", line, "-" * len(line), *body, *table_footer(notes, check_targets(rows), wall_s)])
+    return "\n".join(
+        [header, "", line, "-" * len(line), *body, *table_footer(notes, check_targets(rows), wall_s)]
+    )
 
 
 def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: float) -> str:
