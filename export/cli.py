@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from streamer.backend.base import Layout
+from streamer.backend.base import ChannelOrder, Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
 
@@ -173,10 +173,38 @@ def _add_export(subparsers: Any) -> None:
     )
     p.add_argument("--weights", type=Path, help="a state_dict .pt to load into --arch or --factory models")
     _add_model_flags(p)
-    p.add_argument(
-        "--layout", choices=("NTCHW", "NCTHW"), help="input layout, for models that do not declare it"
+    declare = p.add_argument_group(
+        "what the model takes and returns",
+        "for models that do not declare it in attributes of the same name (t, layout, output_position, "
+        "pad_multiple, channel_order, value_range, uint8_input, scale); a flag must agree with an attribute",
     )
-    p.add_argument("--pad-multiple", type=int, help="H/W multiple, for models that do not declare it")
+    declare.add_argument(
+        "--layout",
+        choices=[layout.value for layout in Layout],
+        help="input layout: NTCHW (B,T,C,H,W), NCTHW (B,C,T,H,W), N(T*C)HW (B,T*3,H,W: the T frames' RGB "
+        "stacked frame by frame, for a 2D multi-frame net) or NCHW (B,3,H,W: a per-frame net, T=1)",
+    )
+    declare.add_argument("--pad-multiple", type=int, help="H/W multiple the model needs")
+    declare.add_argument(
+        "--channel-order",
+        choices=[order.value for order in ChannelOrder],
+        help="colour order of the input and output channels (default: RGB)",
+    )
+    declare.add_argument(
+        "--value-range",
+        metavar="LO,HI",
+        help="the float range pixels 0..255 map to in a float input or output, e.g. --value-range=-1,1 "
+        "or 0,255 (default: 0,1)",
+    )
+    declare.add_argument(
+        "--uint8-input",
+        action="store_true",
+        default=None,
+        help="the model takes uint8 pixels 0..255 (and returns uint8 pixels, or float in --value-range)",
+    )
+    declare.add_argument(
+        "--scale", type=int, help="output size / input size: 2 or 4 for super-resolution (default: 1)"
+    )
     p.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
     p.add_argument("--name", help="model name in the metadata and card (default: the file's stem)")
     p.add_argument("--description", default="", help="one paragraph for the model card")
@@ -252,9 +280,9 @@ def _run_export(args: argparse.Namespace) -> int:
     import torch
     from torch import nn
 
+    from export.checkpoint import load_checkpoint
     from export.onnx_export import export_with_card
     from export.streaming_export import is_streaming
-    from export.train import load_checkpoint
     from streamer.models.registry import build
 
     overrides: dict[str, Any] = {}
@@ -306,10 +334,7 @@ def _run_export(args: argparse.Namespace) -> int:
                 overrides["output_position"] = OutputPosition(args.position)
         if args.weights is not None:
             _load_weights(module, args.weights)
-    if args.layout is not None:
-        overrides["layout"] = Layout(args.layout)
-    if args.pad_multiple is not None:
-        overrides["pad_multiple"] = args.pad_multiple
+    overrides.update(_declared(args))
     torch.manual_seed(0)
     if args.streaming:
         module = _as_streaming(module, card)
@@ -359,9 +384,7 @@ def _export_streaming(
 ) -> int:
     from export.streaming_export import export_streaming_with_card
 
-    refused = [
-        flag for flag, given in (("--fp16", args.fp16), ("--layout/--pad-multiple", overrides)) if given
-    ]
+    refused = [flag for flag, given in (("--fp16", args.fp16), (_DECLARING, overrides)) if given]
     if refused or args.opset != 17:
         raise ConfigError(
             f"{type(module).__name__} exports as a streaming model (uint8 graphs, layout and padding of its "
@@ -415,6 +438,32 @@ def _export_streaming(
         )
     print(f"wrote {card_path}")
     return 0
+
+
+_DECLARING = "--layout/--pad-multiple/--channel-order/--value-range/--uint8-input/--scale"
+
+
+def _declared(args: argparse.Namespace) -> dict[str, Any]:
+    """The contract flags given (each checked against the module by the exporter), as export_onnx's
+    keyword arguments."""
+    declared: dict[str, Any] = {
+        "layout": None if args.layout is None else Layout(args.layout),
+        "pad_multiple": args.pad_multiple,
+        "channel_order": None if args.channel_order is None else ChannelOrder(args.channel_order),
+        "value_range": None if args.value_range is None else _value_range(args.value_range),
+        "uint8_input": args.uint8_input,
+        "scale": args.scale,
+    }
+    return {key: value for key, value in declared.items() if value is not None}
+
+
+def _value_range(text: str) -> tuple[float, float]:
+    """``LO,HI`` as two floats (their order is the exporter's to check)."""
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--value-range takes LO,HI (e.g. 0,1 or -1,1 or 0,255), got {text!r}") from None
+    return (lo, hi)
 
 
 def _load_weights(module: Any, path: Path) -> None:

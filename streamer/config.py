@@ -10,9 +10,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL
+from streamer.backend.base import ChannelOrder, Declared, Layout
 from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
@@ -20,7 +29,8 @@ from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
 from streamer.pipeline import SkipAction
 from streamer.samples import resolve_sample
-from streamer.webrtc.ice import is_loopback
+from streamer.webrtc.cors import check_origins
+from streamer.webrtc.ice import IceServer, check_ice_url, is_loopback
 
 __all__ = [
     "Config",
@@ -28,6 +38,7 @@ __all__ = [
     "FileSourceConfig",
     "GateConfig",
     "HttpConfig",
+    "IceServerConfig",
     "LatencyConfig",
     "ModelConfig",
     "NullSinkConfig",
@@ -55,10 +66,14 @@ class FileSourceConfig(_Strict):
     path: Path
     """Any file PyAV reads (its first video stream is used), or ``sample:NAME`` for a sample clip."""
     max_frames: int | None = Field(None, ge=1, le=10**9)
-    """Stop after this many frames; None reads the whole file."""
+    """Stop after this many frames (counted across passes with ``loop``); None reads the whole file."""
     noise_sigma: float = Field(0.0, ge=0.0, le=128.0)
     """Gaussian noise added on read (0..255 units): a known degradation for demos and benchmarks."""
     seed: int = Field(0, ge=0, le=2**32 - 1)
+    realtime: bool = False
+    """Release each frame at its PTS on the wall clock, as a live camera (drops its oldest, never queues)."""
+    loop: bool = False
+    """Start again at the end, timestamps continuing; each restart is a discontinuity. Drops the audio."""
 
     @field_validator("path", mode="before")
     @classmethod
@@ -161,18 +176,73 @@ class WhepSinkConfig(_Strict):
     """Players POST to /whep/{stream}."""
 
 
+class IceServerConfig(_Strict):
+    """A STUN or TURN server as browsers' ``RTCIceServer`` has it: ``urls``, ``username``, ``credential``."""
+
+    urls: list[str] = Field(min_length=1, max_length=8)
+    """stun:, stuns:, turn: or turns: URLs of one server (RFC 7064, 7065), e.g.
+    ``turn:turn.example.net:3478?transport=udp``."""
+    username: str | None = None
+    credential: SecretStr | None = None
+    """The TURN long-term password: a secret, shown nowhere (logs, errors, ``repr``) but to authorised
+    clients, in the Link headers that advertise it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credential_is_text(cls, data: Any) -> Any:
+        """Refuse a credential that is not text here, where the error quotes the whole entry (which
+        errors never show) rather than the field's value."""
+        if isinstance(data, dict) and not isinstance(data.get("credential"), str | SecretStr | None):
+            raise ValueError("the credential must be a string (quote it in YAML); the value is not shown")
+        return data
+
+    @model_validator(mode="after")
+    def _usable(self) -> IceServerConfig:
+        self.server()  # a ConfigError (a ValueError) naming what is wrong, never the credential
+        return self
+
+    def server(self) -> IceServer:
+        """This entry for the WebRTC server, credential revealed."""
+        secret = None if self.credential is None else self.credential.get_secret_value()
+        return IceServer(tuple(self.urls), self.username, secret)
+
+
 class WebRtcConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     token: str | None = Field(None, min_length=1, max_length=4096)
     ice_addresses: list[str] | None = None
-    stun_servers: list[str] = Field(default_factory=list)
+    stun_servers: list[str] = Field(default_factory=list, max_length=8)
+    """stun: or stuns: URLs; a STUN server needs no credential."""
+    ice_servers: list[IceServerConfig] = Field(default_factory=list, max_length=8)
+    """STUN and TURN servers with credentials: the server's own peers use them (aiortc takes the first
+    STUN and the first TURN URL of all), and ``advertise_ice_servers`` tells clients of them."""
+    advertise_ice_servers: bool | None = None
+    """Send the STUN and TURN servers, credentials included, to authorised clients in ``Link: <...>;
+    rel="ice-server"`` headers (RFC 9725) on the 201 answer and on OPTIONS; None: when a TURN server is
+    configured."""
+    cors_origins: list[str] = Field(default_factory=list, max_length=64)
+    """Origins (``https://studio.example.net``) whose web pages may publish and play; ``['*']``: any
+    (needs ``token``); []: the server's own pages only."""
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=1024 * 1024)
     connect_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
     max_sessions: int = Field(64, ge=1, le=4096)
     """WHIP and WHEP sessions open at once; an offer past it gets 503 with Retry-After."""
     max_players: int = Field(16, ge=1, le=4096)
     """WHEP players of one stream at once (each has its own encoder); past it, 503 with Retry-After."""
+
+    @field_validator("stun_servers")
+    @classmethod
+    def _stun_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not check_ice_url(url).startswith("stun"):
+                raise ValueError(f"{url!r} is a TURN URL; list it under ice_servers with its credentials")
+        return urls
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        return list(check_origins(origins))  # as browsers write them, so they compare exactly
 
 
 _MAX_PAD_MULTIPLE = 16
@@ -205,6 +275,40 @@ class ModelConfig(_Strict):
     headroom: float = Field(1.5, ge=1.0, le=10.0)
     """``auto``: how many times the source's frame rate a tier must run alone; decode, encode and the
     event loop share the cores with it."""
+    layout: Layout | None = None
+    """How a model file without (or with wrong) ``streamer.layout`` metadata takes its frames: NTCHW,
+    NCTHW, N(T*C)HW (channel-stacked) or NCHW (per frame, T = 1). None: the metadata, else the
+    input's shape where it is unambiguous."""
+    channel_order: ChannelOrder | None = None
+    """RGB or BGR, over the model's ``streamer.channel_order``; None: the metadata, else RGB."""
+    value_range: tuple[float, float] | None = None
+    """What pixel values 0..255 map to in the model's float tensors, e.g. [0, 255] or [-1, 1], over its
+    ``streamer.value_range``; None: the metadata, else [0, 1]."""
+    scale: int | None = Field(None, ge=1, le=8)
+    """How many times larger the model's output frames are (super-resolution), over its
+    ``streamer.scale``; None: the metadata, else the static shapes' ratio, else 1."""
+
+    @field_validator("value_range")
+    @classmethod
+    def _range_is_finite_and_ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not (-1e6 <= value[0] < value[1] <= 1e6):
+            raise ValueError(
+                f"model.value_range must be [lo, hi] with -1e6 <= lo < hi <= 1e6; got {list(value)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _declared_for_a_file(self) -> ModelConfig:
+        if self.declared().anything and not isinstance(self.path, Path):
+            raise ValueError(
+                "model.layout, model.channel_order, model.value_range and model.scale describe a model "
+                "file of your own; set model.path to it (the shipped models and auto declare their own)"
+            )
+        return self
+
+    def declared(self) -> Declared:
+        """What this config says about the model over its metadata."""
+        return Declared(self.layout, self.channel_order, self.value_range, self.scale)
 
     @model_validator(mode="after")
     def _tile_keeps_its_overlap(self) -> ModelConfig:
@@ -493,7 +597,25 @@ class Config(_Stream):
             raise ValueError(f"stream ids must be unique; {seen} appear more than once")
         if self.streams is not None and not self.streams and self.http.port is None:
             raise ValueError("streams is empty and http.port is null: nothing to run and no way to add")
+        if self.http.port is None:
+            for stream in self.stream_configs():
+                _check_loop_ends(stream, "" if self.streams is None else f"stream {stream.id!r}: ")
         return self
+
+
+def _check_loop_ends(stream: StreamConfig, where: str) -> None:
+    """A looped file into a file or the null sink would run until the disk is full or for ever."""
+    source, sink = stream.source, stream.sink.kind
+    if (
+        isinstance(source, FileSourceConfig)
+        and source.loop
+        and not source.max_frames
+        and sink in ("file", "null")
+    ):
+        raise ValueError(
+            f"{where}source.loop: true with a {sink} sink never ends; set source.max_frames, or serve it "
+            "(http.port) and stop it with DELETE /streams/{id}"
+        )
 
 
 def _inherit(stream: Any, top: dict[str, Any]) -> Any:

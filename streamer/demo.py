@@ -14,10 +14,10 @@ from pathlib import Path
 import av
 import numpy as np
 
-from streamer.cli import format_report, run_config
 from streamer.config import Config, FileSinkConfig, FileSourceConfig
 from streamer.errors import SinkError
 from streamer.frame import Pixels
+from streamer.runner import format_report, run_config
 from streamer.sources.file import FileSource
 
 __all__ = ["QualityReport", "demo_config", "psnr", "run_demo", "write_png"]

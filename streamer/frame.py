@@ -50,6 +50,11 @@ class StreamInfo:
     """True when frames arrive at the source's pace (cameras, paced synthetic), not on demand."""
     colour: Colour = Colour()
     """The source's colour description; unspecified for sources that make RGB themselves."""
+    rotation: int = 0
+    """Degrees counterclockwise a player turns the frames by (a file's display matrix); frames travel
+    as coded, and a file sink writes the same rotation."""
+    tags: tuple[tuple[str, str], ...] = ()
+    """A file's container metadata to carry over (``streamer.metadata.kept_tags``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,23 +9,21 @@ Every metric is listed, with its labels, in :data:`METRICS` and in the README.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from streamer.core.health import StreamState
-from streamer.scheduler import CallObserver
+from streamer.pipeline import Pipeline
+from streamer.scheduler import CallObserver, InferenceScheduler
 from streamer.sinks.rtsp import RtspSink
 from streamer.sources.rtsp import RtspSource
 from streamer.telemetry import Stage, StageObserver
 
-if TYPE_CHECKING:
-    from streamer.service import Service
-
-__all__ = ["METRICS", "ServiceMetrics"]
+__all__ = ["METRICS", "ServiceMetrics", "ServiceView", "StreamView"]
 
 METRICS = {
     "streamer_stage_seconds": "histogram {stream, stage}: seconds per frame in each stage "
@@ -66,6 +64,27 @@ _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+class StreamView(Protocol):
+    """What a scrape reads of one stream."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def pipeline(self) -> Pipeline: ...
+
+    def state(self, now: float) -> StreamState: ...
+
+
+class ServiceView(Protocol):
+    """What a scrape reads of the service: handed in by the service, so this module never imports it."""
+
+    @property
+    def runners(self) -> Mapping[str, StreamView]: ...
+
+    def schedulers(self) -> Sequence[InferenceScheduler]: ...
+
+
 class ServiceMetrics:
     """The registry ``/metrics`` serves; observers for the pipelines and schedulers to call."""
 
@@ -93,7 +112,7 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
-    def bind(self, service: Service) -> None:
+    def bind(self, service: ServiceView) -> None:
         """Read the service's streams and models at every scrape."""
         self.registry.register(_ServiceCollector(service))
 
@@ -124,7 +143,7 @@ class ServiceMetrics:
 
 
 class _ServiceCollector(Collector):
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: ServiceView) -> None:
         self._service = service
 
     def collect(self) -> Iterator[Metric]:

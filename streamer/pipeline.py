@@ -45,6 +45,7 @@ from streamer.core.tiling import plan_tiles
 from streamer.core.windower import Windower, WindowTask
 from streamer.errors import ConfigError, EndOfStream, ModelMismatchError, SourceError, StreamerError
 from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
+from streamer.resize import upscale
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sources.base import Source
@@ -180,6 +181,9 @@ class Pipeline:
         self.windower = windower
         self.gate = gate if gate is not None else MotionGate(enabled=False)
         self.on_skip = on_skip
+        self.scale = backend.info.scale
+        """Output frames are this many times the source's size (a super-resolution model): frames that
+        leave unenhanced are scaled up to match."""
         self._fit(backend)
         self._on_open = on_open
         self._on_resize = on_resize
@@ -262,13 +266,18 @@ class Pipeline:
                 f"{model.output_position.value!r} frame; set window.position to "
                 f"{model.output_position.value!r}"
             )
-        region_ok = not model.state and self.on_skip is SkipAction.REUSE
+        if model.scale != self.scale:
+            raise ModelMismatchError(
+                f"model {model.name!r} scales frames {model.scale}x, but stream {self.source.stream_id!r}'s "
+                f"output was opened for {self.scale}x; a stream keeps one output size"
+            )
+        region_ok = not model.state and self.on_skip is SkipAction.REUSE and model.scale == 1
         if self.gate.tile is not None and not region_ok:
             # A region pasted over the last output needs a model whose output is a function of the
-            # window alone (not of a recurrent state), and a last output to paste over.
+            # window alone (not of a recurrent state), on the source's pixel grid, and a last output.
             log.info(
-                "stream %s: gate.tile ignored: regions need a window or streaming model, not a recurrent "
-                "one, and gate.on_skip reuse",
+                "stream %s: gate.tile ignored: regions need a window or streaming model (not a recurrent "
+                "or a super-resolution one) and gate.on_skip reuse",
                 self.source.stream_id,
             )
             self.gate.tile = None
@@ -346,7 +355,8 @@ class Pipeline:
             self.opened = self._on_open is None
             try:
                 self._pair_audio()
-                await self.sink.open(info)
+                s = self.scale
+                await self.sink.open(dataclasses.replace(info, width=info.width * s, height=info.height * s))
                 await self._stages(info)
             finally:
                 await self.source.aclose()
@@ -618,7 +628,8 @@ class Pipeline:
         assert window is not None
         target = window.target_frame
         info = self.backend.info
-        out = np.empty_like(target.pixels)
+        s = info.scale
+        out = np.empty((target.height * s, target.width * s, 3), dtype=np.uint8)
         assert self.tile is not None
         tiles = (self.tile, self.tile_overlap)
         for tile in plan_tiles(target.height, target.width, self.tile, self.tile_overlap, info.pad_multiple):
@@ -631,7 +642,9 @@ class Pipeline:
                 crops = np.stack([f.pixels[top:bottom, left:right] for f in window.frames])
                 pixels = self.backend.infer(crops.transpose(0, 3, 1, 2)[None])[0].transpose(1, 2, 0)
             pt, pb, pl, pr = tile.paste
-            out[pt:pb, pl:pr] = pixels[pt - top : pb - top, pl - left : pr - left]
+            out[pt * s : pb * s, pl * s : pr * s] = pixels[
+                (pt - top) * s : (pb - top) * s, (pl - left) * s : (pr - left) * s
+            ]
         return work.frame.with_pixels(out)
 
     def _fuse(self, work: _Work) -> Frame:
@@ -737,6 +750,8 @@ class Pipeline:
                     waiting = None
                 if keepalive is not None and keepalive.stale(out.source.arrival, time.monotonic()):
                     continue
+                if self.scale > 1 and out.frame.pixels.shape[1] != out.source.width * self.scale:
+                    out = dataclasses.replace(out, frame=await asyncio.to_thread(self._scaled_up, out.frame))
                 began = await self._write(out.frame)
                 last = out.frame
                 if keepalive is not None:
@@ -760,6 +775,10 @@ class Pipeline:
         self.last_sent_at = time.monotonic()
         self._observe(Stage.ENCODE, self.last_sent_at - started)
         return started
+
+    def _scaled_up(self, frame: Frame) -> Frame:
+        """A frame that leaves unenhanced, at the output's size (a super-resolution model's stream)."""
+        return frame.with_pixels(upscale(frame.pixels, self.scale))
 
     def _filler(self, last: Frame, filler: Filler) -> Frame:
         """The frame a silent source leaves the output: ``last`` again, or the card, one period on."""

@@ -23,7 +23,17 @@ from streamer.core.windower import OutputPosition
 from streamer.errors import ModelError
 from streamer.frame import Hyperframe, Pixels
 
-__all__ = ["Backend", "FeatureSpec", "FrameFeatures", "Layout", "ModelInfo", "State", "StateSpec"]
+__all__ = [
+    "Backend",
+    "ChannelOrder",
+    "Declared",
+    "FeatureSpec",
+    "FrameFeatures",
+    "Layout",
+    "ModelInfo",
+    "State",
+    "StateSpec",
+]
 
 State = tuple[npt.NDArray[np.float32], ...]
 """A recurrent model's hidden tensors, in the order of ``ModelInfo.state``; () for stateless models."""
@@ -40,6 +50,37 @@ class Layout(enum.Enum):
     """(B, T, C, H, W): the hyperframe layout itself."""
     NCTHW = "NCTHW"
     """(B, C, T, H, W): what Conv3d takes."""
+    STACKED = "N(T*C)HW"
+    """(B, T*C, H, W): the T frames' channels stacked frame by frame, for multi-frame 2D networks."""
+    NCHW = "NCHW"
+    """(B, C, H, W): one frame, for per-frame 2D networks (T = 1)."""
+
+    @property
+    def rank(self) -> int:
+        return 5 if self in (Layout.NTCHW, Layout.NCTHW) else 4
+
+
+class ChannelOrder(enum.Enum):
+    """The order of a model's three colour channels; frames travel as RGB."""
+
+    RGB = "RGB"
+    BGR = "BGR"
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What a config says about a window model, over its metadata (a model exported without it, or
+    with it wrong); None leaves the metadata's word, or what the shapes show where they are
+    unambiguous."""
+
+    layout: Layout | None = None
+    channel_order: ChannelOrder | None = None
+    value_range: tuple[float, float] | None = None
+    scale: int | None = None
+
+    @property
+    def anything(self) -> bool:
+        return any(v is not None for v in (self.layout, self.channel_order, self.value_range, self.scale))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +117,13 @@ class ModelInfo:
     output_position: OutputPosition
     channels: int = 3
     value_range: tuple[float, float] = (0.0, 1.0)
-    """The float range 0..255 pixel values are mapped to on input and from on output."""
+    """The float range 0..255 pixel values are mapped to on input and from on output (float tensors
+    only: a uint8 input or output carries the pixel values themselves)."""
+    channel_order: ChannelOrder = ChannelOrder.RGB
+    uint8_input: bool = False
+    uint8_output: bool = False
+    scale: int = 1
+    """Output frames are this many times the input's width and height (super-resolution models)."""
     pad_multiple: int = 1
     """H and W are padded up to a multiple of this before inference and cropped back after."""
     provider: str = "CPUExecutionProvider"
@@ -106,7 +153,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def infer(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-        """(B, T, C, H, W) uint8 RGB hyperframes -> (B, C, H, W) uint8 enhanced target frames.
+        """(B, T, C, H, W) uint8 RGB hyperframes -> (B, C, H*scale, W*scale) uint8 enhanced target frames.
 
         Blocking: call it from a worker thread. Raises FrameError for a batch of the wrong shape or
         dtype, BackendError when the runtime fails on a valid batch.

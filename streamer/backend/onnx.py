@@ -2,11 +2,18 @@
 
 The contract a model file keeps (``export.onnx_export`` writes models that do):
 
-- one float32 input of rank 5, (B, T, C, H, W) or (B, C, T, H, W) as ``streamer.layout`` says, C = 3;
-- one float32 output (B, 3, H, W): the target slot's frame at the input's (padded) size;
-- metadata_props ``streamer.name``, ``streamer.t``, ``streamer.layout`` (NTCHW | NCTHW),
-  ``streamer.output_position`` (center | last), ``streamer.value_range`` ("lo,hi"),
-  ``streamer.pad_multiple``. Without ``streamer.t`` the input's static T axis stands in;
+- one image input, float32 or uint8, laid out as ``streamer.layout`` says: NTCHW (B, T, C, H, W), NCTHW
+  (B, C, T, H, W), N(T*C)HW (B, T*C, H, W: the frames' channels stacked frame by frame) or NCHW
+  (B, C, H, W: one frame, T = 1), C = 3 in ``streamer.channel_order`` (RGB | BGR; RGB without it).
+  Without ``streamer.layout`` the input's shape decides where it can: rank 5 with exactly one of
+  axes 1 and 2 a static 3, or rank 4 with a static channel count 3T;
+- one output, float32 or uint8, (B, 3, H*scale, W*scale): the target slot's frame at the input's
+  (padded) size times ``streamer.scale`` (1 without it);
+- metadata_props ``streamer.name``, ``streamer.t``, ``streamer.output_position`` (center | last),
+  ``streamer.value_range`` ("lo,hi": what 0..255 maps to in a float tensor; uint8 tensors carry the
+  pixel values), ``streamer.pad_multiple``. Without ``streamer.t`` the input's static T stands in.
+  A config's ``model.layout``, ``model.channel_order``, ``model.value_range`` and ``model.scale``
+  (``Declared``) take precedence over the metadata, for models exported without it;
 - recurrent models add one float32 input and one output per hidden tensor, declared in
   ``streamer.state`` as a JSON list of {"input", "output", "channels", "scale"}.
 
@@ -32,17 +39,27 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from streamer.backend.base import Backend, FeatureSpec, FrameFeatures, Layout, ModelInfo, State, StateSpec
+from streamer.backend.base import (
+    Backend,
+    ChannelOrder,
+    Declared,
+    FeatureSpec,
+    FrameFeatures,
+    Layout,
+    ModelInfo,
+    State,
+    StateSpec,
+)
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.frame import Pixels
-from streamer.layout import to_model_layout
+from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
     "CARD_BYTES_KEY",
@@ -55,7 +72,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_E = TypeVar("_E", Layout, OutputPosition)
+_E = TypeVar("_E", Layout, OutputPosition, ChannelOrder)
 
 PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 """What ``providers="auto"`` tries, fastest first; CPU always ends the list as the fallback."""
@@ -106,7 +123,11 @@ class OnnxBackend(Backend):
         threads: int | None = None,
         spin: bool = False,
         workers: int = 1,
+        declared: Declared | None = None,
+        profile: Path | None = None,
     ) -> None:
+        """``profile``: a folder where onnxruntime writes each session's per-operator profile
+        (``streamer bench profile``); :meth:`end_profiling` closes them."""
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(
@@ -121,23 +142,39 @@ class OnnxBackend(Backend):
             raise ConfigError(f"backend workers must be at least 1; got {workers}")
         self.workers = workers
         requested = resolve_providers(providers)
-        options = ort.SessionOptions()
-        # Spinning intra-op threads wait faster between ops but burn the cores that decode and encode
-        # threads need: on for a process that only infers, off (the default) inside a pipeline.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        if threads is not None:
-            options.intra_op_num_threads = threads
-        session = _load(self.path, options, requested)
+
+        def options(graph: str) -> ort.SessionOptions:
+            made = ort.SessionOptions()
+            # Spinning intra-op threads wait faster between ops but burn the cores that decode and encode
+            # threads need: on for a process that only infers, off (the default) inside a pipeline.
+            made.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+            if threads is not None:
+                made.intra_op_num_threads = threads
+            if profile is not None:
+                made.enable_profiling = True
+                made.profile_file_prefix = str(profile / graph)
+            return made
+
+        session = _load(self.path, options("model"), requested)
         self._session: ort.InferenceSession | None = session
         self._encoder: ort.InferenceSession | None = None
         meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
+        self.metadata = dict(meta)
+        """The model file's metadata_props, as written at export."""
+        declared = declared or Declared()
         if _ENCODER in meta:
+            if declared.anything:
+                raise ConfigError(
+                    f"model {str(self.path)!r} is a streaming model, whose graphs fix their own layout, "
+                    "colour order, range and size; remove model.layout, model.channel_order, "
+                    "model.value_range and model.scale"
+                )
             encoder_path = _encoder_path(self.path, meta[_ENCODER])
-            self._encoder = _load(encoder_path, options, requested)
+            self._encoder = _load(encoder_path, options("encoder"), requested)
             self._info = _read_streaming_contract(session, self._encoder, self.path, encoder_path)
             self._input, self._output = _TARGET, session.get_outputs()[0].name
         else:
-            self._info, self._input, self._output = _read_contract(session, self.path)
+            self._info, self._input, self._output = _read_contract(session, self.path, declared)
         self._info = dataclasses.replace(
             self._info, activation_bytes_per_pixel=card_bytes_per_pixel(self.path)
         )
@@ -256,38 +293,55 @@ class OnnxBackend(Backend):
         session = self._session
         if session is None:
             raise BackendError(f"backend for {str(self.path)!r} is closed; create a new OnnxBackend")
+        info = self._info
         b, _, _, h, w = batch.shape
-        m = self._info.pad_multiple
+        m = info.pad_multiple
         ph, pw = -h % m, -w % m
         if ph or pw:
             batch = _pad(batch, ((0, 0), (0, 0), (0, 0), (0, ph), (0, pw)))
-        # One copy: the dtype conversion also makes the layout view contiguous; the scaling is in place.
-        x = to_model_layout(batch, self._info.layout).astype(np.float32, order="C")
-        x *= self._to_model
-        if self._lo:
-            x += self._lo
-        feeds = {self._input: x, **{s.input: v for s, v in zip(self._info.state, state, strict=True)}}
-        names = [self._output, *(s.output for s in self._info.state)]
+        view = to_model_layout(batch, info.layout, info.channel_order)
+        x: npt.NDArray[np.uint8] | npt.NDArray[np.float32]
+        if info.uint8_input:
+            x = np.ascontiguousarray(view)
+        else:
+            # One copy: the dtype conversion also makes the layout view contiguous; the scaling in place.
+            scaled = view.astype(np.float32, order="C")
+            scaled *= self._to_model
+            if self._lo:
+                scaled += self._lo
+            x = scaled
+        feeds = {self._input: x, **{s.input: v for s, v in zip(info.state, state, strict=True)}}
+        names = [self._output, *(s.output for s in info.state)]
         try:
             y, *next_state = session.run(names, feeds)
         except Exception as err:
             raise BackendError(
-                f"onnxruntime failed running {self._info.name} on a batch of shape {x.shape}: {err}"
+                f"onnxruntime failed running {info.name} on a batch of shape {x.shape}: {err}"
             ) from err
-        expected = (b, 3, h + ph, w + pw)
+        s = info.scale
+        expected = (b, 3, (h + ph) * s, (w + pw) * s)
         if not isinstance(y, np.ndarray) or y.shape != expected:
             seen = y.shape if isinstance(y, np.ndarray) else type(y).__name__
             raise BackendError(
-                f"model {self._info.name} returned {seen} for an input of {x.shape}; the runtime expects "
-                f"(B, 3, H, W) = {expected}, the target frame at the input's size (no rescaling yet)"
+                f"model {info.name} returned {seen} for an input of {x.shape}; the runtime expects "
+                f"(B, 3, H*scale, W*scale) = {expected} (scale {s}), the target frame at the input's size "
+                "times streamer.scale (model.scale)"
             )
-        out = y[:, :, :h, :w]
+        out = from_model_channels(y[:, :, : h * s, : w * s], info.channel_order)
+        if info.uint8_output:
+            return np.ascontiguousarray(out), tuple(next_state)
         if self._lo:
             out -= self._lo
         out *= self._to_pixels
         np.clip(out, 0.0, 255.0, out=out)
         np.rint(out, out=out)
         return out.astype(np.uint8), tuple(next_state)
+
+    def end_profiling(self) -> dict[str, Path]:
+        """The profile files of a backend made with ``profile``, by graph (``model``, and ``encoder`` for
+        a streaming model); profiling stops."""
+        sessions = {"model": self._session, "encoder": self._encoder}
+        return {graph: Path(s.end_profiling()) for graph, s in sessions.items() if s is not None}
 
     def close(self) -> None:
         self._session = None
@@ -457,48 +511,38 @@ def _features(meta: Mapping[str, str], where: str) -> tuple[FeatureSpec, ...]:
     return specs
 
 
-def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo, str, str]:
+_TENSOR_TYPES = {"tensor(float)": False, "tensor(uint8)": True}
+"""The image tensor types the runtime feeds and reads, and whether each is uint8."""
+
+
+def _read_contract(
+    session: ort.InferenceSession, path: Path, declared: Declared
+) -> tuple[ModelInfo, str, str]:
     """The model's ModelInfo and its input and output names, or a ModelError saying what breaks."""
     meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
     where = f"model {str(path)!r}"
-    layout = _enum(meta, "streamer.layout", Layout, Layout.NTCHW, where)
     position = _enum(meta, "streamer.output_position", OutputPosition, OutputPosition.CENTER, where)
-    t_axis, c_axis = (1, 2) if layout is Layout.NTCHW else (2, 1)
-
+    state = _state(meta, where)
     inputs = session.get_inputs()
-    images = [i for i in inputs if len(i.shape) == 5]
+    images = [i for i in inputs if i.name not in {s.input for s in state}]
     if len(images) != 1:
         raise ModelError(
-            f"{where} has {len(images)} rank-5 inputs ({[i.name for i in images]}); the runtime needs "
-            f"exactly one image input shaped {layout.value}"
+            f"{where} has inputs {[i.name for i in images]} besides those metadata streamer.state declares; "
+            f"the runtime feeds exactly one frames input, and a recurrent model lists its state there "
+            f"({_EXPORT_HINT})"
         )
     image = images[0]
-    state = _state(meta, where)
-    extra = [i.name for i in inputs if i is not image and i.name not in {s.input for s in state}]
-    if extra:
+    if image.type not in _TENSOR_TYPES:
         raise ModelError(
-            f"{where} has inputs {extra} besides the frames input {image.name!r} that metadata "
-            f"streamer.state does not declare; a recurrent model lists its state there ({_EXPORT_HINT})"
+            f"{where} input {image.name!r} is {image.type}; export it with a float32 or uint8 input"
         )
-    if image.type != "tensor(float)":
-        raise ModelError(f"{where} input {image.name!r} is {image.type}; export it with a float32 input")
-    shape = image.shape
-    if shape[c_axis] != 3:
-        other = Layout.NCTHW if layout is Layout.NTCHW else Layout.NTCHW
-        raise ModelError(
-            f"{where} input {image.name!r} has shape {shape}, so axis {c_axis} is not C=3 as layout "
-            f"{layout.value} needs; if the model takes {other.value}, set metadata "
-            f"streamer.layout={other.value}"
-        )
-    static_t = shape[t_axis] if isinstance(shape[t_axis], int) else None
-    t = _int(meta, "streamer.t", where) if "streamer.t" in meta else static_t
-    if t is None:
-        raise ModelError(
-            f"{where} has a dynamic T axis and no metadata streamer.t; add metadata_props key streamer.t "
-            f"(the window length); {_EXPORT_HINT}"
-        )
-    if static_t is not None and static_t != t:
-        raise ModelError(f"{where} has metadata streamer.t={t} but its input {image.name!r} has T={static_t}")
+    shape = list(image.shape)
+    layout = (
+        declared.layout
+        or _enum(meta, "streamer.layout", Layout, None, where)
+        or _infer_layout(shape, image.name, where)
+    )
+    t = _window_length(meta, layout, shape, image.name, where)
 
     missing = {s.input for s in state} - {i.name for i in inputs}
     missing |= {s.output for s in state} - {o.name for o in session.get_outputs()}
@@ -513,9 +557,9 @@ def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo
         )
     out = outputs[0]
     channels = out.shape[1]
-    if out.type != "tensor(float)" or (isinstance(channels, int) and channels != 3):
+    if out.type not in _TENSOR_TYPES or (isinstance(channels, int) and channels != 3):
         raise ModelError(
-            f"{where} output {out.name!r} is {out.type} {out.shape}; it must be float32 (B, 3, H, W)"
+            f"{where} output {out.name!r} is {out.type} {out.shape}; it must be float32 or uint8 (B, 3, H, W)"
         )
 
     info = ModelInfo(
@@ -523,12 +567,107 @@ def _read_contract(session: ort.InferenceSession, path: Path) -> tuple[ModelInfo
         t=t,
         layout=layout,
         output_position=position,
-        value_range=_range(meta, where),
+        value_range=declared.value_range or _range(meta, where),
+        channel_order=declared.channel_order
+        or _enum(meta, "streamer.channel_order", ChannelOrder, ChannelOrder.RGB, where),
+        uint8_input=_TENSOR_TYPES[image.type],
+        uint8_output=_TENSOR_TYPES[out.type],
+        scale=declared.scale or _scale(meta, shape, list(out.shape), where),
         pad_multiple=_int(meta, "streamer.pad_multiple", where) if "streamer.pad_multiple" in meta else 1,
         provider=session.get_providers()[0],
         state=state,
     )
     return info, image.name, out.name
+
+
+def _infer_layout(shape: list[int | str | None], name: str, where: str) -> Layout:
+    """The layout a frames input's shape shows unambiguously, or a ModelError saying what to declare."""
+    declare = "declare it: metadata streamer.layout, or model.layout in the config"
+    if len(shape) == 5:
+        t_first, c_first = shape[2] == 3, shape[1] == 3
+        if t_first != c_first:
+            return Layout.NTCHW if t_first else Layout.NCTHW
+        why = "both axes 1 and 2 are 3" if t_first else "neither axis 1 nor axis 2 is a static 3"
+        raise ModelError(
+            f"{where} input {name!r} has shape {shape}: NTCHW or NCTHW? ({why}); {declare} (NTCHW or NCTHW)"
+        )
+    if len(shape) == 4:
+        channels = shape[1]
+        if isinstance(channels, int) and channels > 0 and channels % 3 == 0:
+            return Layout.NCHW if channels == 3 else Layout.STACKED
+        raise ModelError(
+            f"{where} input {name!r} has shape {shape}: its channel axis is not a static multiple of 3, so "
+            f"it is neither a per-frame (NCHW) nor a channel-stacked (N(T*C)HW) frames input; {declare}"
+        )
+    raise ModelError(
+        f"{where} input {name!r} has shape {shape} (rank {len(shape)}); the runtime feeds frames as NTCHW or "
+        "NCTHW (rank 5), N(T*C)HW or NCHW (rank 4)"
+    )
+
+
+def _window_length(
+    meta: Mapping[str, str], layout: Layout, shape: list[int | str | None], name: str, where: str
+) -> int:
+    """T from metadata or the input's static shape; a ModelError where they disagree with the layout."""
+    if len(shape) != layout.rank:
+        raise ModelError(
+            f"{where} input {name!r} has shape {shape} (rank {len(shape)}), but layout {layout.value} is "
+            f"rank {layout.rank}; declare the layout it takes (metadata streamer.layout or model.layout)"
+        )
+    declared_t = _int(meta, "streamer.t", where) if "streamer.t" in meta else None
+    static_t: int | None
+    if layout in (Layout.NTCHW, Layout.NCTHW):
+        t_axis, c_axis = (1, 2) if layout is Layout.NTCHW else (2, 1)
+        if shape[c_axis] != 3:
+            other = Layout.NCTHW if layout is Layout.NTCHW else Layout.NTCHW
+            raise ModelError(
+                f"{where} input {name!r} has shape {shape}, so axis {c_axis} is not C=3 as layout "
+                f"{layout.value} needs; if the model takes {other.value}, set metadata "
+                f"streamer.layout={other.value} (or model.layout: {other.value})"
+            )
+        axis = shape[t_axis]
+        static_t = axis if isinstance(axis, int) else None
+    else:
+        channels = shape[1] if isinstance(shape[1], int) else None
+        static_t = None if channels is None else channels // 3
+        if channels is not None and channels % 3:
+            raise ModelError(
+                f"{where} input {name!r} has {channels} channels; layout {layout.value} needs 3 per frame"
+            )
+        if layout is Layout.NCHW and channels not in (None, 3):
+            raise ModelError(
+                f"{where} input {name!r} has {channels} channels; a per-frame (NCHW) model takes 3. For "
+                f"{channels // 3} frames stacked, declare layout N(T*C)HW"
+            )
+        if layout is Layout.NCHW:
+            static_t = 1
+    t = declared_t if declared_t is not None else static_t
+    if t is None:
+        raise ModelError(
+            f"{where} has a dynamic T axis and no metadata streamer.t; add metadata_props key streamer.t "
+            f"(the window length); {_EXPORT_HINT}"
+        )
+    if static_t is not None and static_t != t:
+        raise ModelError(f"{where} has metadata streamer.t={t} but its input {name!r} has T={static_t}")
+    return t
+
+
+def _scale(
+    meta: Mapping[str, str], image: list[int | str | None], out: list[int | str | None], where: str
+) -> int:
+    """``streamer.scale``, else the ratio of static output and input sizes, else 1."""
+    if "streamer.scale" in meta:
+        return _int(meta, "streamer.scale", where)
+    sizes = (image[-2], image[-1], out[2], out[3])
+    if all(isinstance(v, int) and v > 0 for v in sizes):
+        h, w, oh, ow = cast(tuple[int, int, int, int], sizes)
+        if oh % h == 0 and oh // h == ow // w and ow % w == 0:
+            return oh // h
+        raise ModelError(
+            f"{where} maps {w}x{h} frames to {ow}x{oh}; the runtime takes the same whole-number scale on "
+            "both sides"
+        )
+    return 1
 
 
 def _state(meta: Mapping[str, str], where: str) -> tuple[StateSpec, ...]:
@@ -574,7 +713,15 @@ def _range(meta: Mapping[str, str], where: str) -> tuple[float, float]:
     return lo, hi
 
 
-def _enum(meta: Mapping[str, str], key: str, kind: type[_E], default: _E, where: str) -> _E:
+@overload
+def _enum(meta: Mapping[str, str], key: str, kind: type[_E], default: _E, where: str) -> _E: ...
+
+
+@overload
+def _enum(meta: Mapping[str, str], key: str, kind: type[_E], default: None, where: str) -> _E | None: ...
+
+
+def _enum(meta: Mapping[str, str], key: str, kind: type[_E], default: _E | None, where: str) -> _E | None:
     raw = meta.get(key)
     if raw is None:
         return default

@@ -430,6 +430,22 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     memory.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     memory.set_defaults(func=_memory)
 
+    profile = kinds.add_parser(
+        "profile",
+        help="where a model's time goes, operator by operator, at one frame size",
+        description="Runs a model in a stream's steady state (a streaming model encodes one new frame and "
+        "fuses T cached maps per output frame; any other model runs its whole window) with onnxruntime's "
+        "profiler, and prints each operator type's kernel time per frame, by graph, beside the wall time "
+        "per frame; the difference is the runtime's own work.",
+    )
+    profile.add_argument("--model", metavar="ONNX", help="the model (default: the shipped stream_t5_lite)")
+    profile.add_argument("--size", default="1280x720", metavar="WxH", help="frame size (1280x720)")
+    profile.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (1)")
+    profile.add_argument("--frames", type=int, default=10, help="frames timed after 3 warm-up (10)")
+    profile.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
+    profile.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    profile.set_defaults(func=_profile)
+
 
 def _keepalive(args: argparse.Namespace) -> int:
     from streamer.bench.keepalive import run_from_args
@@ -439,6 +455,12 @@ def _keepalive(args: argparse.Namespace) -> int:
 
 def _memory(args: argparse.Namespace) -> int:
     from streamer.bench.memory import run_from_args
+
+    return run_from_args(args)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from streamer.bench.profile import run_from_args
 
     return run_from_args(args)
 

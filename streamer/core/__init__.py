@@ -12,6 +12,7 @@ from streamer.core.gate import (
 )
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.core.latency import Admission, LatencyBudget, LatencyStats, MissAction
+from streamer.core.pacing import LoopTimeline, Pacer
 from streamer.core.ring import RingBuffer, RingStats
 from streamer.core.stats import DurationRecorder
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower, WindowTask
@@ -30,9 +31,11 @@ __all__ = [
     "HealthLimits",
     "LatencyBudget",
     "LatencyStats",
+    "LoopTimeline",
     "MissAction",
     "MotionGate",
     "OutputPosition",
+    "Pacer",
     "RingBuffer",
     "RingStats",
     "SceneCutDetector",

@@ -163,6 +163,9 @@ class FileSink(Sink):
             even = info.width % 2 == 0 and info.height % 2 == 0
             stream.pix_fmt = "yuv420p" if even else "yuv444p"
             tag(stream.codec_context, info.colour)
+            if info.rotation:
+                stream.set_display_rotation(info.rotation)
+            container.metadata.update(dict(info.tags))
             stream.time_base = info.time_base
             stream.codec_context.time_base = info.time_base
             if self.gop is not None:

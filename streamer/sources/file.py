@@ -3,6 +3,12 @@
 Files are read on demand, so the default policy is BLOCK: the decode thread runs only as fast as the
 pipeline consumes and no frame is lost. With ``keep_audio`` the same demux also hands the first audio
 stream's packets, undecoded, to an :class:`~streamer.audio.AudioTrack` for a file sink to write.
+
+A recording can also stand in for a camera: ``realtime`` releases each frame at its PTS on the wall
+clock and makes the source live (DROP_OLDEST: a slow pipeline loses the oldest frames, counted);
+``loop`` starts the file again at its end, its PTS continuing across the seam and the first frame of
+each pass marked as a discontinuity, so no window spans two passes. A looped file's audio is dropped
+(logged once): each pass's audio would go back in time.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ from av.video.stream import VideoStream
 from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
 from streamer.colour import colour_of, to_rgb
+from streamer.core.pacing import LoopTimeline, Pacer
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
+from streamer.metadata import kept_tags
 from streamer.sources.base import ThreadedSource
 from streamer.sources.noise import GaussianNoise
 
@@ -52,6 +60,10 @@ class FileSource(ThreadedSource):
     ``keep_audio``: expose the file's first audio stream as :attr:`audio` once open; the decode thread
     then waits, before its first packet, until a sink takes the track or it is declined (a
     :class:`~streamer.pipeline.Pipeline` does one or the other as soon as the source has opened).
+
+    ``realtime``: pace frames to the wall clock and report a live stream; ``policy`` then defaults to
+    DROP_OLDEST. ``loop``: play the file again and again (``max_frames`` counts across passes), without
+    its audio.
     """
 
     def __init__(
@@ -59,25 +71,32 @@ class FileSource(ThreadedSource):
         path: str | os.PathLike[str],
         stream_id: str = "0",
         capacity: int = 8,
-        policy: DropPolicy = DropPolicy.BLOCK,
+        policy: DropPolicy | None = None,
         *,
         max_frames: int | None = None,
         noise_sigma: float = 0.0,
         seed: int = 0,
         keep_audio: bool = False,
+        realtime: bool = False,
+        loop: bool = False,
     ) -> None:
         if max_frames is not None and max_frames < 1:
             raise ConfigError(f"max_frames must be at least 1 or None (the whole file), got {max_frames}")
+        if policy is None:
+            policy = DropPolicy.DROP_OLDEST if realtime else DropPolicy.BLOCK
         super().__init__(stream_id, capacity, policy)
         self.path = Path(path)
         self.max_frames = max_frames
         self.keep_audio = keep_audio
+        self.realtime = realtime
+        self.loop = loop
         self._noise = GaussianNoise(noise_sigma, seed)
         self._container: InputContainer | None = None
         self._stream: VideoStream | None = None
         self._audio_stream: AudioStream | None = None
         self._audio: AudioTrack | None = None
         self._time_base = Fraction(0)
+        self._fps = DEFAULT_FPS
 
     @property
     def audio(self) -> AudioTrack | None:
@@ -108,24 +127,45 @@ class FileSource(ThreadedSource):
         stream.thread_type = "AUTO"
         self._stream = stream
         if self.keep_audio and self._container.streams.audio:
-            self._audio_stream = self._container.streams.audio[0]
-            self._audio = AudioTrack(self._audio_stream, self.stream_id)
+            if self.loop:
+                log.warning(
+                    "'%s' is looped (source.loop), so its audio is dropped: each pass's sound would go "
+                    "back in time; set sink.audio: drop to say so",
+                    self.path,
+                )
+            else:
+                self._audio_stream = self._container.streams.audio[0]
+                self._audio = AudioTrack(self._audio_stream, self.stream_id)
         fps = stream.average_rate or stream.guessed_rate
         if not fps:
             log.warning("'%s' states no frame rate; assuming %s fps", self.path, DEFAULT_FPS)
             fps = DEFAULT_FPS
         # Kept here: ``info`` is set on the loop only after ``_open`` returns, by which time this thread
         # is already in ``_frames``.
-        self._time_base = Fraction(stream.time_base) if stream.time_base else 1 / Fraction(fps)
+        self._fps = Fraction(fps)
+        self._time_base = Fraction(stream.time_base) if stream.time_base else 1 / self._fps
         return StreamInfo(
             width=stream.width,
             height=stream.height,
-            fps=Fraction(fps),
+            fps=self._fps,
             time_base=self._time_base,
-            frame_count=_expected(stream.frames, self.max_frames),
-            live=False,
+            frame_count=self.max_frames if self.loop else _expected(stream.frames, self.max_frames),
+            live=self.realtime,
             colour=colour_of(stream.codec_context),
+            rotation=self._rotation(),
+            tags=kept_tags(dict(self._container.metadata), f"'{self.path}'"),
         )
+
+    def _rotation(self) -> int:
+        """The display rotation of the file's video, which FFmpeg attaches to decoded frames only: read
+        from the first frame of a second, short-lived demuxer, so the decode thread's is not moved."""
+        try:
+            with av.open(str(self.path)) as probe:
+                for frame in probe.decode(video=0):
+                    return round(frame.rotation) % 360
+        except (av.error.FFmpegError, ValueError):
+            pass  # the decode thread meets the same trouble and reports it
+        return 0
 
     def _frames(self) -> Iterator[Frame]:
         container, stream = self._container, self._stream
@@ -134,28 +174,56 @@ class FileSource(ThreadedSource):
         track = self._audio
         if track is not None and not track.wait_taken(self._stop):
             track = None
+        timeline = LoopTimeline(max(1, round(1 / (self._fps * self._time_base))))
+        pacer = Pacer() if self.realtime else None
         index = 0
-        decoded = self._decode(container, stream, track)
         try:
             while True:
-                started = time.perf_counter()
-                av_frame = next(decoded, None)
-                if av_frame is None:
-                    if track is not None:
-                        track.reached_end()
+                decoded = self._decode(container, stream, track)
+                while True:
+                    started = time.perf_counter()
+                    av_frame = next(decoded, None)
+                    if av_frame is None:
+                        break
+                    rgb = to_rgb(av_frame)
+                    self._decoded(time.perf_counter() - started)
+                    pixels = self._noise(rgb)
+                    seam = timeline.passes > 1 and timeline.frames == 0
+                    pts = timeline.place(av_frame.pts, av_frame.duration)
+                    if pacer is not None and not self._wait(pacer, pts, index):
+                        return
+                    yield Frame(
+                        pixels,
+                        index,
+                        pts,
+                        self._time_base,
+                        time.monotonic(),
+                        self.stream_id,
+                        discontinuity=seam,
+                    )
+                    index += 1
+                    if index == self.max_frames:
+                        return
+                if track is not None:
+                    track.reached_end()
+                if not self.loop or timeline.frames == 0:
                     return
-                rgb = to_rgb(av_frame)
-                self._decoded(time.perf_counter() - started)
-                pixels = self._noise(rgb)
-                yield Frame(pixels, index, av_frame.pts, self._time_base, time.monotonic(), self.stream_id)
-                index += 1
-                if index == self.max_frames:
-                    return
+                log.debug("'%s' ended after pass %d; starting again", self.path, timeline.passes)
+                container.seek(0)
+                timeline.restart()
         except av.error.FFmpegError as exc:
             raise SourceError(
                 f"decoding '{self.path}' failed after {index} frames: {_reason(exc)}; "
                 "the file is truncated or corrupt"
             ) from exc
+
+    def _wait(self, pacer: Pacer, pts: int | None, index: int) -> bool:
+        """Hold the frame until its time on the wall clock; False when the source is stopped meanwhile.
+        A frame without PTS is timed by its index at the stream's rate."""
+        media = float(pts * self._time_base) if pts is not None else float(index / self._fps)
+        now = time.monotonic()
+        delay = pacer.due(media, now) - now
+        return delay <= 0 or not self._stop.wait(delay)
 
     def _decode(
         self, container: InputContainer, stream: VideoStream, track: AudioTrack | None

@@ -10,6 +10,11 @@ setting, so :func:`restrict_host_addresses` installs, once, a wrapper around tha
 consults a context variable: inside ``with restrict_host_addresses([...])`` (and in the tasks started
 from it, such as the gathering ``setLocalDescription`` runs) candidates come from that list; anywhere
 else in the process aioice behaves exactly as before.
+
+Beyond the LAN a peer needs a TURN server: :class:`IceServer` is one STUN or TURN server as a browser's
+``RTCIceServer`` has it, checked once (RFC 7064 / 7065 URLs, credentials a ``Link`` header can carry),
+and :meth:`IceServer.links` writes the ``Link: <turn:...>; rel="ice-server"`` values RFC 9725 section 4.6
+advertises to clients.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import ipaddress
+import re
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import aioice.ice
 from aiortc import RTCConfiguration, RTCIceServer
@@ -25,7 +32,9 @@ from aiortc import RTCConfiguration, RTCIceServer
 from streamer.errors import ConfigError
 
 __all__ = [
+    "IceServer",
     "check_addresses",
+    "check_ice_url",
     "default_ice_addresses",
     "is_loopback",
     "restrict_host_addresses",
@@ -113,6 +122,131 @@ def default_ice_addresses(host: str) -> list[str] | None:
         ) from None
 
 
-def rtc_configuration(stun_servers: Sequence[str] = ()) -> RTCConfiguration:
-    """A peer configuration with only the given STUN servers: none by default, not aiortc's Google one."""
-    return RTCConfiguration(iceServers=[RTCIceServer(urls=url) for url in stun_servers])
+_ICE_URL = re.compile(
+    r"(?P<scheme>stuns?|turns?):(?P<host>[A-Za-z0-9.-]{1,253})(?::(?P<port>[0-9]{1,5}))?"
+    r"(?:\?transport=(?P<transport>udp|tcp))?"
+)
+"""An RFC 7064 STUN or RFC 7065 TURN URI with a hostname or IPv4 host: aiortc's own parser takes no
+IPv6 literal (``[::1]``), and a URL it cannot parse would fail every peer connection."""
+_HOSTNAME_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+_MAX_URL = 512
+_MAX_SECRET = 512
+_SECRET_CHARS = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]+")
+"""Printable ASCII but space, ``"``, ``,``, ``;`` and ``\\``: what survives inside a quoted ``Link``
+attribute even for clients that split the header naively on ``,`` and ``;`` (OBS Studio does)."""
+
+
+def check_ice_url(url: str) -> str:
+    """``url`` if it is a STUN or TURN URL that aiortc and browsers accept, else a ConfigError naming it."""
+    example = "e.g. 'turn:turn.example.net:3478?transport=udp' or 'stun:stun.example.net:3478'"
+    if "@" in url:
+        raise ConfigError(
+            f"ICE server URL {_shown(url)!r} carries user info; give the username and credential as fields "
+            "of their own"
+        )
+    match = _ICE_URL.fullmatch(url) if len(url) <= _MAX_URL else None
+    if match is None:
+        raise ConfigError(
+            f"ICE server URL {_shown(url)!r} is not a stun:, stuns:, turn: or turns: URL of a hostname or "
+            f"IPv4 address with an optional port and ?transport=udp|tcp; write it as {example}"
+        )
+    scheme, host, port, transport = match.group("scheme", "host", "port", "transport")
+    if not _is_host(host):
+        raise ConfigError(
+            f"ICE server URL {url!r}: {host!r} is neither a hostname nor an IPv4 address; {example}"
+        )
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise ConfigError(f"ICE server URL {url!r}: port {port} is out of range; use 1-65535")
+    if scheme.startswith("stun") and transport is not None:
+        raise ConfigError(f"ICE server URL {url!r}: a STUN URL takes no ?transport (RFC 7064); drop it")
+    if scheme == "turns" and transport == "udp":
+        raise ConfigError(f"ICE server URL {url!r}: TURN over TLS runs on TCP; use ?transport=tcp or drop it")
+    return url
+
+
+def _shown(url: str) -> str:
+    """A URL that failed the check, as an error shows it: its user info and query values may be secrets."""
+    head, mark, query = url.partition("?")
+    scheme, colon, rest = head.partition(":")
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    shown = scheme + colon + rest + mark + re.sub(r"=[^&]*", "=***", query)
+    return shown if len(shown) <= 100 else shown[:85] + "..."
+
+
+def _is_host(host: str) -> bool:
+    if host.replace(".", "").isdigit():
+        try:
+            return ipaddress.ip_address(host).version == 4
+        except ValueError:
+            return False
+    return all(_HOSTNAME_LABEL.fullmatch(label) for label in host.removesuffix(".").split("."))
+
+
+def _check_secret(value: str, what: str) -> None:
+    """A ConfigError naming ``what`` (never the value: it may be a password) if it cannot be advertised."""
+    if not 1 <= len(value) <= _MAX_SECRET or not _SECRET_CHARS.fullmatch(value):
+        raise ConfigError(
+            f"the TURN {what} must be 1-{_MAX_SECRET} printable ASCII characters without spaces, '\"', ',', "
+            f"';' or '\\' (it travels in a Link header); choose another (the value is not shown)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class IceServer:
+    """One STUN or TURN server with its credentials, as browsers' ``RTCIceServer``; checked on creation.
+
+    A TURN URL needs ``username`` and ``credential`` (long-term password, RFC 8489 section 9.2); a STUN
+    URL takes none. ``credential`` is a secret: it stays out of ``repr`` and so out of logs and errors.
+    """
+
+    urls: tuple[str, ...]
+    username: str | None = None
+    credential: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.urls) <= 8:
+            raise ConfigError(f"an ICE server lists {len(self.urls)} URLs; give 1 to 8")
+        for url in self.urls:
+            check_ice_url(url)
+        if self.has_turn:
+            if self.username is None or self.credential is None:
+                raise ConfigError(
+                    f"TURN server {self.urls[0]!r} needs a username and a credential (its long-term password)"
+                )
+            _check_secret(self.username, "username")
+            _check_secret(self.credential, "credential")
+        elif self.username is not None or self.credential is not None:
+            raise ConfigError(
+                f"STUN server {self.urls[0]!r} takes no username or credential; drop them, or list a "
+                "turn: URL"
+            )
+
+    @property
+    def has_turn(self) -> bool:
+        """Whether any URL is a TURN one: a relay, the server a client behind a strict NAT needs."""
+        return any(url.startswith("turn") for url in self.urls)
+
+    def rtc(self) -> RTCIceServer:
+        """This server for aiortc, which uses the first STUN and the first TURN URL it is given."""
+        return RTCIceServer(urls=list(self.urls), username=self.username, credential=self.credential)
+
+    def links(self) -> list[str]:
+        """One ``Link`` header value per URL, written as RFC 9725 section 4.6 does (credentials on TURN)."""
+        values = []
+        for url in self.urls:
+            value = f'<{url}>; rel="ice-server"'
+            if url.startswith("turn"):
+                value += f'; username="{self.username}"; credential="{self.credential}"'
+                value += '; credential-type="password"'
+            values.append(value)
+        return values
+
+
+def rtc_configuration(
+    stun_servers: Sequence[str] = (), ice_servers: Sequence[IceServer] = ()
+) -> RTCConfiguration:
+    """A peer configuration with only the given STUN and TURN servers: none by default, not aiortc's
+    Google STUN server."""
+    servers = [RTCIceServer(urls=url) for url in stun_servers] + [server.rtc() for server in ice_servers]
+    return RTCConfiguration(iceServers=servers)

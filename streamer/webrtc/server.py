@@ -9,7 +9,15 @@ Routes (``{stream}`` is a stream id declared by a :class:`~streamer.webrtc.sourc
 - ``POST /whep/{stream}`` -> 201 likewise, any number of players; ``{stream}.original`` plays the
   frames as they entered the pipeline. ``DELETE`` the Location to stop.
 - ``PATCH`` on a session: 405, trickle ICE is not supported (the offer must carry its candidates).
+- ``OPTIONS`` on an endpoint or a session: a CORS preflight (answered for ``cors_origins`` only), or a
+  client asking for the ICE servers before it gathers its candidates.
 - ``GET /`` and ``GET /view/{stream}``: the viewer (publish the browser camera, play both streams).
+
+Beyond the LAN: ``ice_servers`` (STUN and TURN with credentials) are used by the server's own peers and,
+as RFC 9725 section 4.6 has it, advertised to authorised clients in ``Link: <turn:...>; rel="ice-server"``
+headers on the 201 and on a plain OPTIONS (never on a preflight, which carries no token). Pages on other
+origins may publish and play when their origin is listed in ``cors_origins``
+(:class:`~streamer.webrtc.cors.CorsPolicy`); none is by default.
 
 Every refusal is a 4xx with a one-line text reason. With a token configured, WHIP and WHEP requests
 need ``Authorization: Bearer <token>``; a server reachable from other machines refuses to start
@@ -23,25 +31,29 @@ import importlib.resources
 import logging
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from aiohttp import ClientPayloadError, web
+from aiohttp.typedefs import Handler, Middleware
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
+from multidict import CIMultiDict
 
 from streamer.errors import ConfigError
 from streamer.httpserve import check_bearer, serve
 from streamer.memory import release_memory
 from streamer.webrtc.codecs import refusal, relabel_h264, video_formats, video_section
+from streamer.webrtc.cors import CorsPolicy, check_origins
 from streamer.webrtc.ice import (
+    IceServer,
     check_addresses,
     default_ice_addresses,
     is_loopback,
     restrict_host_addresses,
     rtc_configuration,
 )
-from streamer.webrtc.sink import FrameHub, PlayerTrack
+from streamer.webrtc.playback import FrameHub, PlayerTrack
 
 __all__ = ["Ingest", "WebRtcServer"]
 
@@ -104,6 +116,35 @@ _RETRY_AFTER_S = 5
 """Retry-After of a session refused at a cap: players come and go within seconds."""
 _RELEASE_AFTER_S = 2.0
 """How long after a session ends its memory is collected: players leaving together share one collection."""
+_ENDPOINT_METHODS = ("POST", "OPTIONS")
+"""What a page on another origin may send an endpoint: its offer, and the OPTIONS that asks for the ICE
+servers (with a token, so not CORS-safelisted)."""
+_SESSION_METHODS = ("DELETE", "PATCH")
+
+
+def _is_preflight(request: web.Request) -> bool:
+    """A browser's CORS preflight: an OPTIONS naming the method it is about to send."""
+    return request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers
+
+
+def _cors_middleware(policy: CorsPolicy) -> Middleware:
+    """CORS headers on every WHIP/WHEP response but a preflight (which answers its own), refusals included,
+    so a page on an allowed origin can read why it was refused."""
+
+    @web.middleware
+    async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not policy.origins or _is_preflight(request) or not request.path.startswith(("/whip/", "/whep/")):
+            return await handler(request)
+        headers = policy.response_headers(request.headers.get("Origin"))
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            exc.headers.update(headers)
+            raise
+        response.headers.update(headers)
+        return response
+
+    return cors
 
 
 class WebRtcServer:
@@ -114,6 +155,9 @@ class WebRtcServer:
     within ``connect_timeout_s`` is ended, and a newer publisher replaces one that has not connected,
     so a stale offer cannot hold a stream's publisher slot. At most ``max_sessions`` sessions are open,
     ``max_players`` of them players of one stream; past either, an offer gets 503 with Retry-After.
+    ``stun_servers`` and ``ice_servers`` are advertised in Link headers when ``advertise_ice_servers``
+    is true (None: when one is a TURN server); ``cors_origins`` ('*' only with a token) may use it
+    from their pages.
     """
 
     def __init__(
@@ -125,6 +169,9 @@ class WebRtcServer:
         max_body_bytes: int = 64 * 1024,
         *,
         stun_servers: tuple[str, ...] = (),
+        ice_servers: tuple[IceServer, ...] = (),
+        advertise_ice_servers: bool | None = None,
+        cors_origins: Sequence[str] = (),
         connect_timeout_s: float = 20.0,
         max_sessions: int = 64,
         max_players: int = 16,
@@ -136,6 +183,26 @@ class WebRtcServer:
             )
         if max_body_bytes < 1024:
             raise ConfigError(f"webrtc.max_body_bytes is {max_body_bytes}; an SDP offer needs at least 1024")
+        self._cors = CorsPolicy(check_origins(cors_origins))
+        if self._cors.any_origin and not token:
+            raise ConfigError(
+                "webrtc.cors_origins is ['*'] but no token is set, so any web page a visitor opens could "
+                "publish and play; set webrtc.token, or list the origins allowed"
+            )
+        self._ice_servers = (*(IceServer((url,)) for url in stun_servers), *ice_servers)
+        advertise = (
+            any(s.has_turn for s in self._ice_servers)
+            if advertise_ice_servers is None
+            else advertise_ice_servers
+        )
+        if advertise and not self._ice_servers:
+            raise ConfigError(
+                "webrtc.advertise_ice_servers is true but there is no STUN or TURN server to advertise; "
+                "configure webrtc.ice_servers or set advertise_ice_servers to null"
+            )
+        self._links = (
+            tuple(link for server in self._ice_servers for link in server.links()) if advertise else ()
+        )
         self.host = host
         self._port = port
         self._token = token or None
@@ -143,7 +210,6 @@ class WebRtcServer:
             check_addresses(ice_addresses) if ice_addresses is not None else default_ice_addresses(host)
         )
         self._max_body = max_body_bytes
-        self._stun = stun_servers
         self._connect_timeout = connect_timeout_s
         self._max_sessions = max_sessions
         self._max_players = max_players
@@ -156,7 +222,7 @@ class WebRtcServer:
         self._ending: set[asyncio.Task[None]] = set()
         self._releasing: asyncio.Task[None] | None = None
         self._release_due = False
-        self.app = web.Application(client_max_size=max_body_bytes)
+        self.app = web.Application(client_max_size=max_body_bytes, middlewares=[_cors_middleware(self._cors)])
         self.app.on_shutdown.append(self._on_shutdown)
         self.app.add_routes(
             [
@@ -166,6 +232,8 @@ class WebRtcServer:
                 web.post("/whep/{stream}", self._whep),
                 web.delete("/{kind:whip|whep}/{stream}/{session}", self._delete),
                 web.patch("/{kind:whip|whep}/{stream}/{session}", self._patch),
+                web.options("/{kind:whip|whep}/{stream}", self._options_endpoint),
+                web.options("/{kind:whip|whep}/{stream}/{session}", self._options_session),
             ]
         )
 
@@ -180,7 +248,15 @@ class WebRtcServer:
         if self._runner is not None:
             return
         self._runner, self._port = await serve(self.app, self.host, self._port, "webrtc")
-        log.info("WHIP/WHEP server on %s (ICE addresses %s)", self.url, self._ice or "all interfaces")
+        urls = [url for server in self._ice_servers for url in server.urls]  # no credentials in a URL
+        log.info(
+            "WHIP/WHEP server on %s (ICE addresses %s; ICE servers %s, %s; CORS origins %s)",
+            self.url,
+            self._ice or "all interfaces",
+            ", ".join(urls) or "none",
+            "advertised in Link headers" if self._links else "not advertised",
+            ", ".join(self._cors.origins) or "none (same origin only)",
+        )
 
     async def stop(self) -> None:
         """End every session and stop serving; safe to call twice."""
@@ -291,6 +367,21 @@ class WebRtcServer:
         await self._end(session)
         return web.Response(text="session ended\n")
 
+    async def _options_endpoint(self, request: web.Request) -> web.Response:
+        """A CORS preflight, or a client asking for the ICE servers (RFC 9725 section 4.6) before it
+        gathers, as it must here: this server takes no trickled candidates."""
+        headers = {"Allow": "OPTIONS, POST", "Accept-Post": "application/sdp"}
+        if _is_preflight(request):
+            return self._preflight(request, _ENDPOINT_METHODS, headers)
+        links = self._links if self._links and self._may_see_ice_servers(request) else ()
+        return web.Response(headers=self._with_links(headers, links))
+
+    async def _options_session(self, request: web.Request) -> web.Response:
+        headers = {"Allow": "OPTIONS, DELETE, PATCH"}
+        if _is_preflight(request):
+            return self._preflight(request, _SESSION_METHODS, headers)
+        return web.Response(headers=headers)
+
     async def _patch(self, request: web.Request) -> web.Response:
         self._session_of(request)
         raise web.HTTPMethodNotAllowed(
@@ -304,6 +395,39 @@ class WebRtcServer:
     def _authorize(self, request: web.Request) -> None:
         if self._token is not None:
             check_bearer(request, self._token)
+
+    def _may_see_ice_servers(self, request: web.Request) -> bool:
+        """Whether a plain OPTIONS may read the TURN credentials: with a token configured, only with that
+        token (a wrong one is a 401, not a silent omission)."""
+        if self._token is None or "Authorization" in request.headers:
+            self._authorize(request)
+            return True
+        return False
+
+    def _preflight(
+        self, request: web.Request, methods: tuple[str, ...], headers: dict[str, str]
+    ) -> web.Response:
+        """200 with the CORS grant for an allowed origin; 403 with no grant and the reason otherwise."""
+        decision = self._cors.preflight(
+            request.headers.get("Origin"),
+            request.headers.get("Access-Control-Request-Method", ""),
+            request.headers.get("Access-Control-Request-Headers", ""),
+            methods,
+        )
+        if not decision.allowed:
+            raise web.HTTPForbidden(
+                headers=decision.headers, text=f"CORS preflight refused: {decision.reason}\n"
+            )
+        return web.Response(headers={**headers, **decision.headers})
+
+    @staticmethod
+    def _with_links(headers: dict[str, str], links: Sequence[str]) -> CIMultiDict[str]:
+        """``headers`` plus one ``Link`` header per ICE server URL (a header each, as RFC 9725 writes
+        them, which clients that split a joined header on ',' also read)."""
+        merged = CIMultiDict(headers)
+        for link in links:
+            merged.add("Link", link)
+        return merged
 
     def _unknown(self, what: str, stream: str, known: Iterable[str]) -> web.HTTPNotFound:
         names = ", ".join(sorted(known)) or "none"
@@ -366,7 +490,7 @@ class WebRtcServer:
             )
 
     def _open_session(self, kind: _Kind, stream: str) -> _Session:
-        pc = RTCPeerConnection(rtc_configuration(self._stun))
+        pc = RTCPeerConnection(rtc_configuration(ice_servers=self._ice_servers))
         session = _Session(secrets.token_urlsafe(16), kind, stream, pc)
         self._sessions[session.id] = session
         session.timer = asyncio.get_running_loop().call_later(self._connect_timeout, self._expire, session)
@@ -427,7 +551,9 @@ class WebRtcServer:
             status=201,
             text=answer,
             content_type="application/sdp",
-            headers={"Location": f"/{session.kind}/{session.stream}/{session.id}"},
+            headers=self._with_links(
+                {"Location": f"/{session.kind}/{session.stream}/{session.id}"}, self._links
+            ),
         )
 
     async def _end(self, session: _Session) -> None:

@@ -1,137 +1,21 @@
-"""WHEP egress: the enhanced frames, fanned out to any number of WebRTC players.
+"""WHEP egress: the enhanced frames, published to the stream's players through the server's hub.
 
-Each player gets its own :class:`PlayerTrack`, which holds only the newest frame (LATEST_ONLY): a
-player whose encoder or network is slow skips frames, counted, and never builds a queue that would
-delay everyone else or grow memory. The pixels are converted to a ``VideoFrame`` in a worker thread
-when the player's sender asks for a frame, so frames a player skips cost nothing.
+Players hold only the newest frame (:mod:`streamer.webrtc.playback`, whose names this module still
+exports): a slow player skips frames, it never queues them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
-import av
-from aiortc import MediaStreamTrack
-from aiortc.mediastreams import MediaStreamError
-
-from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.errors import EndOfStream
-from streamer.frame import Frame, Pixels, StreamInfo
+from streamer.frame import Frame, StreamInfo
 from streamer.sinks.base import Sink
+from streamer.webrtc.playback import RTP_CLOCK_RATE, FrameHub, PlayerTrack, RtpClock
 
 if TYPE_CHECKING:
     from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["RTP_CLOCK_RATE", "FrameHub", "PlayerTrack", "RtpClock", "WhepSink"]
-
-RTP_CLOCK_RATE = 90_000
-"""The RTP clock of every video codec WebRTC uses."""
-_TIME_BASE = Fraction(1, RTP_CLOCK_RATE)
-
-
-class RtpClock:
-    """Maps frame times to one player's 90 kHz timeline, which only moves forward.
-
-    Media time is followed while it advances by at most ``max_step_s`` per frame; a step back (a new
-    publisher, whose clock starts again) or a larger jump re-anchors the timeline one nominal frame
-    after the last stamp, so the player's jitter buffer never sees time go back or stall.
-    """
-
-    def __init__(self, max_step_s: float = 1.0, nominal_fps: float = 30.0) -> None:
-        self._max_step = round(max_step_s * RTP_CLOCK_RATE)
-        self._nominal = round(RTP_CLOCK_RATE / nominal_fps)
-        self._anchor: tuple[float, int] | None = None
-        self._last: int | None = None
-
-    def stamp(self, seconds: float) -> int:
-        """The RTP ticks for a frame at ``seconds`` (media time, or a monotonic clock when it has none)."""
-        if self._anchor is None:
-            self._anchor = (seconds, 0)
-        ticks = self._anchor[1] + round((seconds - self._anchor[0]) * RTP_CLOCK_RATE)
-        if self._last is not None and not self._last < ticks <= self._last + self._max_step:
-            ticks = self._last + self._nominal
-            self._anchor = (seconds, ticks)
-        self._last = ticks
-        return ticks
-
-
-def _video_frame(pixels: Pixels) -> av.VideoFrame:
-    """RGB pixels as the yuv420p frame aiortc's encoders take; runs in a worker thread."""
-    return av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(format="yuv420p")
-
-
-class PlayerTrack(MediaStreamTrack):
-    """One player's video track: the newest frame only, stamped on this player's own clock."""
-
-    kind = "video"
-
-    def __init__(self, hub: FrameHub) -> None:
-        super().__init__()
-        self._hub = hub
-        self._slot: Channel[Frame] = Channel(1, DropPolicy.LATEST_ONLY, name=f"player:{hub.name}")
-        self._clock = RtpClock()
-
-    def offer(self, frame: Frame) -> None:
-        """Make ``frame`` the next one sent, replacing (and counting) one the player has not taken."""
-        if not self._slot.closed:
-            self._slot.put_nowait(frame)
-
-    async def recv(self) -> av.VideoFrame:
-        try:
-            frame = await self._slot.get()
-        except EndOfStream:
-            raise MediaStreamError from None
-        video = await asyncio.to_thread(_video_frame, frame.pixels)
-        video.pts = self._clock.stamp(frame.time if frame.time is not None else time.monotonic())
-        video.time_base = _TIME_BASE
-        return video
-
-    def stop(self) -> None:
-        self._slot.close()
-        self._hub.unsubscribe(self)
-        super().stop()
-
-    def stats(self) -> ChannelStats:
-        """``dropped`` counts frames this player skipped because it was still busy with an earlier one."""
-        return self._slot.stats()
-
-
-class FrameHub:
-    """Fans the frames of one playable stream out to its players; players joining later start from then."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._players: set[PlayerTrack] = set()
-        self._published = 0
-
-    @property
-    def players(self) -> int:
-        return len(self._players)
-
-    @property
-    def published(self) -> int:
-        return self._published
-
-    def subscribe(self) -> PlayerTrack:
-        track = PlayerTrack(self)
-        self._players.add(track)
-        return track
-
-    def unsubscribe(self, track: PlayerTrack) -> None:
-        self._players.discard(track)
-
-    def publish(self, frame: Frame) -> None:
-        for player in tuple(self._players):
-            player.offer(frame)
-        self._published += 1
-
-    def close(self) -> None:
-        """End every player's track; their peers see the track end."""
-        for player in tuple(self._players):
-            player.stop()
 
 
 class WhepSink(Sink):

@@ -28,7 +28,7 @@ from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.errors import EndOfStream, SourceError
 from streamer.frame import Frame, Pixels, StreamInfo
 from streamer.sources.base import Source
-from streamer.webrtc.sink import FrameHub
+from streamer.webrtc.playback import FrameHub
 
 if TYPE_CHECKING:
     from streamer.webrtc.server import WebRtcServer

@@ -257,3 +257,31 @@ def test_spliced_recordings_whose_audio_goes_back_keep_the_first_part_and_the_fi
     assert len(caplog.records) == 1
     measured = offsets(out, first.flashes)
     assert all(abs(offset) < 1 / FPS for offset in measured), measured
+
+
+def test_a_looped_file_drops_its_audio_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clip = make_clip(tmp_path / "camera.mp4", seconds=1.0)
+    out = tmp_path / "out.mp4"
+    with caplog.at_level(logging.WARNING):
+        overrides = {"source.loop": True, "source.max_frames": 3 * FPS, "window.scene_cut": None}
+        report, pipeline = run(clip, out, **overrides)
+    assert not has_audio(out)
+    assert report.frames_out == video_frames(out) == 3 * FPS
+    assert report.discontinuities == 2  # a new run at each seam
+    assert not any(q.name.startswith("audio") for q in pipeline.queue_stats())
+    warnings = [r.message for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "is looped (source.loop), so its audio is dropped" in warnings[0]
+
+
+def test_a_realtime_file_keeps_every_audio_packet(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "camera.mp4", seconds=1.0)
+    out = tmp_path / "out.mp4"
+    report, pipeline = run(clip, out, **{"source.realtime": True})
+    assert pipeline.source.info.live
+    assert audio_of(out).packets == audio_of(clip.path).packets
+    # A live source drops its oldest frames rather than wait, counted; the audio never moves.
+    assert report.frames_in + report.source_dropped == FPS
+    assert report.frames_out == video_frames(out) == report.frames_in

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamer.backend.base import Layout
+from streamer.backend.base import ChannelOrder, Layout
 from streamer.errors import FrameError
-from streamer.layout import to_model_layout
+from streamer.layout import from_model_channels, to_model_layout
 
 
 def _batch() -> np.ndarray:
@@ -37,3 +37,37 @@ def test_ncthw_keeps_dtype() -> None:
 def test_wrong_rank_is_a_frame_error(shape: tuple[int, ...]) -> None:
     with pytest.raises(FrameError, match=r"\(B, T, C, H, W\)"):
         to_model_layout(np.zeros(shape, np.uint8), Layout.NCTHW)
+
+
+def test_stacked_puts_each_frames_channels_together_frame_by_frame() -> None:
+    batch = _batch()
+    out = to_model_layout(batch, Layout.STACKED)
+    assert out.shape == (2, 15, 4, 6)
+    assert np.shares_memory(out, batch)
+    for t in range(5):
+        np.testing.assert_array_equal(out[:, 3 * t : 3 * t + 3], batch[:, t])
+
+
+def test_nchw_is_the_one_frame_of_a_t1_window() -> None:
+    batch = _batch()[:, :1]
+    out = to_model_layout(batch, Layout.NCHW)
+    assert out.shape == (2, 3, 4, 6)
+    np.testing.assert_array_equal(out, batch[:, 0])
+    with pytest.raises(FrameError, match=r"windows of one frame; got T=5"):
+        to_model_layout(_batch(), Layout.NCHW)
+
+
+@pytest.mark.parametrize("layout", list(Layout))
+def test_bgr_reverses_the_channels_in_every_layout(layout: Layout) -> None:
+    batch = _batch()[:, :1] if layout is Layout.NCHW else _batch()
+    rgb = to_model_layout(batch, layout)
+    bgr = to_model_layout(batch, layout, ChannelOrder.BGR)
+    flipped = to_model_layout(batch[:, :, ::-1], layout)
+    np.testing.assert_array_equal(bgr, flipped)
+    assert not np.array_equal(bgr, rgb)
+
+
+def test_a_bgr_output_comes_back_as_rgb() -> None:
+    out = np.arange(2 * 3 * 2 * 2).reshape(2, 3, 2, 2)
+    np.testing.assert_array_equal(from_model_channels(out, ChannelOrder.BGR)[:, 0], out[:, 2])
+    assert from_model_channels(out, ChannelOrder.RGB) is out

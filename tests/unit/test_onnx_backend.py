@@ -169,16 +169,16 @@ def test_ncthw_model_sees_slots_in_order(tmp_path: Path) -> None:
 
 def test_missing_metadata_falls_back_to_static_t(tmp_path: Path) -> None:
     backend = OnnxBackend(
-        _slot_model(tmp_path / "plain.onnx", t=3, slot=1), providers=["CPUExecutionProvider"]
+        _slot_model(tmp_path / "plain.onnx", t=4, slot=1), providers=["CPUExecutionProvider"]
     )
     info = backend.info
     assert (info.name, info.t, info.layout, info.output_position) == (
         "plain",
-        3,
+        4,
         Layout.NTCHW,
         OutputPosition.CENTER,
     )
-    batch = _batch(t=3)
+    batch = _batch(t=4)
     np.testing.assert_array_equal(backend.infer(batch), batch[:, 1])
 
 
@@ -198,13 +198,26 @@ def test_metadata_t_disagreeing_with_static_t_is_a_model_error(tmp_path: Path) -
         OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta(t="7")))
 
 
-def test_ncthw_model_without_layout_metadata_says_which_key_to_set(tmp_path: Path) -> None:
+def test_ncthw_model_without_layout_metadata_is_read_from_its_shape(tmp_path: Path) -> None:
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", layout=Layout.NCTHW, slot=3))
+    assert (backend.info.layout, backend.info.t) == (Layout.NCTHW, 5)
+    batch = _batch()
+    np.testing.assert_array_equal(backend.infer(batch), batch[:, 3])
+
+
+@pytest.mark.parametrize("layout", [Layout.NTCHW, Layout.NCTHW])
+def test_t_equal_to_c_without_layout_metadata_says_what_to_declare(tmp_path: Path, layout: Layout) -> None:
+    with pytest.raises(ModelError, match=r"NTCHW or NCTHW\? \(both axes 1 and 2 are 3\).*model\.layout"):
+        OnnxBackend(_slot_model(tmp_path / "m.onnx", t=3, slot=1, layout=layout))
+
+
+def test_a_wrong_layout_in_metadata_names_the_other(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match=r"streamer\.layout=NCTHW"):
-        OnnxBackend(_slot_model(tmp_path / "m.onnx", layout=Layout.NCTHW))
+        OnnxBackend(_slot_model(tmp_path / "m.onnx", layout=Layout.NCTHW, meta=_meta(layout="NTCHW")))
 
 
 def test_undeclared_state_input_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match=r"\['state'\].*streamer\.state does not declare"):
+    with pytest.raises(ModelError, match=r"\['frames', 'state'\] besides those metadata streamer\.state"):
         OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta(), state_input=True))
 
 
@@ -294,7 +307,9 @@ def test_pad_multiple_on_frames_too_small_to_reflect(tmp_path: Path, h: int, w: 
 
 def test_output_at_another_size_is_a_backend_error_explaining_the_contract(tmp_path: Path) -> None:
     backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", tail="halve", meta=_meta()))
-    with pytest.raises(BackendError, match=r"returned \(1, 3, 12, 20\).*\(B, 3, H, W\) = \(1, 3, 24, 40\)"):
+    with pytest.raises(
+        BackendError, match=r"returned \(1, 3, 12, 20\).*\(B, 3, H\*scale, W\*scale\) = \(1, 3, 24, 40\)"
+    ):
         backend.infer(_batch())
 
 
@@ -335,7 +350,9 @@ def test_the_cpu_provider_runs_two_calls_at_once_with_the_cores_split_unless_tol
 ) -> None:
     made: list[tuple[int, int | None]] = []
 
-    def record(path: Path, *, providers: object, threads: int | None, spin: bool, workers: int) -> str:
+    def record(
+        path: Path, *, providers: object, threads: int | None, spin: bool, workers: int, declared: object
+    ) -> str:
         made.append((workers, threads))
         return "backend"
 
