@@ -90,7 +90,7 @@ def build_source(
     keep_audio: bool = False,
 ) -> Source:
     """``keep_audio``: a file source also hands its audio to the sink (which must write it, or the
-    pipeline declines it); set where the sink is a file sink with ``audio: keep``."""
+    pipeline declines it); set where the sink writes audio (a file or RTSP sink with ``audio: keep``)."""
     if isinstance(config, FileSourceConfig):
         return FileSource(
             config.path,
@@ -158,6 +158,7 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
             transport=config.transport,
             timeout_s=config.timeout_s,
             threads=config.threads,
+            keep_audio=config.audio == "keep",
             **config.backoff(),
         )
     if isinstance(config, WhepSinkConfig):
@@ -228,7 +229,7 @@ def build_stream(
 ) -> Pipeline:
     """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
     model = backend.info
-    keep_audio = isinstance(stream.sink, FileSinkConfig) and stream.sink.audio == "keep"
+    keep_audio = isinstance(stream.sink, FileSinkConfig | RtspSinkConfig) and stream.sink.audio == "keep"
     return Pipeline(
         build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
         build_sink(stream.sink, server),

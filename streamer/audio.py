@@ -131,21 +131,39 @@ class AudioTrack:
     def pop_until(self, time: Fraction) -> list[Packet[Stream]]:
         """The queued packets that start at ``time`` (seconds) or before, oldest first."""
         with self._lock:
-            out: list[Packet[Stream]] = []
-            while self._packets:
-                start = _start(self._packets[0])
-                if start is not None and start > time:
-                    break
-                out.append(self._packets.popleft())
+            out = self._until(time)
             self._got += len(out)
             return out
 
     def pop_over(self) -> list[Packet[Stream]]:
         """The oldest queued packets past the capacity."""
         with self._lock:
-            out = [self._packets.popleft() for _ in range(len(self._packets) - self.capacity)]
+            out = self._over()
             self._got += len(out)
             return out
+
+    def drop_until(self, time: Fraction) -> None:
+        """Drop, counted, what :meth:`pop_until` would give: a live sink that is reconnecting has no
+        one to send it to, and sending it later would put old sound beside new pictures."""
+        with self._lock:
+            self._dropped += len(self._until(time))
+
+    def drop_over(self) -> None:
+        """Drop, counted, what :meth:`pop_over` would give (a live sink that is reconnecting)."""
+        with self._lock:
+            self._dropped += len(self._over())
+
+    def _until(self, time: Fraction) -> list[Packet[Stream]]:
+        out: list[Packet[Stream]] = []
+        while self._packets:
+            start = _start(self._packets[0])
+            if start is not None and start > time:
+                break
+            out.append(self._packets.popleft())
+        return out
+
+    def _over(self) -> list[Packet[Stream]]:
+        return [self._packets.popleft() for _ in range(len(self._packets) - self.capacity)]
 
     def release(self, before: Fraction | None) -> list[Packet[Stream]]:
         """The sink's last take: what is queued (only what starts before ``before``, when given); any

@@ -172,7 +172,7 @@ class FileSink(Sink):
                 stream.codec_context.gop_size = self.gop
             if self.bitrate is not None:
                 stream.bit_rate = self.bitrate
-            audio = None if self._track is None else AudioWriter.add(container, self._track, self.path)
+            audio = None if self._track is None else AudioWriter.add(container, self._track, str(self.path))
             container.start_encoding()
         except SinkError:
             with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):

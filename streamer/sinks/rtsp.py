@@ -9,6 +9,12 @@ present, not a backlog. Every connection gets a fresh encoder, so it begins with
 Output timestamps are the sink's own (90 kHz, the RTP clock), advanced by each frame's distance in
 media time from the one before (one frame period at a discontinuity or without PTS): they increase
 strictly even when the source's PTS restart after its reconnects, and across the sink's own.
+
+A source's audio, attached before ``open``, is published as a second track of the same session: each
+packet goes out just before the first video frame that does not start earlier, moved onto the output
+clock by that frame's offset, so pictures and sound leave together and stay in sync however late the
+enhancement makes them. AAC, G.711 and Opus go as they are; other codecs are transcoded to AAC. Audio
+from before the first frame, or sent while the server is away, is dropped and counted.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import random
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import av
 import av.error
@@ -31,6 +38,7 @@ from streamer.colour import from_rgb, tag
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.nodelay import disable_nagle, rtsp_peer
+from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import Sink
 from streamer.sources.rtsp import (
     Transport,
@@ -40,6 +48,9 @@ from streamer.sources.rtsp import (
     ffmpeg_reason,
     redact_url,
 )
+
+if TYPE_CHECKING:
+    from streamer.audio import AudioTrack
 
 __all__ = ["MAX_STEP_S", "TIME_BASE", "OutputClock", "RtspSink", "RtspSinkState", "RtspSinkStats"]
 
@@ -104,6 +115,7 @@ class OutputClock:
 class _Connection:
     container: OutputContainer
     stream: VideoStream
+    audio: AudioWriter | None
 
 
 class RtspSink(Sink):
@@ -127,6 +139,7 @@ class RtspSink(Sink):
         jitter: float = 0.2,
         timeout_s: float = 5.0,
         threads: int | None = None,
+        keep_audio: bool = True,
     ) -> None:
         check_rtsp_url(url, "RTSP sink")
         if transport not in ("tcp", "udp"):
@@ -153,6 +166,7 @@ class RtspSink(Sink):
         self.jitter = jitter
         self.timeout_s = timeout_s
         self.threads = threads
+        self.keep_audio = keep_audio
         self._shown = redact_url(url)
         self._rng = random.Random()
         self._info: StreamInfo | None = None
@@ -168,6 +182,11 @@ class RtspSink(Sink):
         self._dropped = 0
         self._last_error: str | None = None
         self._clock: OutputClock | None = None
+        self._track: AudioTrack | None = None
+        self._period = Fraction(1, 30)
+        """One frame period in seconds, the stream's."""
+        self._last_media: Fraction | None = None
+        """Media time of the last frame published: the audio after it is not sent at close."""
 
     @property
     def frames_written(self) -> int:
@@ -190,6 +209,14 @@ class RtspSink(Sink):
             last_error=self._last_error,
         )
 
+    def attach_audio(self, track: AudioTrack) -> bool:
+        if self._info is not None:
+            raise RuntimeError(f"RTSP sink {self._shown} is already open; attach audio before open")
+        if not self.keep_audio:
+            return False
+        self._track = track
+        return True
+
     async def open(self, info: StreamInfo) -> None:
         if self._closing.is_set():
             raise RuntimeError(f"RTSP sink {self._shown} is closed; make a new sink")
@@ -197,18 +224,23 @@ class RtspSink(Sink):
             raise RuntimeError(f"RTSP sink {self._shown} is already open")
         self._info = info
         self._clock = OutputClock(info.fps)
+        self._period = 1 / info.fps if info.fps > 0 else Fraction(1, 30)
         try:
             conn = await asyncio.to_thread(self._connect, info)
         except SinkError as exc:
             if not self.reconnect:
+                if self._track is not None:
+                    self._track.decline()
                 raise
             log.warning("RTSP sink %s: %s; retrying in the background", self._shown, exc)
             with self._lock:
                 self._last_error = str(exc)
                 self._start_reconnecting()
-            return
-        with self._lock:
-            self._install(conn)
+        else:
+            with self._lock:
+                self._install(conn)
+        if self._track is not None:
+            self._track.take(self._spill)
 
     async def send(self, frame: Frame) -> None:
         info = self._info
@@ -238,8 +270,11 @@ class RtspSink(Sink):
             assert self._clock is not None
             pts = self._clock.advance(frame)  # dropped frames advance it too: the output keeps media time
             conn = self._conn
+            media = None if frame.pts is None else frame.pts * frame.time_base
             if conn is None:
                 self._dropped += 1
+                if self._track is not None and media is not None:
+                    self._track.drop_until(media)
                 return
             try:
                 av_frame = from_rgb(frame.pixels, conn.stream.codec_context)
@@ -252,7 +287,14 @@ class RtspSink(Sink):
                     f"{exc.strerror if isinstance(exc, av.error.FFmpegError) else exc}"
                 ) from None
             try:
+                if conn.audio is not None and media is not None:
+                    # The sound of the frame's whole period goes first: FFmpeg sends a packet once every
+                    # track has a later one queued, and players sync the tracks by when each began
+                    # (RTCP), so a frame left waiting for the next frame's audio would play late.
+                    conn.audio.offset = media - pts * TIME_BASE
+                    conn.audio.mux_until(conn.container, media + self._period)
                 conn.container.mux(packets)
+                self._last_media = media
             except av.error.FFmpegError as exc:
                 self._lose(f"writing frame {frame.index} failed: {ffmpeg_reason(exc)}")
                 self._dropped += 1
@@ -289,7 +331,12 @@ class RtspSink(Sink):
             stream.bit_rate = self.bitrate
             stream.time_base = TIME_BASE
             stream.codec_context.time_base = TIME_BASE
+            audio = None if self._track is None else AudioWriter.add(container, self._track, self._shown)
             container.start_encoding()
+        except SinkError:
+            with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
+                container.close()
+            raise
         except (av.error.FFmpegError, ValueError) as exc:
             with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
                 container.close()
@@ -297,7 +344,7 @@ class RtspSink(Sink):
         peer = rtsp_peer(self.url)
         if self.transport == "tcp" and peer is not None:
             disable_nagle(*peer)  # a keyframe's packets would wait out the server's delayed ACKs
-        return _Connection(container, stream)
+        return _Connection(container, stream, audio)
 
     def _cannot_publish(self, exc: Exception) -> str:
         reason = ffmpeg_reason(exc) if isinstance(exc, av.error.FFmpegError) else str(exc)
@@ -327,6 +374,8 @@ class RtspSink(Sink):
                 f"RTSP sink {self._shown} lost the server: {reason}; check the server, or set reconnect "
                 "to keep publishing through outages"
             )
+            if self._track is not None:
+                self._track.discard()
             return
         self._start_reconnecting()
 
@@ -354,6 +403,8 @@ class RtspSink(Sink):
                         self._failed = SinkError(
                             f"RTSP sink {self._shown} gave up after {failures} attempts to reconnect: {exc}"
                         )
+                        if self._track is not None:
+                            self._track.discard()
                         return
                 log.warning("RTSP sink %s: reconnect attempt %d failed: %s", self._shown, failures, exc)
                 continue
@@ -365,14 +416,38 @@ class RtspSink(Sink):
                 self._install(conn)
             return
 
+    def _spill(self) -> None:
+        """In the demuxer's thread: the audio past its queue's bound, sent now (or dropped while the
+        server is away); a server lost meanwhile is handled as a failed video write is."""
+        with self._lock:
+            conn = self._conn
+            if conn is None or conn.audio is None:
+                if self._track is not None:
+                    self._track.drop_over()
+                return
+            try:
+                conn.audio.spill(conn.container)
+            except (av.error.FFmpegError, ValueError) as exc:
+                reason = ffmpeg_reason(exc) if isinstance(exc, av.error.FFmpegError) else str(exc)
+                self._lose(f"writing audio failed: {reason}")
+
+    def _video_end(self) -> Fraction | None:
+        """When the last frame published ends, in media seconds; None before the first."""
+        return None if self._last_media is None else self._last_media + self._period
+
     def _finish(self) -> None:
         with self._lock:
             conn, self._conn = self._conn, None
             self._state = RtspSinkState.CLOSED
             if conn is None:
+                if self._track is not None:
+                    self._track.discard()
                 return
             try:
                 conn.container.mux(conn.stream.encode(None))
+                if conn.audio is not None:
+                    complete = conn.audio.track.complete  # the source's sound past its last frame
+                    conn.audio.finish(conn.container, None if complete else self._video_end())
             except (av.error.FFmpegError, ValueError, OSError) as exc:
                 log.warning("RTSP sink %s: flushing at close failed: %s", self._shown, type(exc).__name__)
             finally:
