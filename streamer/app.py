@@ -89,8 +89,8 @@ def build_source(
     *,
     keep_audio: bool = False,
 ) -> Source:
-    """``keep_audio``: a file source also hands its audio to the sink (which must write it, or the
-    pipeline declines it); set where the sink writes audio (a file or RTSP sink with ``audio: keep``)."""
+    """``keep_audio``: a file or RTSP source also hands its audio to the sink (which must write it, or
+    the pipeline declines it); set where the sink writes audio (a file or RTSP sink with ``audio: keep``)."""
     if isinstance(config, FileSourceConfig):
         return FileSource(
             config.path,
@@ -112,6 +112,7 @@ def build_source(
             read_timeout_s=config.read_timeout_s,
             stall_timeout_s=config.stall_timeout_s,
             capacity=queue_size,
+            keep_audio=keep_audio,
             **config.backoff(),
         )
     if isinstance(config, WhipSourceConfig):

@@ -1,9 +1,9 @@
-"""A file's audio on its way from the demuxer to a file sink: packets, never decoded on the way.
+"""A source's audio on its way from the demuxer to a sink: packets, never decoded on the way.
 
-The file source demuxes its first audio stream beside the video (one demux, in its decode thread) and
-queues the audio packets in an :class:`AudioTrack`; the file sink takes them in its encode threads and
-muxes each before the first video frame that does not start earlier. Every packet keeps its own
-timestamps, so a video frame the pipeline passes through or drops never moves the audio.
+A file or RTSP source demuxes its first audio stream beside the video (one demux, in its decode thread)
+and queues the audio packets in an :class:`AudioTrack`; a file or RTSP sink takes them in its encode
+threads and muxes each before the first video frame that does not start earlier. Every packet keeps
+its own timing, so a video frame the pipeline passes through or drops never moves the audio.
 
 The queue holds at most :data:`AUDIO_QUEUE_PACKETS` packets and never makes the demuxer wait: the video
 frame the sink needs next may lie in the file behind audio that cannot be muxed before it (a latency
@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import collections
 import enum
+import io
 import threading
 from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+import av
+
 from streamer.channel import ChannelStats
 from streamer.errors import ConfigError
 
 if TYPE_CHECKING:
+    from av.audio.codeccontext import AudioCodecContext
     from av.audio.stream import AudioStream
     from av.packet import Packet
     from av.stream import Stream
@@ -53,12 +57,14 @@ class _Decision(enum.Enum):
 
 
 class AudioTrack:
-    """The first audio stream of a file and its packets, from the demux thread to a sink's threads.
+    """The first audio stream of a source and its packets, from the demux thread to a sink's threads.
 
     The demuxer waits, before its first packet, until a sink :meth:`take` s the track or it is
-    :meth:`decline` d: the sink copies the stream's codec parameters meanwhile, so they are never read
-    while the demuxer runs or after the file is closed. (The stream's decoder, which PyAV owns apart
-    from the file and the demuxer never uses, a transcoding sink keeps.)
+    :meth:`decline` d. The stream's codec parameters are copied when the track is made, into a stream
+    of a container of the track's own that is never written: an RTSP source closes the connection the
+    stream came from when it reconnects, and an RTSP sink adds the audio again at each of its own
+    reconnects. (The stream's decoder, which PyAV owns apart from the connection and the demuxer never
+    uses, a transcoding sink keeps.)
     """
 
     def __init__(self, stream: AudioStream, name: str, capacity: int = AUDIO_QUEUE_PACKETS) -> None:
@@ -66,7 +72,9 @@ class AudioTrack:
             raise ConfigError(f"audio track {name!r}: capacity must be at least 1, got {capacity}")
         self.name = name
         self.capacity = capacity
-        self._stream = stream
+        self._holder = av.open(io.BytesIO(), "w", format="nut")  # holds any codec; never started
+        self._stream = self._holder.add_stream_from_template(stream)
+        self._decoder = stream.codec_context
         self._lock = threading.Lock()
         self._decided = threading.Event()
         self._decision = _Decision.PENDING
@@ -81,8 +89,22 @@ class AudioTrack:
 
     @property
     def stream(self) -> AudioStream:
-        """The demuxed stream, for its codec parameters and decoder: read it before :meth:`take`."""
+        """The demuxed stream's codec parameters, as a template for a sink's stream."""
         return self._stream
+
+    @property
+    def decoder(self) -> AudioCodecContext:
+        """The demuxed stream's decoder, for a sink that transcodes (and nothing else)."""
+        return self._decoder
+
+    def same_codec(self, stream: AudioStream) -> bool:
+        """Whether ``stream`` (a reconnected source's) carries what this track's sinks were set up for."""
+        mine = self._stream
+        return (
+            stream.codec_context.codec.canonical_name == mine.codec_context.codec.canonical_name
+            and stream.sample_rate == mine.sample_rate
+            and stream.channels == mine.channels
+        )
 
     @property
     def complete(self) -> bool:

@@ -59,7 +59,7 @@ class AudioWriter:
         """A stream for ``track`` in ``container``, before its header: the source's codec where the
         container holds it, else an encoder (logged); raises SinkError when neither fits."""
         template = track.stream
-        source_codec = template.codec_context.name
+        source_codec = template.codec_context.codec.canonical_name
         if _holds(container, template):
             log.info("'%s': writing the source's %s audio as it is", target, source_codec)
             return cls(track, container.add_stream_from_template(template), target, None)
@@ -89,7 +89,7 @@ class AudioWriter:
             codec,
             rate,
         )
-        return cls(track, stream, target, template.codec_context)
+        return cls(track, stream, target, track.decoder)
 
     def mux_until(self, container: OutputContainer, time: Fraction) -> None:
         """The queued audio that starts by ``time`` (seconds): what goes before a video frame at it."""

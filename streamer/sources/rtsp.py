@@ -17,6 +17,11 @@ Frames go to the pipeline through a DROP_OLDEST channel: a live feed must never 
 FFmpeg's H.264 parser hands a frame over only when the next one begins, so reading RTSP costs one frame
 period of latency: a PyAV publisher -> GStreamer relay -> PyAV reader hop measured 36 ms median at 30 fps.
 URLs are shown only through :func:`redact_url`, so credentials never reach logs, errors or stats.
+
+With ``keep_audio`` the same demux hands the stream's first audio track, undecoded, to an
+:class:`~streamer.audio.AudioTrack` for the sink (a camera's AAC or G.711), its packets timed on the
+video's clock (FFmpeg aligns the tracks by RTCP). A connection whose audio differs from the first one's
+(codec, rate, channels) plays without sound, said once: the sink was set up for the first.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ from typing import Literal
 
 import av
 import av.error
+from av.audio.stream import AudioStream
 from av.container import InputContainer
 from av.video.frame import VideoFrame
 
+from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
 from streamer.colour import colour_of, to_rgb
 from streamer.errors import ConfigError, SourceError
@@ -169,6 +176,7 @@ class RtspSource(ThreadedSource):
         backoff_max_s: float = 10.0,
         jitter: float = 0.2,
         capacity: int = 8,
+        keep_audio: bool = False,
     ) -> None:
         check_rtsp_url(url, "RTSP source")
         if transport not in ("tcp", "udp"):
@@ -192,6 +200,9 @@ class RtspSource(ThreadedSource):
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.jitter = jitter
+        self.keep_audio = keep_audio
+        self._audio: AudioTrack | None = None
+        self._audio_mismatch_said = False
         self._shown = redact_url(url)
         self._rng = random.Random()
         self._container: InputContainer | None = None
@@ -225,10 +236,16 @@ class RtspSource(ThreadedSource):
                 ),
             )
 
+    @property
+    def audio(self) -> AudioTrack | None:
+        return self._audio
+
     def _open(self) -> StreamInfo:
         container = self._connect()
         if container is None:
             raise SourceError(f"RTSP source {self._shown} was closed before it connected")
+        if self.keep_audio and container.streams.audio:
+            self._audio = AudioTrack(container.streams.audio[0], self.stream_id)
         stream = container.streams.video[0]
         fps = stream.average_rate or stream.guessed_rate
         if not fps:
@@ -247,6 +264,9 @@ class RtspSource(ThreadedSource):
     def _frames(self) -> Iterator[Frame]:
         index = 0
         fresh = False
+        track = self._audio
+        if track is not None and not track.wait_taken(self._stop):
+            track = None
         while not self._stop.is_set():
             container = self._container
             if container is None:
@@ -258,7 +278,7 @@ class RtspSource(ThreadedSource):
             time_base = Fraction(stream.time_base) if stream.time_base else 1 / DEFAULT_FPS
             ended = False
             try:
-                for av_frame in self._decode(container):
+                for av_frame in self._decode(container, track):
                     pixels = to_rgb(av_frame)
                     self._decoded(time.perf_counter() - self._decode_started)
                     arrival = time.monotonic()
@@ -288,15 +308,21 @@ class RtspSource(ThreadedSource):
                 "or set reconnect to keep retrying"
             )
 
-    def _decode(self, container: InputContainer) -> Iterator[VideoFrame]:
+    def _decode(self, container: InputContainer, track: AudioTrack | None) -> Iterator[VideoFrame]:
         stream = container.streams.video[0]
+        audio = self._audio_of(container, track)
         last = time.monotonic()
-        for packet in container.demux(stream):
+        for packet in container.demux(stream, *([audio] if audio is not None else [])):
             if self._stop.is_set():
                 return
+            if audio is not None and packet.stream.index == audio.index:
+                if packet.size:  # the demuxer's empty last packet only flushes
+                    assert track is not None
+                    track.put(packet)
+                continue
             self._decode_started = time.perf_counter()
             try:
-                frames = packet.decode()
+                frames = stream.decode(packet)
             except av.error.InvalidDataError:
                 frames = []  # a damaged packet of a live stream: the next keyframe repairs the picture
             for av_frame in frames:
@@ -306,6 +332,26 @@ class RtspSource(ThreadedSource):
                 yield av_frame
             if time.monotonic() - last > self.stall_timeout_s:
                 raise _Stalled
+
+    def _audio_of(self, container: InputContainer, track: AudioTrack | None) -> AudioStream | None:
+        """The connection's audio stream to demux for ``track``: None without one, or one of another
+        codec, rate or channel count than the sink was set up for (said once)."""
+        streams = container.streams.audio
+        if track is None or not streams:
+            return None
+        if track.same_codec(streams[0]):
+            return streams[0]
+        if not self._audio_mismatch_said:
+            self._audio_mismatch_said = True
+            log.warning(
+                "RTSP source %s came back with other audio (%s, %d Hz, %d channels) than it began with; "
+                "the video goes on without sound",
+                self._shown,
+                streams[0].codec_context.codec.canonical_name,
+                streams[0].sample_rate,
+                streams[0].channels,
+            )
+        return None
 
     def _connect(self) -> InputContainer | None:
         """The next open connection, after as many attempts as the policy allows; None once stopped."""

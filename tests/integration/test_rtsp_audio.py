@@ -1,15 +1,19 @@
-"""A file's audio through the RTSP sink, read back by FFmpeg's own RTSP server (not the project's client).
+"""Sound through RTSP: a file's or a camera's audio out of the RTSP sink, and a camera's into any sink.
 
-The clip is the one of ``test_audio``: flashes and beeps that start together. The recorder
-(``rtsp_recorder.py``, FFmpeg in listen mode, a process of its own) copies both tracks it receives
-into a file, where the A/V offset and the audio packets are measured.
+The clip is the one of ``test_audio``: flashes and beeps that start together. What the RTSP sink
+publishes is read back by FFmpeg's own RTSP server in listen mode (``rtsp_recorder.py``, a process of
+its own, not the project's client), which copies both tracks it receives into a file; the camera is
+GStreamer's RTSP server playing the clip at its pace (``rtsp_camera.py``). The A/V offset and the
+audio packets are measured in the files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import av
@@ -17,12 +21,36 @@ import pytest
 
 from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
+from streamer.bench import rtsp_relay
 from streamer.config import Config, load_config
 from streamer.pipeline import PipelineReport
 from tests.integration.rtsp_fixtures import free_port
 from tests.integration.test_audio import FPS, Clip, audio_of, make_clip, offsets
 
 RECORDER = Path(__file__).with_name("rtsp_recorder.py")
+CAMERA = Path(__file__).with_name("rtsp_camera.py")
+
+
+@contextlib.contextmanager
+def camera(clip: Clip, payload: str = "aac") -> Iterator[str]:
+    """GStreamer's RTSP server playing ``clip`` as a camera; yields its URL."""
+    missing = rtsp_relay.unavailable()
+    if missing is not None:
+        pytest.skip(f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
+    port = free_port()
+    server = subprocess.Popen(
+        [rtsp_relay.SYSTEM_PYTHON, str(CAMERA), str(port), str(clip.path), payload],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "ready", server.stderr.read() if server.stderr else ""
+        yield f"rtsp://127.0.0.1:{port}/cam"
+    finally:
+        server.kill()
+        server.wait()
 
 
 def listening(port: int) -> bool:
@@ -48,8 +76,11 @@ async def run(config: Config, port: int) -> PipelineReport:
     return await build_pipeline(config).run()
 
 
-def publish(clip: Clip, recording: Path, **overrides: object) -> tuple[PipelineReport, str]:
-    """Run ``clip`` through the pipeline into an RTSP sink; what the recorder saw, and its first line."""
+def publish(
+    clip: Clip, recording: Path, source: dict[str, object] | None = None, **overrides: object
+) -> tuple[PipelineReport, str]:
+    """Run ``clip`` (or ``source``) through the pipeline into an RTSP sink; what the recorder saw, and
+    its first line."""
     port = free_port()
     url = f"rtsp://127.0.0.1:{port}/live"
     recorder = subprocess.Popen(
@@ -62,7 +93,7 @@ def publish(clip: Clip, recording: Path, **overrides: object) -> tuple[PipelineR
         config = load_config(
             None,
             {
-                "source": {"kind": "file", "path": str(clip.path)},
+                "source": source or {"kind": "file", "path": str(clip.path)},
                 "sink": {"kind": "rtsp", "url": url, "reconnect": False},
                 "model.path": str(TEMPORAL_FILTER),
                 **overrides,
@@ -121,5 +152,47 @@ def test_a_codec_rtp_does_not_carry_as_it_is_goes_out_as_aac(tmp_path: Path, cod
     assert tracks == "tracks video:h264 audio:aac"
     with av.open(str(recording)) as container:
         assert container.streams.audio[0].sample_rate == 44100
+    measured = offsets(recording, clip.flashes)
+    assert all(abs(offset) < 1 / FPS for offset in measured), measured
+
+
+def camera_source(url: str) -> dict[str, object]:
+    """The camera, read to its end: the server ending the stream ends the run."""
+    return {"kind": "rtsp", "url": url, "reconnect": False}
+
+
+def test_a_cameras_aac_goes_into_a_file_in_sync(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "camera.mp4")
+    out = tmp_path / "out.mkv"
+    with camera(clip) as url:
+        config = load_config(
+            None,
+            {
+                "source": camera_source(url),
+                "sink": {"kind": "file", "path": str(out)},
+                "model.path": str(TEMPORAL_FILTER),
+            },
+        )
+        report = asyncio.run(build_pipeline(config).run())
+    assert report.frames_out >= 110  # the server's first frames may precede the client's PLAY
+    written = audio_of(out)
+    assert (written.codec, written.rate, written.channels) == ("aac", 48000, 1)
+    got, gave = [data for _, data in written.packets], [data for _, data in audio_of(clip.path).packets]
+    assert any(gave[i : i + len(got)] == got for i in range(len(gave) - len(got) + 1))
+    measured = offsets(out, clip.flashes)
+    assert all(abs(offset) < 1 / FPS for offset in measured), measured
+
+
+@pytest.mark.parametrize(
+    ("container", "payload", "codec"), [("mp4", "aac", "aac"), ("mov", "mulaw", "pcm_mulaw")]
+)
+def test_a_camera_through_the_sidecar_keeps_its_sound_in_sync(
+    tmp_path: Path, container: str, payload: str, codec: str
+) -> None:
+    clip = make_clip(tmp_path / f"camera.{container}", codec=codec, rate=48000 if codec == "aac" else 8000)
+    recording = tmp_path / f"received.{container}"
+    with camera(clip, payload) as url:
+        _, tracks = publish(clip, recording, source=camera_source(url))
+    assert tracks == f"tracks video:h264 audio:{codec}"
     measured = offsets(recording, clip.flashes)
     assert all(abs(offset) < 1 / FPS for offset in measured), measured

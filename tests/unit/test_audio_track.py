@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from fractions import Fraction
-from typing import Any, cast
 
 import av
+from av.audio.stream import AudioStream
 
 from streamer.audio import AudioTrack
 
@@ -20,7 +21,9 @@ def packet(ms: int) -> av.Packet:
 
 
 def track(capacity: int = 4) -> AudioTrack:
-    t = AudioTrack(cast(Any, None), "cam", capacity=capacity)  # the stream is only handed on
+    stream = av.open(io.BytesIO(), "w", format="nut").add_stream("aac", rate=48000)
+    assert isinstance(stream, AudioStream)
+    t = AudioTrack(stream, "cam", capacity=capacity)
     t.take(lambda: None)  # past the bound, the tests call drop_over or pop_over themselves
     return t
 
@@ -54,3 +57,14 @@ def test_release_keeps_only_what_starts_before_the_video_ends() -> None:
     t.put(packet(60))
     stats = t.stats()
     assert (stats.got, stats.dropped, stats.depth) == (2, 2, 0)
+
+
+def test_the_tracks_codec_outlives_the_connection_it_came_from() -> None:
+    """A reconnecting RTSP source closes the container its stream belongs to; sinks still read it."""
+    container = av.open(io.BytesIO(), "w", format="nut")
+    stream = container.add_stream("pcm_mulaw", rate=8000, layout="mono")
+    assert isinstance(stream, AudioStream)
+    t = AudioTrack(stream, "cam")
+    container.close()
+    assert (t.stream.codec_context.codec.canonical_name, t.stream.sample_rate) == ("pcm_mulaw", 8000)
+    assert t.same_codec(t.stream)
