@@ -125,9 +125,11 @@ class OnnxBackend(Backend):
         workers: int = 1,
         declared: Declared | None = None,
         profile: Path | None = None,
+        provider_options: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """``profile``: a folder where onnxruntime writes each session's per-operator profile
-        (``streamer bench profile``); :meth:`end_profiling` closes them."""
+        (``streamer bench profile``); :meth:`end_profiling` closes them. ``provider_options``: by
+        provider name, the options onnxruntime passes it (TensorRT's fp16 and engine cache, say)."""
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(
@@ -155,7 +157,7 @@ class OnnxBackend(Backend):
                 made.profile_file_prefix = str(profile / graph)
             return made
 
-        session = _load(self.path, options("model"), requested)
+        session = _load(self.path, options("model"), requested, provider_options or {})
         self._session: ort.InferenceSession | None = session
         self._encoder: ort.InferenceSession | None = None
         meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
@@ -170,7 +172,7 @@ class OnnxBackend(Backend):
                     "model.value_range and model.scale"
                 )
             encoder_path = _encoder_path(self.path, meta[_ENCODER])
-            self._encoder = _load(encoder_path, options("encoder"), requested)
+            self._encoder = _load(encoder_path, options("encoder"), requested, provider_options or {})
             self._info = _read_streaming_contract(session, self._encoder, self.path, encoder_path)
             self._input, self._output = _TARGET, session.get_outputs()[0].name
         else:
@@ -289,6 +291,31 @@ class OnnxBackend(Backend):
             return self.infer(batch), state
         return self._run(batch, state)
 
+    @property
+    def session(self) -> ort.InferenceSession:
+        """The model's onnxruntime session, for a caller that binds device memory itself (``bench gpu``)."""
+        if self._session is None:
+            raise BackendError(f"backend for {str(self.path)!r} is closed; create a new OnnxBackend")
+        return self._session
+
+    def model_input(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8] | npt.NDArray[np.float32]:
+        """The model's input for a (B, T, C, H, W) uint8 batch: padded to the model's multiple, in its
+        layout, colour order and value range."""
+        m = self._info.pad_multiple
+        h, w = batch.shape[3:]
+        ph, pw = -h % m, -w % m
+        if ph or pw:
+            batch = _pad(batch, ((0, 0), (0, 0), (0, 0), (0, ph), (0, pw)))
+        view = to_model_layout(batch, self._info.layout, self._info.channel_order)
+        if self._info.uint8_input:
+            return np.ascontiguousarray(view)
+        # One copy: the dtype conversion also makes the layout view contiguous; the scaling in place.
+        scaled = view.astype(np.float32, order="C")
+        scaled *= self._to_model
+        if self._lo:
+            scaled += self._lo
+        return scaled
+
     def _run(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
         session = self._session
         if session is None:
@@ -297,19 +324,7 @@ class OnnxBackend(Backend):
         b, _, _, h, w = batch.shape
         m = info.pad_multiple
         ph, pw = -h % m, -w % m
-        if ph or pw:
-            batch = _pad(batch, ((0, 0), (0, 0), (0, 0), (0, ph), (0, pw)))
-        view = to_model_layout(batch, info.layout, info.channel_order)
-        x: npt.NDArray[np.uint8] | npt.NDArray[np.float32]
-        if info.uint8_input:
-            x = np.ascontiguousarray(view)
-        else:
-            # One copy: the dtype conversion also makes the layout view contiguous; the scaling in place.
-            scaled = view.astype(np.float32, order="C")
-            scaled *= self._to_model
-            if self._lo:
-                scaled += self._lo
-            x = scaled
+        x = self.model_input(batch)
         feeds = {self._input: x, **{s.input: v for s, v in zip(info.state, state, strict=True)}}
         names = [self._output, *(s.output for s in info.state)]
         try:
@@ -412,9 +427,17 @@ def _check_frames(frames: npt.NDArray[np.uint8], name: str, what: str) -> None:
         )
 
 
-def _load(path: Path, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+def _load(
+    path: Path,
+    options: ort.SessionOptions,
+    providers: list[str],
+    provider_options: Mapping[str, Mapping[str, str]],
+) -> ort.InferenceSession:
+    settings = [dict(provider_options.get(p, {})) for p in providers]
     try:
-        return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        return ort.InferenceSession(
+            str(path), sess_options=options, providers=providers, provider_options=settings
+        )
     except Exception as err:
         raise ModelError(f"onnxruntime cannot load model {str(path)!r}: {err}") from err
 

@@ -21,8 +21,8 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload``, ``soak`` and
-    ``batching`` to a CLI's subcommands; the handler is ``args.func(args) -> int``."""
+    """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload``, ``soak``,
+    ``batching``, ``live`` and ``gpu`` to a CLI's subcommands; the handler is ``args.func(args) -> int``."""
     bench = subparsers.add_parser(
         "bench", help="measure enhancement quality and speed", description="Benchmarks of streamer."
     )
@@ -65,6 +65,56 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_soak(kinds)
     _register_batching(kinds)
     _register_live(kinds)
+    _register_gpu(kinds)
+
+
+def _register_gpu(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    gpu = kinds.add_parser(
+        "gpu",
+        help="the prepared GPU check: providers, parity, fps by batch, size and precision",
+        description="For a machine with an NVIDIA GPU, a few minutes: which execution providers load, "
+        "parity with the CPU provider, and per provider, precision, size and batch the fps with the "
+        "window in device memory (IO binding) beside today's host path, with its CPU time and PCIe bytes "
+        "per frame. `python -m streamer.bench gpu` runs it where only numpy and onnxruntime are installed.",
+    )
+    gpu.add_argument("--model", type=Path, help="the model (default: the shipped default model)")
+    gpu.add_argument(
+        "--providers",
+        default="auto",
+        help="comma-separated execution providers, or auto: TensorRT and CUDA where listed, then the CPU "
+        "provider at the first size and batch 1, for the ratio (auto)",
+    )
+    gpu.add_argument(
+        "--sizes", default="1280x720,1920x1080", metavar="WxH,...", help="frame sizes (1280x720,1920x1080)"
+    )
+    gpu.add_argument("--batches", default="1,4,16", help="windows per call, comma-separated (1,4,16)")
+    gpu.add_argument("--precisions", default="fp32,fp16", help="fp32, fp16 or fp32,fp16 (fp32,fp16)")
+    gpu.add_argument(
+        "--io",
+        default="float,uint8",
+        help="float: the model's float32 input and output, normalised on the host (today's path); "
+        "uint8: the same graph with normalisation folded in; or float,uint8 (float,uint8)",
+    )
+    gpu.add_argument(
+        "--cuda-options",
+        metavar="KEY=VALUE,...",
+        help="options for the CUDA provider, e.g. prefer_nhwc=1,enable_cuda_graph=1 (default: its own)",
+    )
+    gpu.add_argument(
+        "--seconds", type=float, default=1.5, help="timed seconds per row, at least 3 calls (1.5)"
+    )
+    gpu.add_argument(
+        "--budget-s", type=float, default=240.0, help="rows begun past this many seconds are skipped (240)"
+    )
+    gpu.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
+    gpu.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    gpu.set_defaults(func=_gpu)
+
+
+def _gpu(args: argparse.Namespace) -> int:
+    from streamer.bench.gpu import run_from_args
+
+    return run_from_args(args)
 
 
 def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -2,7 +2,9 @@
 the issue's targets as PASS/FAIL lines, config overrides from ``--set``, and timed pipeline runs.
 
 Every figure a benchmark prints is measured in one run, beside the figure it is compared with, on a
-machine other people may be using: the load average at start and end says how busy it was.
+machine other people may be using: the load average at start and end says how busy it was. The
+pipeline's modules are imported where a pipeline runs, so ``bench gpu`` runs on a GPU machine that has
+numpy and onnxruntime alone.
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
 
-from streamer.app import build_pipeline
-from streamer.config import Config, parse_override
 from streamer.errors import ConfigError
-from streamer.frame import Frame
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
+
+if TYPE_CHECKING:
+    from streamer.config import Config
+    from streamer.frame import Frame
+    from streamer.pipeline import Outcome, Pipeline, PipelineReport
 
 __all__ = [
     "ISA_FLAGS",
@@ -198,6 +201,8 @@ def format_targets(targets: Sequence[Target]) -> list[str]:
 
 def overrides(pairs: Sequence[str] | None, model: Path | None = None) -> dict[str, Any]:
     """``--set section.key=value`` pairs (value read as YAML) and ``--model`` as load_config overrides."""
+    from streamer.config import parse_override
+
     out: dict[str, Any] = {}
     for text in pairs or ():
         key, value = parse_override(text)
@@ -350,6 +355,8 @@ def rss_growth(
 
 def run_live(config: Config, seconds: float, warmup_s: float, interval_s: float = 1.0) -> LiveResult:
     """Builds the pipeline of ``config``, runs it for ``seconds`` while sampling RSS, then stops it."""
+    from streamer.app import build_pipeline
+
     latencies: list[float] = []
     outcomes: collections.Counter[str] = collections.Counter()
     begun = time.monotonic()

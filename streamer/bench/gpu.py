@@ -1,0 +1,566 @@
+"""``streamer bench gpu``: the prepared check for a machine with an NVIDIA GPU, a few minutes in all.
+
+It says which execution providers load, how far each one's output is from the CPU provider's on one
+window, and for each provider, precision, frame size and batch, two speeds of the same session:
+
+- ``device``: the window already in device memory (IO binding) and the output left there: the model's
+  own speed, the ceiling for a path that uploads each frame once and keeps windows on the device;
+- ``host``: today's path, ``OnnxBackend.infer``: a float32 window of T frames built on the host, copied
+  up, the float32 output copied down and rounded to uint8, with the host CPU time and the bytes over
+  PCIe that each output frame costs.
+
+fp16 is the fp32 file converted here by onnxruntime's own converter (float32 inputs and outputs kept),
+so both precisions feed alike. How many 1080p30 streams one GPU holds is read off the best batch of
+each path, for the model alone: decode and encode run on the CPU and are not in it. Only numpy and
+onnxruntime are imported (onnx for fp16), so ``python -m streamer.bench gpu`` runs on a GPU machine that
+has neither PyAV nor the service's dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
+from streamer.errors import ConfigError, StreamerError
+
+__all__ = ["GpuReport", "Parity", "Speed", "run_gpu_bench"]
+
+TENSORRT = "TensorrtExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+GPU_PROVIDERS = (TENSORRT, CUDA)
+PRECISIONS = ("fp32", "fp16")
+IOS = ("float", "uint8")
+Variant = tuple[str, str]
+"""(precision, io): ``fp32`` or ``fp16``; ``float`` or ``uint8`` (see :attr:`Speed.io`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    provider: str
+    precision: str
+    io: str
+    """``float``: the model's own float32 input and output, normalised on the host; ``uint8``: the
+    same graph with the normalisation folded in (uint8 window in, uint8 frame out)."""
+    size: str
+    batch: int
+    path: str
+    """``device`` (IO binding, nothing crosses PCIe) or ``host`` (``OnnxBackend.infer``)."""
+    fps: float | None
+    """Output frames per second at the median batch time; None where the row failed (``error``)."""
+    batch_ms: float | None
+    host_cpu_ms: float | None
+    """CPU time of this process per output frame, all threads."""
+    pcie_bytes: int
+    """Bytes up and down per output frame: the input window and the output, as the path sends them."""
+    runs: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Parity:
+    provider: str
+    precision: str
+    io: str
+    size: str
+    max_levels: int
+    """Largest difference from the CPU provider's fp32 output, in levels of 255."""
+    over_one: float
+    """Share of output samples more than one level from the CPU provider's."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReport:
+    cpu: str
+    isa: tuple[str, ...]
+    gpu: str
+    onnxruntime: str
+    available: list[str]
+    """Providers this onnxruntime build lists."""
+    loaded: list[str]
+    """Providers that loaded the model (a listed provider whose libraries are missing does not)."""
+    skipped: list[str]
+    cuda_options: dict[str, str]
+    """What ``--cuda-options`` gave the CUDA provider (prefer_nhwc, enable_cuda_graph, ...)."""
+    model: str
+    t: int
+    parity: list[Parity]
+    speeds: list[Speed]
+    streams_1080p30: dict[str, int]
+    """By ``provider precision path``: the best 1080p fps over 30, the model alone."""
+    wall_s: float
+
+
+def gpu_name() -> str:
+    """The GPUs nvidia-smi names, with the driver; "none found" where there is no nvidia-smi or GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return "none found (no nvidia-smi)"
+    query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    try:
+        done = subprocess.run(query, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({err})"
+    return "; ".join(line.strip() for line in done.stdout.splitlines() if line.strip()) or "none found"
+
+
+def pattern_window(batch: int, t: int, width: int, height: int, seed: int = 0) -> npt.NDArray[np.uint8]:
+    """(B, T, 3, H, W) uint8: a drifting smooth pattern with noise, so outputs span the levels."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    frames = []
+    for k in range(t):
+        phase = 0.15 * k
+        base = np.stack(
+            [
+                128 + 100 * np.sin(x / 37.0 + phase) * np.cos(y / 29.0),
+                128 + 90 * np.sin((x + y) / 53.0 - phase),
+                128 + 80 * np.cos(x / 23.0 - y / 41.0 + phase),
+            ]
+        )
+        frames.append(base)
+    clean = np.stack(frames)[None].repeat(batch, axis=0)
+    noisy = clean + rng.normal(0.0, 20.0, clean.shape).astype(np.float32)
+    window: npt.NDArray[np.uint8] = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
+    return window
+
+
+def half_precision(model: Path, folder: Path) -> Path:
+    """``model`` with fp16 weights and activations, its float32 inputs and outputs and metadata kept."""
+    import onnx  # only fp16 needs it
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    half = convert_float_to_float16(onnx.load(str(model)), keep_io_types=True)
+    path = folder / f"{model.stem}.fp16.onnx"
+    onnx.save(half, str(path))
+    return path
+
+
+def _timed(
+    once: Callable[[], object], frames: int, seconds: float, min_runs: int
+) -> tuple[float, float, int]:
+    """Median seconds per call and CPU seconds per frame, after two warm-up calls (cuDNN's algorithm
+    search and the arena's first allocations happen there)."""
+    once()
+    once()
+    times: list[float] = []
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - t0)
+    cpu = time.process_time() - cpu0
+    return statistics.median(times), cpu / (len(times) * frames), len(times)
+
+
+def _device_kind(provider: str) -> str:
+    return "cpu" if provider == CPU else "cuda"
+
+
+def _failed(provider: str, variant: Variant, size: tuple[int, int], batch: int, path: str, why: str) -> Speed:
+    label = f"{size[0]}x{size[1]}"
+    return Speed(provider, *variant, label, batch, path, None, None, None, 0, 0, why[:300])
+
+
+def _speed_row(
+    backend: OnnxBackend,
+    provider: str,
+    variant: Variant,
+    size: tuple[int, int],
+    batch: int,
+    path: str,
+    seconds: float,
+) -> Speed:
+    width, height = size
+    info = backend.info
+    window = pattern_window(batch, info.t, width, height, seed=0)
+    try:
+        if path == "device":
+            session = backend.session
+            where = _device_kind(provider)
+            feed = backend.model_input(window)
+            x = ort.OrtValue.ortvalue_from_numpy(feed, where, 0)
+            # A preallocated output keeps every address fixed, as CUDA graphs need.
+            shape = [batch, 3, feed.shape[-2] * info.scale, feed.shape[-1] * info.scale]
+            y = ort.OrtValue.ortvalue_from_shape_and_type(
+                shape, np.uint8 if info.uint8_output else np.float32, where, 0
+            )
+            binding = session.io_binding()
+            binding.bind_ortvalue_input(session.get_inputs()[0].name, x)
+            binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
+
+            def once() -> None:
+                session.run_with_iobinding(binding)
+                # a replayed CUDA graph returns before the GPU is done: wait for it, or the time is a lie
+                binding.synchronize_outputs()
+
+            median, cpu, runs = _timed(once, batch, seconds, 3)
+            moved = 0
+        else:
+            median, cpu, runs = _timed(lambda: backend.infer(window), batch, seconds, 3)
+            up = backend.model_input(window[:1]).nbytes
+            down = 3 * height * width * info.scale**2 * (1 if info.uint8_output else 4)
+            moved = 0 if provider == CPU else up + down
+    except Exception as err:  # a row that fails (out of device memory, say) is reported, the rest run
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return _failed(provider, variant, size, batch, path, first)
+    fps = batch / median
+    return Speed(
+        provider, *variant, f"{width}x{height}", batch, path, fps, median * 1000, cpu * 1000, moved, runs
+    )
+
+
+def _parity(gpu: OnnxBackend, cpu: OnnxBackend, provider: str, variant: Variant) -> Parity:
+    width, height = 640, 360
+    window = pattern_window(1, gpu.info.t, width, height, seed=1)
+    ours = gpu.infer(window).astype(np.int16)
+    theirs = cpu.infer(window).astype(np.int16)
+    diff = np.abs(ours - theirs)
+    return Parity(provider, *variant, f"{width}x{height}", int(diff.max()), float((diff > 1).mean()))
+
+
+def fold_uint8_io(model: Path, folder: Path, value_range: tuple[float, float]) -> Path:
+    """``model`` taking the uint8 window and returning the uint8 frame: the cast and scaling in, the
+    scaling, clipping, rounding and cast out, all inside the graph (so on the device)."""
+    import onnx  # only the uint8 variant needs it
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph_model = onnx.load(str(model))
+    graph = graph_model.graph
+    given, made = graph.input[0], graph.output[0]
+    lo, hi = value_range
+    consts = {
+        "u8_scale_in": (hi - lo) / 255.0,
+        "u8_offset": lo,
+        "u8_scale_out": 255.0 / (hi - lo),
+        "u8_min": 0.0,
+        "u8_max": 255.0,
+    }
+    graph.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items())
+    source, target = f"{given.name}_uint8", f"{made.name}_uint8"
+    head = [
+        helper.make_node("Cast", [source], ["u8_cast"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["u8_cast", "u8_scale_in"], ["u8_scaled"]),
+        helper.make_node("Add", ["u8_scaled", "u8_offset"], [given.name]),
+    ]
+    tail = [
+        helper.make_node("Sub", [made.name, "u8_offset"], ["u8_shifted"]),
+        helper.make_node("Mul", ["u8_shifted", "u8_scale_out"], ["u8_levels"]),
+        helper.make_node("Clip", ["u8_levels", "u8_min", "u8_max"], ["u8_clipped"]),
+        helper.make_node("Round", ["u8_clipped"], ["u8_rounded"]),
+        helper.make_node("Cast", ["u8_rounded"], [target], to=TensorProto.UINT8),
+    ]
+    nodes = [*head, *graph.node, *tail]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    inlet, outlet = onnx.ValueInfoProto(), onnx.ValueInfoProto()
+    inlet.CopyFrom(given)
+    outlet.CopyFrom(made)
+    inlet.name, outlet.name = source, target
+    inlet.type.tensor_type.elem_type = outlet.type.tensor_type.elem_type = TensorProto.UINT8
+    graph.input.remove(given)
+    graph.input.insert(0, inlet)
+    graph.output.remove(made)
+    graph.output.insert(0, outlet)
+    path = folder / f"{model.stem}.uint8.onnx"
+    onnx.save(graph_model, str(path))
+    return path
+
+
+def _provider_options(provider: str, precision: str, cache: Path) -> dict[str, dict[str, str]]:
+    """TensorRT builds fp16 engines itself from the fp32 file and caches engines and timings."""
+    if provider != TENSORRT:
+        return {}
+    trt = {
+        "trt_fp16_enable": "1" if precision == "fp16" else "0",
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": str(cache / f"trt-{precision}"),
+        "trt_timing_cache_enable": "1",
+        "trt_timing_cache_path": str(cache),
+    }
+    return {provider: trt}
+
+
+def _chain(provider: str) -> list[str]:
+    if provider == CPU:
+        return [CPU]
+    if provider == TENSORRT:
+        return [provider, CUDA, CPU]
+    return [provider, CPU]
+
+
+def _loads(provider: str, model: Path, cache: Path) -> str | None:
+    """None where ``provider`` runs ``model``; else why not (a listed provider whose libraries are
+    missing falls back to the next one, which onnxruntime only logs)."""
+    try:
+        backend = OnnxBackend(
+            model, providers=_chain(provider), provider_options=_provider_options(provider, "fp32", cache)
+        )
+    except StreamerError as err:
+        return str(err)
+    if backend.info.provider != provider:
+        return (
+            f"listed by this onnxruntime build, but the session fell back to {backend.info.provider} "
+            "(its libraries did not load; onnxruntime's verbose log names which)"
+        )
+    return None
+
+
+def run_gpu_bench(
+    model: Path,
+    providers: Sequence[str],
+    sizes: Sequence[tuple[int, int]],
+    batches: Sequence[int],
+    variants: Sequence[Variant],
+    seconds: float,
+    budget_s: float,
+    cuda_options: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> GpuReport:
+    """Measures ``model`` on each provider that loads, in each (precision, io) variant; rows begun
+    after ``budget_s`` are skipped and said so. The CPU provider, asked beside a GPU one, runs only the
+    first size at batch 1, fp32."""
+    begun = time.perf_counter()
+    available = ort.get_available_providers()
+    if any(p in available for p in GPU_PROVIDERS) and hasattr(ort, "preload_dlls"):
+        # pip's CUDA and cuDNN live in site-packages, not on the loader's path
+        ort.preload_dlls()
+    skipped: list[str] = []
+    loaded: list[str] = []
+    parity: list[Parity] = []
+    speeds: list[Speed] = []
+    with tempfile.TemporaryDirectory(prefix="streamer-gpu-") as folder:
+        cache = Path(folder)
+        for provider in providers:
+            if provider not in available:
+                skipped.append(f"{provider}: not in this onnxruntime build (pip install onnxruntime-gpu)")
+                continue
+            why = _loads(provider, model, cache)
+            if why is None:
+                loaded.append(provider)
+            else:
+                skipped.append(f"{provider}: {why}")
+        any_gpu = any(p in GPU_PROVIDERS for p in loaded)
+        reference = OnnxBackend(model, providers=[CPU])
+        files = _variant_files(model, reference.info.value_range, variants, cache, skipped)
+        for provider in loaded:
+            chosen = variants
+            rows = [(s, b) for s in sizes for b in batches]
+            if provider == CPU and any_gpu:
+                chosen, rows = [("fp32", "float")], [(sizes[0], 1)]
+            for variant in chosen:
+                precision = variant[0]
+                if precision == "fp16" and provider == CPU:
+                    note = "fp16 on the CPU provider: not measured (no fp16 Conv kernels on the CPU)"
+                    skipped.extend([note] if note not in skipped else [])
+                    continue
+                # TensorRT builds its own fp16 engine from the fp32 graph
+                file = files.get(("fp32", variant[1]) if provider == TENSORRT else variant)
+                if file is None:
+                    continue
+                options = _provider_options(provider, precision, cache)
+                if provider == CUDA and cuda_options:
+                    options[CUDA] = dict(cuda_options)
+                backend = OnnxBackend(file, providers=_chain(provider), provider_options=options)
+                if provider != CPU:
+                    parity.append(_parity(backend, reference, provider, variant))
+                    progress(f"parity {provider} {variant}: {parity[-1].max_levels} levels at most")
+                paths = ["device", "host"]
+                if provider == CUDA and (cuda_options or {}).get("enable_cuda_graph") == "1":
+                    paths = ["device"]
+                    note = "host path with enable_cuda_graph=1: not run (CUDA graphs need IO binding)"
+                    skipped.extend([note] if note not in skipped else [])
+                for size, batch in rows:
+                    for path in paths:
+                        if time.perf_counter() - begun > budget_s:
+                            speeds.append(
+                                _failed(provider, variant, size, batch, path, "skipped: time budget spent")
+                            )
+                            continue
+                        row = _speed_row(backend, provider, variant, size, batch, path, seconds)
+                        speeds.append(row)
+                        done = f"{row.fps:.1f} fps" if row.fps else f"failed: {row.error}"
+                        progress(f"{provider} {variant} {row.size} b{batch} {path}: {done}")
+                backend.close()
+    return GpuReport(
+        cpu=cpu_name(),
+        isa=cpu_isa(),
+        gpu=gpu_name(),
+        onnxruntime=ort.__version__,
+        available=available,
+        loaded=loaded,
+        skipped=skipped,
+        cuda_options=dict(cuda_options or {}),
+        model=model.name,
+        t=reference.info.t,
+        parity=parity,
+        speeds=speeds,
+        streams_1080p30=_streams(speeds),
+        wall_s=time.perf_counter() - begun,
+    )
+
+
+def _variant_files(
+    model: Path,
+    value_range: tuple[float, float],
+    variants: Sequence[Variant],
+    folder: Path,
+    skipped: list[str],
+) -> dict[Variant, Path]:
+    """The model file of each variant, made here: fp16 by onnxruntime's converter, uint8 folded."""
+    files: dict[Variant, Path] = {}
+    for precision, io in variants:
+        try:
+            file = model if precision == "fp32" else half_precision(model, folder)
+            if io == "uint8":
+                file = fold_uint8_io(file, folder, value_range)
+        except Exception as err:  # onnx missing, or a graph a converter refuses
+            skipped.append(f"{precision} {io}: making the variant failed: {err}")
+            continue
+        files[(precision, io)] = file
+    return files
+
+
+def _streams(speeds: Sequence[Speed]) -> dict[str, int]:
+    best: dict[str, float] = {}
+    for s in speeds:
+        if s.fps is not None and s.size.endswith("x1080"):
+            key = f"{s.provider} {s.precision} {s.io} {s.path}"
+            best[key] = max(best.get(key, 0.0), s.fps)
+    return {key: math.floor(fps / 30) for key, fps in best.items()}
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_report(report: GpuReport) -> tuple[str, str]:
+    """The printed table and its markdown twin."""
+    head = [
+        f"GPU: {report.gpu}",
+        f"host: {report.cpu} ({', '.join(report.isa) or 'no listed ISA flags'}), {os.cpu_count()} cores; "
+        f"onnxruntime {report.onnxruntime}",
+        f"providers listed: {', '.join(report.available)}; "
+        f"loaded the model: {', '.join(report.loaded) or 'none'}",
+        f"model: {report.model} (T={report.t}); CUDA provider options: {report.cuda_options or 'defaults'}",
+    ]
+    parity = [
+        f"parity vs CPU fp32, {p.size}: {p.provider} {p.precision} {p.io}: at most {p.max_levels} levels "
+        f"of 255, {100 * p.over_one:.3f}% of samples more than 1 level apart"
+        for p in report.parity
+    ]
+    columns = (
+        "provider",
+        "prec",
+        "io",
+        "size",
+        "batch",
+        "path",
+        "fps",
+        "ms/batch",
+        "CPU ms/frame",
+        "PCIe MB/frame",
+        "runs",
+    )
+    lines = [" | ".join(columns)]
+    md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for s in report.speeds:
+        provider = s.provider.removesuffix("ExecutionProvider")
+        cells = [
+            provider,
+            s.precision,
+            s.io,
+            s.size,
+            str(s.batch),
+            s.path,
+            _cell(s.fps),
+            _cell(s.batch_ms),
+            _cell(s.host_cpu_ms, 2),
+            f"{s.pcie_bytes / 1e6:.1f}",
+            str(s.runs),
+        ]
+        if s.error:
+            cells[6] = f"({s.error})"
+        lines.append(" | ".join(cells))
+        md.append("| " + " | ".join(cells) + " |")
+    streams = [f"1080p30 streams per GPU, model alone ({k}): {v}" for k, v in report.streams_1080p30.items()]
+    notes = [*(f"skipped: {s}" for s in report.skipped), *streams, f"total {report.wall_s:.1f} s"]
+    table = "\n".join([*head, *parity, "", *lines, "", *(wrapped(n) for n in notes)])
+    markdown = (
+        "\n".join(
+            [*(f"- {h}" for h in head), *(f"- {p}" for p in parity), "", *md, "", *(f"- {n}" for n in notes)]
+        )
+        + "\n"
+    )
+    return table, markdown
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 or v > 256 for v in values):
+        raise ConfigError(f"{flag} {text!r}: give comma-separated whole numbers from 1 to 256, e.g. 1,4,16")
+    return values
+
+
+def _options(text: str | None) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for pair in (text or "").split(","):
+        key, sep, value = pair.strip().partition("=")
+        if not pair.strip():
+            continue
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(
+                f"--cuda-options {text!r}: write KEY=VALUE pairs, comma-separated, e.g. prefer_nhwc=1"
+            )
+        options[key.strip()] = value.strip()
+    return options
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    if args.providers == "auto":
+        providers = [*(p for p in GPU_PROVIDERS if p in ort.get_available_providers()), CPU]
+    else:
+        providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+    precisions = [p.strip() for p in args.precisions.split(",")]
+    if not precisions or any(p not in PRECISIONS for p in precisions):
+        raise ConfigError(f"--precisions {args.precisions!r}: give fp32, fp16 or fp32,fp16")
+    ios = [p.strip() for p in args.io.split(",")]
+    if not ios or any(p not in IOS for p in ios):
+        raise ConfigError(f"--io {args.io!r}: give float, uint8 or float,uint8")
+    if not math.isfinite(args.seconds) or not 0 < args.seconds <= 60:
+        raise ConfigError(f"--seconds {args.seconds}: give a number of seconds above 0, at most 60")
+    if not math.isfinite(args.budget_s) or not 0 < args.budget_s <= 3600:
+        raise ConfigError(f"--budget-s {args.budget_s}: give a number of seconds above 0, at most 3600")
+    report = run_gpu_bench(
+        args.model or DEFAULT_MODEL,
+        providers,
+        parse_sizes(args.sizes, "--sizes"),
+        _ints(args.batches, "--batches"),
+        [(p, io) for p in precisions for io in ios],
+        args.seconds,
+        args.budget_s,
+        _options(args.cuda_options),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    table, markdown = format_report(report)
+    return emit(table, markdown, asdict(report), args.json, args.markdown)
