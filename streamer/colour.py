@@ -23,12 +23,12 @@ from av.video.reformatter import ColorRange, Colorspace
 
 from streamer.frame import Colour, Pixels
 
-__all__ = ["HD_LINES", "colour_of", "from_rgb", "resolve", "tag", "to_rgb"]
+__all__ = ["BT601", "BT709", "HD_LINES", "colour_of", "from_rgb", "resolve", "tag", "to_rgb"]
 
 HD_LINES = 720
 """An unspecified matrix is BT.709 from this height up, BT.601 below."""
 
-_BT601, _BT709 = 6, 1
+BT601, BT709 = 6, 1
 """AVColorSpace codes of the matrices an unspecified one is taken for (6 is SMPTE 170M: BT.601)."""
 
 _SWSCALE: dict[int, Colorspace] = {
@@ -53,17 +53,18 @@ def colour_of(tagged: VideoFrame | VideoCodecContext) -> Colour:
     return Colour(tagged.colorspace, colour_range, tagged.color_primaries, tagged.color_trc)
 
 
-def resolve(colour: Colour, height: int) -> Colour:
+def resolve(colour: Colour, height: int, unstated: int | None = None) -> Colour:
     """``colour`` with a matrix swscale applies and a range: where not stated (or not applicable),
-    BT.709 from :data:`HD_LINES` up, BT.601 below, and tv range."""
-    matrix = colour.matrix if colour.matrix in _SWSCALE else _BT709 if height >= HD_LINES else _BT601
+    the ``unstated`` matrix, or by default BT.709 from :data:`HD_LINES` up and BT.601 below; tv range."""
+    by_height = BT709 if height >= HD_LINES else BT601
+    matrix = colour.matrix if colour.matrix in _SWSCALE else unstated or by_height
     colour_range = colour.range if colour.range in _RANGES else ColorRange.MPEG
     return dataclasses.replace(colour, matrix=matrix, range=int(colour_range))
 
 
-def to_rgb(frame: VideoFrame) -> Pixels:
-    """A decoded frame as rgb24, read with its own (resolved) matrix and range."""
-    colour = resolve(colour_of(frame), frame.height)
+def to_rgb(frame: VideoFrame, unstated: int | None = None) -> Pixels:
+    """A decoded frame as rgb24, read with its own matrix and range (:func:`resolve`d)."""
+    colour = resolve(colour_of(frame), frame.height, unstated)
     rgb = frame.to_ndarray(
         format="rgb24",
         src_colorspace=_SWSCALE[colour.matrix],

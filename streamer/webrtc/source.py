@@ -20,13 +20,13 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import av
-import numpy as np
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.colour import BT601, colour_of, resolve, to_rgb
 from streamer.errors import EndOfStream, SourceError
-from streamer.frame import Frame, Pixels, StreamInfo
+from streamer.frame import Frame, StreamInfo
 from streamer.sources.base import Source
 from streamer.webrtc.playback import FrameHub
 
@@ -54,9 +54,9 @@ def _fraction(time_base: Fraction | None) -> Fraction:
     return Fraction(1, 90000) if time_base is None else Fraction(time_base.numerator, time_base.denominator)
 
 
-def _rgb(video: av.VideoFrame) -> Pixels:
-    pixels: Pixels = np.ascontiguousarray(video.to_ndarray(format="rgb24"), dtype=np.uint8)
-    return pixels
+WEBRTC_MATRIX = BT601
+"""What a WebRTC frame without a colour matrix is read as, at any size: VP8 carries none, and libwebrtc
+and browsers read untagged video as BT.601; an H.264 publisher's VUI tags, where it sends them, win."""
 
 
 class WhipSource(Source):
@@ -159,6 +159,7 @@ class WhipSource(Source):
             fps=self._fps,
             time_base=_fraction(first.video.time_base),
             live=True,
+            colour=resolve(colour_of(first.video), first.video.height, WEBRTC_MATRIX),
         )
         return self._info
 
@@ -169,7 +170,7 @@ class WhipSource(Source):
         self._first = None
         video = item.video
         started = time.perf_counter()
-        pixels = await asyncio.to_thread(_rgb, video)
+        pixels = await asyncio.to_thread(to_rgb, video, WEBRTC_MATRIX)
         self._decoded(time.perf_counter() - started)
         shape = (item.publisher, video.width, video.height)
         frame = Frame(
