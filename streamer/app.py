@@ -90,7 +90,8 @@ def build_source(
     keep_audio: bool = False,
 ) -> Source:
     """``keep_audio``: a file or RTSP source also hands its audio to the sink (which must write it, or
-    the pipeline declines it); set where the sink writes audio (a file or RTSP sink with ``audio: keep``)."""
+    the pipeline declines it); set where the sink writes audio (a file, RTSP or WHEP sink with
+    ``audio: keep``)."""
     if isinstance(config, FileSourceConfig):
         return FileSource(
             config.path,
@@ -163,7 +164,7 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
             **config.backoff(),
         )
     if isinstance(config, WhepSinkConfig):
-        return WhepSink(_need(server, "sink.kind whep"), config.stream)
+        return WhepSink(_need(server, "sink.kind whep"), config.stream, keep_audio=config.audio == "keep")
     return NullSink()
 
 
@@ -230,7 +231,10 @@ def build_stream(
 ) -> Pipeline:
     """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
     model = backend.info
-    keep_audio = isinstance(stream.sink, FileSinkConfig | RtspSinkConfig) and stream.sink.audio == "keep"
+    keep_audio = (
+        isinstance(stream.sink, FileSinkConfig | RtspSinkConfig | WhepSinkConfig)
+        and stream.sink.audio == "keep"
+    )
     return Pipeline(
         build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
         build_sink(stream.sink, server),

@@ -178,6 +178,9 @@ class WhepSinkConfig(_Strict):
     kind: Literal["whep"] = "whep"
     stream: str = Field("0", pattern=_STREAM_ID)
     """Players POST to /whep/{stream}."""
+    audio: Literal["keep", "drop"] = "keep"
+    """``keep``: the source's first audio stream (a file's or an RTSP camera's) goes to players as Opus,
+    in sync with the video, for players whose offer has an audio m-line. ``drop``: video only."""
 
 
 class IceServerConfig(_Strict):

@@ -6,6 +6,12 @@ delay everyone else or grow memory. The pixels are converted to a ``VideoFrame``
 when the player's sender asks for a frame, so frames a player skips cost nothing. The server owns the
 hubs and hands players their tracks; the WHEP sink and the WHIP source's original relay publish to a
 hub the server gives them.
+
+A hub that :meth:`~FrameHub.carries_audio` also gives each player a :class:`PlayerAudioTrack`: the
+sink publishes a frame's sound (48 kHz stereo s16, what aiortc's Opus encoder takes) as it publishes
+the frame, so both go out together and the player's RTCP reports map both tracks to the same moment.
+Sound is a queue, not a slot (a gap is heard where a skipped frame is not seen), bounded at
+:data:`AUDIO_CHUNKS`, oldest dropped.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import time
 from fractions import Fraction
 
 import av
+import numpy as np
+import numpy.typing as npt
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
@@ -22,11 +30,28 @@ from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.errors import EndOfStream
 from streamer.frame import Frame, Pixels
 
-__all__ = ["RTP_CLOCK_RATE", "FrameHub", "PlayerTrack", "RtpClock"]
+__all__ = [
+    "AUDIO_CHUNKS",
+    "AUDIO_RATE",
+    "RTP_CLOCK_RATE",
+    "FrameHub",
+    "PlayerAudioTrack",
+    "PlayerTrack",
+    "RtpClock",
+    "Sound",
+]
 
 RTP_CLOCK_RATE = 90_000
 """The RTP clock of every video codec WebRTC uses."""
 _TIME_BASE = Fraction(1, RTP_CLOCK_RATE)
+
+AUDIO_RATE = 48_000
+"""Opus's clock, and the rate sound is published at."""
+AUDIO_CHUNKS = 60
+"""A player's queued sound, in the sink's chunks (one a frame: 2 s at 30 fps); past it the oldest goes."""
+
+Sound = npt.NDArray[np.int16]
+"""One chunk of sound: (1, 2 * samples) s16, stereo interleaved at :data:`AUDIO_RATE`."""
 
 
 class RtpClock:
@@ -96,13 +121,60 @@ class PlayerTrack(MediaStreamTrack):
         return self._slot.stats()
 
 
+class PlayerAudioTrack(MediaStreamTrack):
+    """One player's sound: the chunks in order, on this player's own sample clock."""
+
+    kind = "audio"
+
+    def __init__(self, hub: FrameHub) -> None:
+        super().__init__()
+        self._hub = hub
+        self._queue: Channel[Sound] = Channel(AUDIO_CHUNKS, DropPolicy.DROP_OLDEST, name=f"sound:{hub.name}")
+        self._samples = 0
+
+    def offer(self, sound: Sound) -> None:
+        if not self._queue.closed:
+            self._queue.put_nowait(sound)
+
+    async def recv(self) -> av.AudioFrame:
+        try:
+            sound = await self._queue.get()
+        except EndOfStream:
+            raise MediaStreamError from None
+        # A frame of its own for each player: aiortc's encoder reads ``pts`` in a worker thread.
+        frame = av.AudioFrame.from_ndarray(sound, format="s16", layout="stereo")
+        frame.sample_rate = AUDIO_RATE
+        frame.pts, frame.time_base = self._samples, Fraction(1, AUDIO_RATE)
+        self._samples += frame.samples
+        return frame
+
+    def stop(self) -> None:
+        self._queue.close()
+        self._hub.unsubscribe(self)
+        super().stop()
+
+    def stats(self) -> ChannelStats:
+        """``dropped`` counts chunks this player fell too far behind to play."""
+        return self._queue.stats()
+
+
 class FrameHub:
     """Fans the frames of one playable stream out to its players; players joining later start from then."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._players: set[PlayerTrack] = set()
+        self._listeners: set[PlayerAudioTrack] = set()
         self._published = 0
+        self._audio = False
+
+    @property
+    def carries_audio(self) -> bool:
+        """Whether players are given a sound track: set by a sink that publishes the source's audio."""
+        return self._audio
+
+    def carry_audio(self) -> None:
+        self._audio = True
 
     @property
     def players(self) -> int:
@@ -117,8 +189,20 @@ class FrameHub:
         self._players.add(track)
         return track
 
-    def unsubscribe(self, track: PlayerTrack) -> None:
-        self._players.discard(track)
+    def subscribe_audio(self) -> PlayerAudioTrack:
+        track = PlayerAudioTrack(self)
+        self._listeners.add(track)
+        return track
+
+    def unsubscribe(self, track: PlayerTrack | PlayerAudioTrack) -> None:
+        if isinstance(track, PlayerTrack):
+            self._players.discard(track)
+        else:
+            self._listeners.discard(track)
+
+    def publish_audio(self, sound: Sound) -> None:
+        for listener in tuple(self._listeners):
+            listener.offer(sound)
 
     def publish(self, frame: Frame) -> None:
         for player in tuple(self._players):
@@ -126,6 +210,6 @@ class FrameHub:
         self._published += 1
 
     def close(self) -> None:
-        """End every player's track; their peers see the track end."""
-        for player in tuple(self._players):
+        """End every player's tracks; their peers see the tracks end."""
+        for player in (*self._players, *self._listeners):
             player.stop()

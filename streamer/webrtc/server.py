@@ -53,7 +53,7 @@ from streamer.webrtc.ice import (
     restrict_host_addresses,
     rtc_configuration,
 )
-from streamer.webrtc.playback import FrameHub, PlayerTrack
+from streamer.webrtc.playback import FrameHub, PlayerAudioTrack, PlayerTrack
 
 __all__ = ["Ingest", "WebRtcServer"]
 
@@ -81,6 +81,8 @@ class _Session:
     stream: str
     pc: RTCPeerConnection
     track: PlayerTrack | None = None
+    sound: PlayerAudioTrack | None = None
+    """A WHEP player's audio track, where the stream carries the source's audio."""
     timer: asyncio.TimerHandle | None = None
     attached: bool = False
     """A WHIP session whose track the ingest took, and so must be told when it ends."""
@@ -357,6 +359,8 @@ class WebRtcServer:
         self._check_room("whep", stream)
         session = self._open_session("whep", stream)
         session.track = hub.subscribe()
+        if hub.carries_audio:
+            session.sound = hub.subscribe_audio()
         answer, _ = await self._negotiate(session, offer, "sendonly")
         if session.ended:  # the stream was released while the offer was being answered
             raise self._unknown("WHEP stream", stream, self._hubs)
@@ -519,7 +523,8 @@ class WebRtcServer:
     async def _negotiate(
         self, session: _Session, offer: str, direction: Literal["recvonly", "sendonly"]
     ) -> tuple[str, RTCRtpTransceiver]:
-        """Answer ``offer`` with its first video m-line ``direction`` and every other one inactive.
+        """Answer ``offer`` with its first video m-line ``direction``, its first audio m-line so too
+        where a player gets sound, and every other one inactive.
 
         Any failure ends the session and becomes a 400 carrying aiortc's reason.
         """
@@ -531,10 +536,18 @@ class WebRtcServer:
                 video = next((t for t in transceivers if t.kind == "video"), None)
                 if video is None:
                     raise ValueError("aiortc found no video m-line it can answer")
+                audio = next((t for t in transceivers if t.kind == "audio"), None)
+                if session.sound is not None and audio is None:  # a player that offered no audio
+                    session.sound.stop()
+                    session.sound = None
+                if session.sound is None:
+                    audio = None
                 for other in transceivers:
-                    other.direction = direction if other is video else "inactive"
+                    other.direction = direction if other is video or other is audio else "inactive"
                 if session.track is not None:
                     video.sender.replaceTrack(session.track)
+                if audio is not None:
+                    audio.sender.replaceTrack(session.sound)
                 await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # aiortc reports malformed SDP with many exception types
             await self._end(session)
@@ -570,6 +583,8 @@ class WebRtcServer:
                 ingest.detach()
         if session.track is not None:
             session.track.stop()
+        if session.sound is not None:
+            session.sound.stop()
         await session.pc.close()
         log.info("%s session %s on stream %s ended", session.kind.upper(), session.id, session.stream)
         self._release_soon()
