@@ -89,7 +89,7 @@ def build_source(
     *,
     keep_audio: bool = False,
 ) -> Source:
-    """``keep_audio``: a file or RTSP source also hands its audio to the sink (which must write it, or
+    """``keep_audio``: a file, RTSP or WHIP source also hands its audio to the sink (which must write it, or
     the pipeline declines it); set where the sink writes audio (a file, RTSP or WHEP sink with
     ``audio: keep``)."""
     if isinstance(config, FileSourceConfig):
@@ -125,6 +125,7 @@ def build_source(
             capacity=queue_size,
             fps=Fraction(config.fps),
             relay_original=config.relay_original,
+            keep_audio=keep_audio,
         )
     return SyntheticSource(
         width=config.width,

@@ -67,14 +67,22 @@ class AudioTrack:
     uses, a transcoding sink keeps.)
     """
 
-    def __init__(self, stream: AudioStream, name: str, capacity: int = AUDIO_QUEUE_PACKETS) -> None:
+    def __init__(
+        self,
+        stream: AudioStream,
+        name: str,
+        capacity: int = AUDIO_QUEUE_PACKETS,
+        decoder: AudioCodecContext | None = None,
+    ) -> None:
+        """``decoder``: where ``stream`` is not a demuxer's (a WHIP source encodes its sound itself), a
+        decoder of its packets for a sink that transcodes."""
         if capacity < 1:
             raise ConfigError(f"audio track {name!r}: capacity must be at least 1, got {capacity}")
         self.name = name
         self.capacity = capacity
         self._holder = av.open(io.BytesIO(), "w", format="nut")  # holds any codec; never started
         self._stream = self._holder.add_stream_from_template(stream)
-        self._decoder = stream.codec_context
+        self._decoder = stream.codec_context if decoder is None else decoder
         self._lock = threading.Lock()
         self._decided = threading.Event()
         self._decision = _Decision.PENDING
@@ -117,6 +125,12 @@ class AudioTrack:
         with self._lock:
             self._decision, self._spill = _Decision.TAKEN, spill
         self._decided.set()
+
+    @property
+    def taken(self) -> bool:
+        """Whether a sink writes the track (a live source drops its sound until then)."""
+        with self._lock:
+            return self._decision is _Decision.TAKEN
 
     def decline(self) -> None:
         """Nobody writes the track: the demuxer reads video only."""

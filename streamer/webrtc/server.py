@@ -53,6 +53,7 @@ from streamer.webrtc.ice import (
     restrict_host_addresses,
     rtc_configuration,
 )
+from streamer.webrtc.lipsync import LipSync, listen
 from streamer.webrtc.playback import FrameHub, PlayerAudioTrack, PlayerTrack
 
 __all__ = ["Ingest", "WebRtcServer"]
@@ -65,10 +66,14 @@ _Kind = Literal["whip", "whep"]
 
 
 class Ingest(Protocol):
-    """What the server hands a WHIP publisher's video to; :class:`WhipSource` is one."""
+    """What the server hands a WHIP publisher's video (and sound) to; :class:`WhipSource` is one."""
 
-    def attach(self, track: MediaStreamTrack) -> None:
-        """A publisher's video track, once its offer is answered."""
+    keep_audio: bool
+    """Whether the publisher's first audio m-line is answered (recvonly) and its sound handed over."""
+
+    def attach(self, track: MediaStreamTrack, audio: MediaStreamTrack | None, sync: LipSync) -> None:
+        """A publisher's video track, its audio track if it sends one (and ``keep_audio``), and the
+        clocks its sender reports feed, once its offer is answered."""
 
     def detach(self) -> None:
         """That publisher left: it sent DELETE, or its connection failed, closed or never came up."""
@@ -340,12 +345,18 @@ class WebRtcServer:
         session = self._open_session("whip", stream)
         self._publishers[stream] = session
         relabelled = relabel_h264(offer)  # so aiortc answers every H.264 profile FFmpeg decodes
-        answer, video = await self._negotiate(session, relabelled.sdp, "recvonly")
+        answer, video, audio = await self._negotiate(
+            session, relabelled.sdp, "recvonly", audio=ingest.keep_audio
+        )
         ingest = self._ingests.get(stream)
         if ingest is None or session.ended:  # the source was closed while the offer was being answered
             await self._end(session)
             raise self._unknown("WHIP source", stream, self._ingests)
-        ingest.attach(video.receiver.track)
+        sync = LipSync()
+        listen(video.receiver, sync.video)
+        if audio is not None:
+            listen(audio.receiver, sync.audio)
+        ingest.attach(video.receiver.track, None if audio is None else audio.receiver.track, sync)
         session.attached = True
         return self._created(session, relabelled.answer(answer))
 
@@ -361,7 +372,7 @@ class WebRtcServer:
         session.track = hub.subscribe()
         if hub.carries_audio:
             session.sound = hub.subscribe_audio()
-        answer, _ = await self._negotiate(session, offer, "sendonly")
+        answer, _, _ = await self._negotiate(session, offer, "sendonly", audio=session.sound is not None)
         if session.ended:  # the stream was released while the offer was being answered
             raise self._unknown("WHEP stream", stream, self._hubs)
         return self._created(session, answer)
@@ -521,10 +532,10 @@ class WebRtcServer:
         task.add_done_callback(self._ending.discard)
 
     async def _negotiate(
-        self, session: _Session, offer: str, direction: Literal["recvonly", "sendonly"]
-    ) -> tuple[str, RTCRtpTransceiver]:
+        self, session: _Session, offer: str, direction: Literal["recvonly", "sendonly"], audio: bool
+    ) -> tuple[str, RTCRtpTransceiver, RTCRtpTransceiver | None]:
         """Answer ``offer`` with its first video m-line ``direction``, its first audio m-line so too
-        where a player gets sound, and every other one inactive.
+        where ``audio`` (a player that gets sound, an ingest that keeps it), every other one inactive.
 
         Any failure ends the session and becomes a 400 carrying aiortc's reason.
         """
@@ -536,24 +547,22 @@ class WebRtcServer:
                 video = next((t for t in transceivers if t.kind == "video"), None)
                 if video is None:
                     raise ValueError("aiortc found no video m-line it can answer")
-                audio = next((t for t in transceivers if t.kind == "audio"), None)
-                if session.sound is not None and audio is None:  # a player that offered no audio
+                sound = next((t for t in transceivers if t.kind == "audio"), None) if audio else None
+                if session.sound is not None and sound is None:  # a player that offered no audio
                     session.sound.stop()
                     session.sound = None
-                if session.sound is None:
-                    audio = None
                 for other in transceivers:
-                    other.direction = direction if other is video or other is audio else "inactive"
+                    other.direction = direction if other is video or other is sound else "inactive"
                 if session.track is not None:
                     video.sender.replaceTrack(session.track)
-                if audio is not None:
-                    audio.sender.replaceTrack(session.sound)
+                if sound is not None and session.sound is not None:
+                    sound.sender.replaceTrack(session.sound)
                 await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # aiortc reports malformed SDP with many exception types
             await self._end(session)
             reason = _one_line(str(exc) or type(exc).__name__)
             raise web.HTTPBadRequest(text=f"cannot answer the offer: {reason}\n") from None
-        return pc.localDescription.sdp, video
+        return pc.localDescription.sdp, video, sound
 
     def _created(self, session: _Session, answer: str) -> web.Response:
         video = video_section(answer)

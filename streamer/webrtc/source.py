@@ -7,12 +7,20 @@ in a worker thread in :meth:`WhipSource.recv`, only for frames the pipeline take
 
 A publisher may leave and another come: the source keeps waiting (the next frame is flagged as a
 discontinuity, so no window spans the two) unless built with ``end_on_unpublish=True``.
+
+With ``keep_audio`` the publisher's first audio track is kept for the sink: aiortc decodes its Opus, and
+the source encodes it again as Opus packets (48 kHz stereo) into an :class:`~streamer.audio.AudioTrack`,
+timed on the video's clock through both streams' RTCP sender reports (:mod:`streamer.webrtc.lipsync`):
+sound before the publisher's first reports of both streams (within a second or two) is dropped, counted.
+The track exists when the first publisher sends audio; a later publisher's sound goes to the same track,
+and a later publisher without audio leaves a silence, not an error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import time
 from dataclasses import dataclass
@@ -22,15 +30,21 @@ from typing import TYPE_CHECKING
 import av
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
+from av.audio.stream import AudioStream
 
+from streamer.audio import AudioTrack
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.colour import BT601, colour_of, resolve, to_rgb
 from streamer.errors import EndOfStream, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.sources.base import Source
-from streamer.webrtc.playback import FrameHub
+from streamer.webrtc.lipsync import LipSync, rtp_delta
+from streamer.webrtc.playback import AUDIO_RATE, FrameHub
 
 if TYPE_CHECKING:
+    from av.packet import Packet
+    from av.stream import Stream
+
     from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["ORIGINAL_SUFFIX", "WhipSource"]
@@ -59,6 +73,39 @@ WEBRTC_MATRIX = BT601
 and browsers read untagged video as BT.601; an H.264 publisher's VUI tags, where it sends them, win."""
 
 
+_OPUS_FRAME = 960
+"""Samples in one 20 ms Opus frame, what the encoder takes."""
+
+
+class _Opus:
+    """The publisher's sound, decoded by aiortc, as Opus packets again, and the stream they belong to.
+
+    The stream's container is started (into memory) so that its codec parameters, Opus's header
+    among them, are filled in for the :class:`AudioTrack` and the sinks that copy it."""
+
+    def __init__(self) -> None:
+        self._holder = av.open(io.BytesIO(), "w", format="nut")
+        stream = self._holder.add_stream("libopus", rate=AUDIO_RATE)
+        assert isinstance(stream, AudioStream)
+        stream.layout, stream.format, stream.bit_rate = "stereo", "s16", 96_000
+        stream.time_base = Fraction(1, AUDIO_RATE)
+        self._holder.start_encoding()
+        self.stream = stream
+        self.decoder = av.CodecContext.create("libopus", "r")
+        self.decoder.sample_rate, self.decoder.layout = AUDIO_RATE, "stereo"
+        self._resampler = av.AudioResampler(
+            format="s16", layout="stereo", rate=AUDIO_RATE, frame_size=_OPUS_FRAME
+        )
+
+    def encode(self, sound: av.AudioFrame, pts: int) -> list[Packet[Stream]]:
+        """``sound`` starting at ``pts`` (in 1/48000 s) as packets; runs in a worker thread."""
+        sound.pts, sound.time_base = pts, Fraction(1, AUDIO_RATE)
+        packets: list[Packet[Stream]] = []
+        for frame in self._resampler.resample(sound):
+            packets.extend(self.stream.encode(frame))
+        return packets
+
+
 class WhipSource(Source):
     """Frames published to ``stream_id`` on ``server``; ``open`` waits for the first one.
 
@@ -76,8 +123,16 @@ class WhipSource(Source):
         capacity: int = 8,
         fps: Fraction = Fraction(30),
         relay_original: bool = True,
+        keep_audio: bool = False,
     ) -> None:
         self.stream_id = stream_id
+        self.keep_audio = keep_audio
+        self._sound_reader: asyncio.Task[None] | None = None
+        self._sends_sound = False
+        """Whether the current publisher's audio track is being read."""
+        self._opus: _Opus | None = None
+        self._audio: AudioTrack | None = None
+        self._unsynced = 0
         self._server = server
         self._open_timeout = open_timeout_s
         self._end_on_unpublish = end_on_unpublish
@@ -102,21 +157,35 @@ class WhipSource(Source):
             raise RuntimeError(f"source {self.stream_id!r} is not open; await open() first")
         return self._info
 
-    def attach(self, track: MediaStreamTrack) -> None:
-        """Called by the server with a new publisher's video track; replaces any previous reader."""
-        if self._reader is not None:
-            self._reader.cancel()
+    @property
+    def audio(self) -> AudioTrack | None:
+        return self._audio
+
+    def attach(
+        self, track: MediaStreamTrack, audio: MediaStreamTrack | None = None, sync: LipSync | None = None
+    ) -> None:
+        """Called by the server with a new publisher's video track (and its audio track, with the
+        clocks its sender reports feed); replaces any previous readers."""
+        self._stop_readers()
         publisher = self._publishers
         self._publishers += 1
-        self._reader = asyncio.get_running_loop().create_task(
-            self._read(track, publisher), name=f"whip-reader-{self.stream_id}"
-        )
+        loop = asyncio.get_running_loop()
+        self._reader = loop.create_task(self._read(track, publisher), name=f"whip-reader-{self.stream_id}")
+        self._sends_sound = audio is not None and sync is not None and self.keep_audio
+        if audio is not None and sync is not None and self.keep_audio:
+            self._sound_reader = loop.create_task(
+                self._read_sound(audio, sync), name=f"whip-sound-{self.stream_id}"
+            )
+
+    def _stop_readers(self) -> None:
+        for reader in (self._reader, self._sound_reader):
+            if reader is not None:
+                reader.cancel()
+        self._reader = self._sound_reader = None
 
     def detach(self) -> None:
         """Called by the server when the publisher left; frames already in the channel are still read."""
-        if self._reader is not None:
-            self._reader.cancel()
-            self._reader = None
+        self._stop_readers()
         if self._end_on_unpublish:
             self.interrupt()
 
@@ -139,6 +208,38 @@ class WhipSource(Source):
         except MediaStreamError:
             log.info("stream %s: publisher %d's track ended", self.stream_id, publisher)
 
+    async def _read_sound(self, track: MediaStreamTrack, sync: LipSync) -> None:
+        """Drains the publisher's audio track; once a sink takes the sound and both streams have
+        reported, encodes it on the video's clock: the first frame's place comes from the reports, the
+        rest follow on by their own timestamps, so the sound has no seams where reports arrive."""
+        anchor: tuple[int, Fraction] | None = None
+        """(audio timestamp, its seconds on the video's timeline) of the first frame placed."""
+        try:
+            while True:
+                sound = await track.recv()
+                if not isinstance(sound, av.AudioFrame) or sound.pts is None:
+                    continue
+                audio, opus = self._audio, self._opus
+                if audio is None or opus is None or not audio.taken:
+                    continue
+                if anchor is None:
+                    placed = sync.audio_on_video(sound.pts)
+                    if placed is None:
+                        self._unsynced += 1
+                        continue
+                    anchor = (sound.pts, Fraction(placed, sync.video.rate))
+                    log.info(
+                        "stream %s: the publisher's sound starts (%d audio frames before the sender's "
+                        "first reports were dropped)",
+                        self.stream_id,
+                        self._unsynced,
+                    )
+                at = anchor[1] + Fraction(rtp_delta(sound.pts, anchor[0]), sync.audio.rate)
+                for packet in await asyncio.to_thread(opus.encode, sound, round(at * AUDIO_RATE)):
+                    audio.put(packet)
+        except MediaStreamError:
+            log.info("stream %s: the publisher's audio track ended", self.stream_id)
+
     async def open(self) -> StreamInfo:
         if self._info is not None:
             return self._info
@@ -153,6 +254,9 @@ class WhipSource(Source):
         except EndOfStream:
             raise SourceError(f"WHIP stream {self.stream_id!r} ended before any frame arrived") from None
         self._first = first
+        if self._sends_sound and self._audio is None:
+            self._opus = _Opus()
+            self._audio = AudioTrack(self._opus.stream, self.stream_id, decoder=self._opus.decoder)
         self._info = StreamInfo(
             width=first.video.width,
             height=first.video.height,
@@ -193,9 +297,9 @@ class WhipSource(Source):
             return
         self._closed = True
         self.interrupt()
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
+        readers = [r for r in (self._reader, self._sound_reader) if r is not None]
+        self._stop_readers()
+        for reader in readers:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
         await self._server.release_ingest(self.stream_id)
