@@ -146,10 +146,10 @@ class FileSinkConfig(_Strict):
     bitrate: int | None = Field(None, ge=1, le=10**9)
     gop: int | None = Field(None, ge=1, le=10**4)
     audio: Literal["keep", "drop"] = "keep"
-    """``keep``: the source's first audio stream (a file's or an RTSP camera's) is written beside the
-    video, its packets as they are (transcoded to AAC, or Opus for webm, where the container cannot hold
-    the codec). A setting of the sink, since the sink is what writes it; WHIP and synthetic sources have
-    no audio to give. ``drop``: video only."""
+    """``keep``: the source's first audio stream (a file's, an RTSP camera's or a WHIP publisher's) is
+    written beside the video, its packets as they are (transcoded to AAC, or Opus for webm, where the
+    container cannot hold the codec). A setting of the sink, since the sink is what writes it; synthetic
+    sources have no audio to give. ``drop``: video only."""
 
 
 class NullSinkConfig(_Strict):
@@ -169,9 +169,9 @@ class RtspSinkConfig(_Backoff):
     threads: int | None = Field(None, ge=1, le=64)
     """libx264's threads; None: its own choice (about 1.5 per core), which competes with the model's."""
     audio: Literal["keep", "drop"] = "keep"
-    """``keep``: the source's first audio stream (a file's or an RTSP camera's) is published as a second
-    track, in sync with the video (AAC, G.711 and Opus as they are, other codecs as AAC). ``drop``:
-    video only."""
+    """``keep``: the source's first audio stream (a file's, an RTSP camera's or a WHIP publisher's) is
+    published as a second track, in sync with the video (AAC, G.711 and Opus as they are, other codecs
+    as AAC). ``drop``: video only."""
 
 
 class WhepSinkConfig(_Strict):
@@ -179,8 +179,9 @@ class WhepSinkConfig(_Strict):
     stream: str = Field("0", pattern=_STREAM_ID)
     """Players POST to /whep/{stream}."""
     audio: Literal["keep", "drop"] = "keep"
-    """``keep``: the source's first audio stream (a file's or an RTSP camera's) goes to players as Opus,
-    in sync with the video, for players whose offer has an audio m-line. ``drop``: video only."""
+    """``keep``: the source's first audio stream (a file's, an RTSP camera's or a WHIP publisher's) goes
+    to players as Opus, in sync with the video, for players whose offer has an audio m-line. ``drop``:
+    video only."""
 
 
 class IceServerConfig(_Strict):
