@@ -123,6 +123,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     if config.streams is None and config.http.port is None:
         report = run_config(config, progress)
+        if report is None:
+            print("stopped     before the source opened; nothing was written")
+            return 0
         output = config.sink.path if config.sink.kind == "file" else None
         print(format_report(report, output))
         return 0

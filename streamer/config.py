@@ -556,10 +556,30 @@ class StreamConfig(_Stream):
     settings (each key it leaves out comes from the top-level section of the same name)."""
 
     id: str = Field(DEFAULT_STREAM_ID, pattern=_STREAM_ID)
+    """Its name in /streams, /readyz, metric labels and logs; by default its WHIP source's stream name,
+    else its WHEP sink's, else "0", so a WebRTC stream has one name everywhere."""
 
     @property
     def uses_webrtc(self) -> bool:
         return self.source.kind == "whip" or self.sink.kind == "whep"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_as_served(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "id" not in data:
+            name = webrtc_name(data.get("source"), "whip") or webrtc_name(data.get("sink"), "whep")
+            if name is not None:
+                data = {**data, "id": name}
+        return data
+
+
+def webrtc_name(section: Any, kind: str) -> str | None:
+    """The ``stream`` a source or sink section of ``kind`` (whip, whep) is served under, if it is one."""
+    if isinstance(section, dict) and section.get("kind") == kind:
+        return str(section.get("stream", DEFAULT_STREAM_ID))
+    if isinstance(section, WhipSourceConfig | WhepSinkConfig) and section.kind == kind:
+        return section.stream
+    return None
 
 
 class Config(_Stream):

@@ -15,7 +15,7 @@ import av
 import numpy as np
 
 from streamer.config import Config, FileSinkConfig, FileSourceConfig
-from streamer.errors import SinkError
+from streamer.errors import SinkError, StreamerError
 from streamer.frame import Pixels
 from streamer.runner import format_report, run_config
 from streamer.sources.file import FileSource
@@ -94,6 +94,8 @@ def run_demo(output_dir: Path, frames: int = 150, noise: float = 20.0, progress:
     enhanced, png = output_dir / "enhanced.mp4", output_dir / "before_after.png"
     config = demo_config(enhanced, frames, noise)
     report = run_config(config, progress=progress)
+    if report is None:
+        raise StreamerError("the demo was stopped before it began; nothing was written")
     quality = asyncio.run(_compare(config, enhanced, png))
     return "\n".join(
         [

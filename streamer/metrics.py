@@ -8,12 +8,16 @@ Every metric is listed, with its labels, in :data:`METRICS` and in the README.
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
+import av
+import onnxruntime as ort
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from streamer.core.health import StreamState
@@ -36,6 +40,8 @@ METRICS = {
     "hand-off was full; budget: latency.on_miss drop; sink: the RTSP sink was reconnecting)",
     "streamer_frames_passed_through_total": "counter {stream, reason}: frames written unenhanced "
     "(budget, gate, stride)",
+    "streamer_frames_enhanced_total": "counter {stream}: frames written as the model enhanced them; with "
+    "reused and passed through, the frames written",
     "streamer_frames_reused_total": "counter {stream}: frames of a skipped window that reused the last "
     "enhanced output",
     "streamer_frames_encoded_total": "counter {stream}: frames a streaming model encoded into cached "
@@ -58,6 +64,7 @@ METRICS = {
     "streamer_queue_capacity": "gauge {stream, queue}: capacity of each hand-off",
     "streamer_stream_state": "gauge {stream, state}: 1 for the stream's current state",
     "streamer_streams": "gauge: streams in this process",
+    "streamer_build_info": "info {version, onnxruntime, av, python}: what this process runs",
 }
 
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -151,6 +158,7 @@ class _ServiceCollector(Collector):
         frames_out = _counter("streamer_frames_out_total", ["stream"])
         dropped = _counter("streamer_frames_dropped_total", ["stream", "reason"])
         passed = _counter("streamer_frames_passed_through_total", ["stream", "reason"])
+        enhanced_frames = _counter("streamer_frames_enhanced_total", ["stream"])
         reused = _counter("streamer_frames_reused_total", ["stream"])
         encoded = _counter("streamer_frames_encoded_total", ["stream"])
         resets = _counter("streamer_feature_cache_resets_total", ["stream"])
@@ -177,6 +185,7 @@ class _ServiceCollector(Collector):
             dropped.add_metric([sid, "sink"], sink_dropped)
             for reason in ("budget", "gate", "stride"):
                 passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
+            enhanced_frames.add_metric([sid], outcomes["enhanced"])
             reused.add_metric([sid], outcomes["reused"])
             features = p.feature_stats()
             encoded.add_metric([sid], features.encoded)
@@ -197,7 +206,8 @@ class _ServiceCollector(Collector):
             current = runner.state(now)
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
-        yield from (frames_in, frames_out, dropped, passed, reused, encoded, resets, windows, skipped, ratio)
+        yield from (frames_in, frames_out, dropped, passed, enhanced_frames, reused, encoded, resets)
+        yield from (windows, skipped, ratio)
         yield from (misses, reconnects, failures)
         yield from (depth, capacity, state)
 
@@ -213,7 +223,28 @@ class _ServiceCollector(Collector):
             provider.add_metric([stats.model, stats.provider], 1.0)
         streams = _gauge("streamer_streams", [])
         streams.add_metric([], len(runners))
-        yield from (calls, enhanced, pending, provider, streams)
+        yield from (calls, enhanced, pending, provider, streams, _BUILD)
+
+
+def _build_info() -> InfoMetricFamily:
+    info = InfoMetricFamily("streamer_build", METRICS["streamer_build_info"])
+    info.add_metric(
+        [],
+        {
+            "version": _version("streamer"),
+            "onnxruntime": ort.__version__,
+            "av": av.__version__,
+            "python": platform.python_version(),
+        },
+    )
+    return info
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _counter(name: str, labels: list[str]) -> CounterMetricFamily:
@@ -222,3 +253,6 @@ def _counter(name: str, labels: list[str]) -> CounterMetricFamily:
 
 def _gauge(name: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, METRICS[name], labels=labels)
+
+
+_BUILD = _build_info()

@@ -40,7 +40,7 @@ from streamer.core.keepalive import Filler, KeepAlive
 from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.ring import RingBuffer
-from streamer.core.stats import DurationRecorder
+from streamer.core.stats import DurationRecorder, RateMeter
 from streamer.core.tiling import plan_tiles
 from streamer.core.windower import Windower, WindowTask
 from streamer.errors import ConfigError, EndOfStream, ModelMismatchError, SourceError, StreamerError
@@ -66,6 +66,10 @@ class SkipAction(enum.Enum):
     """The enhanced output of the gate's reference frame: right for a scene that has not changed."""
     PASSTHROUGH = "passthrough"
     """The original frame."""
+
+
+RECENT_FRAMES = 300
+"""Frames the live latency figures cover: 10 s at 30 fps."""
 
 
 class Outcome(enum.Enum):
@@ -226,6 +230,10 @@ class Pipeline:
         """When the sink write under way started (None: none is): how the service sees a blocked sink."""
         self._frames_in = 0
         self._frames_out = 0
+        self._rate_in = RateMeter()
+        self._rate_out = RateMeter()
+        self.frame_size: tuple[int, int] | None = None
+        """(width, height) of the source's latest frame."""
         self._pixels_due = 0
         self._pixels_enhanced = 0
         """Pixels of the windows due, and pixels the model ran on for them (a region run: its crop)."""
@@ -326,6 +334,23 @@ class Pipeline:
     def outcome_counts(self) -> dict[str, int]:
         """Frames by how they left (or were dropped), so far."""
         return {o.value: self._outcomes[o] for o in Outcome}
+
+    def live_figures(self, now: float) -> dict[str, object]:
+        """What a live display shows: frames per second in and out over the last seconds, latency
+        (source arrival to written) over the last :data:`RECENT_FRAMES`, the frame size, and the share
+        of the frames written so far that the model enhanced (the rest reused, or passed through)."""
+        fps_in, fps_out = self._rate_in.rate(now), self._rate_out.rate(now)
+        p50 = self._latency.recent_percentile_ms(50, RECENT_FRAMES)
+        p95 = self._latency.recent_percentile_ms(95, RECENT_FRAMES)
+        out = self._frames_out
+        return {
+            "fps_in": None if fps_in is None else round(fps_in, 2),
+            "fps_out": None if fps_out is None else round(fps_out, 2),
+            "latency_p50_ms": None if p50 is None else round(p50, 1),
+            "latency_p95_ms": None if p95 is None else round(p95, 1),
+            "size": None if self.frame_size is None else f"{self.frame_size[0]}x{self.frame_size[1]}",
+            "enhanced_share": round(self._outcomes[Outcome.ENHANCED] / out, 4) if out else None,
+        }
 
     def miss_stats(self) -> MissWatchStats:
         """How often this stream was warned about for passing over 5% of its frames through in a minute."""
@@ -429,9 +454,10 @@ class Pipeline:
                     except StreamerError as err:  # as a source error: what came before is written
                         self._source_error = err
                         break
-                size = (frame.width, frame.height)
+                size = self.frame_size = (frame.width, frame.height)
                 self._frames_in += 1
                 self.last_frame_at = time.monotonic()
+                self._rate_in.add(self.last_frame_at)
                 if self.keepalive is not None:
                     self.keepalive.received(self.last_frame_at)
                 self.ring.push(frame)
@@ -760,6 +786,7 @@ class Pipeline:
                 self._observe(Stage.END_TO_END, done_at - out.source.arrival)
                 self._latency.record(done_at - out.source.arrival)
                 self._frames_out += 1
+                self._rate_out.add(done_at)
                 if self._on_output is not None:
                     self._on_output(out.source, out.frame, out.outcome)
         finally:

@@ -16,7 +16,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from streamer.config import Config
+from streamer.config import Config, webrtc_name
 from streamer.control import ControlServer
 from streamer.errors import StreamerError
 from streamer.frame import Frame
@@ -65,7 +65,11 @@ async def _serve(service: Service, control: ControlServer | None) -> list[Stream
             await service.server.start()
             if text:
                 url = service.server.url
-                print(f"streamer: WHIP/WHEP on {url}, viewer {url}/view/<stream>", file=sys.stderr)
+                print(f"streamer: WHIP/WHEP on {url}", file=sys.stderr)
+                for stream in service.config.stream_configs():
+                    name = webrtc_name(stream.source, "whip") or webrtc_name(stream.sink, "whep")
+                    if name is not None:
+                        print(f"streamer: stream {stream.id}: viewer {url}/view/{name}", file=sys.stderr)
         if control is not None:
             await control.start()
             if text:
@@ -104,15 +108,15 @@ def run_streams(config: Config, progress: bool, log_failures: bool = True) -> li
         bar.close()
 
 
-def run_config(config: Config, progress: bool) -> PipelineReport:
-    """Run a one-stream config; its report, or the error that stopped it raised."""
+def run_config(config: Config, progress: bool) -> PipelineReport | None:
+    """Run a one-stream config; its report, None when it was stopped before its source opened (a WHIP
+    stream nobody published to, a camera not reached yet), or the error that stopped it raised."""
     results = run_streams(config, progress, log_failures=False)
     if len(results) != 1:
         raise StreamerError(f"expected one stream, {len(results)} ran; use run_streams for several")
     result = results[0]
     if result.error is not None:
         raise result.error
-    assert result.report is not None
     return result.report
 
 

@@ -119,6 +119,7 @@ class StreamRunner:
             error=None if self.error is None else str(self.error) or type(self.error).__name__,
             last_frame=max(activity) if activity else None,
             sending_since=p.sending_since,
+            waiting=p.source.waiting,
         )
 
     def state(self, now: float) -> StreamState:
@@ -136,6 +137,7 @@ class StreamRunner:
             "model": p.backend.info.name,
             "provider": p.backend.info.provider,
             "uptime_s": round(now - self.started, 3),
+            **p.live_figures(now),
             "counters": p.counters(),
             "outcomes": p.outcome_counts(),
             "gate_skip_ratio": round(gate.skip_ratio, 4),

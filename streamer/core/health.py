@@ -16,7 +16,10 @@ __all__ = ["HealthLimits", "StreamHealth", "StreamSignals", "StreamState"]
 
 class StreamState(enum.Enum):
     CONNECTING = "connecting"
-    """The source is opening (connecting to a camera, waiting for a publisher) or no frame came yet."""
+    """The source is opening (connecting to a camera) or no frame came yet."""
+    WAITING = "waiting"
+    """The source waits for someone to send it video (a WHIP stream with no publisher): ready to take
+    one, so not a stall."""
     LIVE = "live"
     """Frames arrive and leave."""
     STALLED = "stalled"
@@ -30,8 +33,9 @@ class StreamState(enum.Enum):
 
     @property
     def ready(self) -> bool:
-        """Whether the stream counts as serving: live, or finished without an error."""
-        return self in (StreamState.LIVE, StreamState.ENDED)
+        """Whether the stream counts as serving: live, waiting for a publisher, or finished without an
+        error."""
+        return self in (StreamState.LIVE, StreamState.WAITING, StreamState.ENDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,8 @@ class StreamSignals:
     """When the source last delivered a frame."""
     sending_since: float | None = None
     """When the write to the sink that is under way started; None when no write is under way."""
+    waiting: bool = False
+    """The source waits for a publisher (:attr:`streamer.sources.base.Source.waiting`)."""
 
 
 class StreamHealth:
@@ -86,6 +92,8 @@ class StreamHealth:
         sending = signals.sending_since
         if sending is not None and now - sending > self.limits.sink_blocked_after_s:
             return StreamState.SINK_BLOCKED
+        if signals.waiting:
+            return StreamState.WAITING
         if not signals.opened or signals.last_frame is None:
             return StreamState.CONNECTING
         if now - signals.last_frame > self.limits.stall_after_s:

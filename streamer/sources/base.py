@@ -75,6 +75,12 @@ class Source(abc.ABC):
         whoever opened the source hands the track to a sink or declines it. None: no audio to give."""
         return None
 
+    @property
+    def waiting(self) -> bool:
+        """Whether the source waits for someone to send it video (a WHIP stream with no publisher):
+        nothing wrong, so not a stall."""
+        return False
+
     def interrupt(self) -> None:  # noqa: B027 - optional: a source that never blocks needs nothing here
         """Make a ``recv`` waiting on live input end soon with EndOfStream (shutdown, SIGINT)."""
 

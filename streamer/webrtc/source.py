@@ -161,6 +161,11 @@ class WhipSource(Source):
     def audio(self) -> AudioTrack | None:
         return self._audio
 
+    @property
+    def waiting(self) -> bool:
+        """No publisher sends video (none yet, or the last one left) and none is queued."""
+        return self._reader is None and not self._closed and self._channel.stats().depth == 0
+
     def attach(
         self, track: MediaStreamTrack, audio: MediaStreamTrack | None = None, sync: LipSync | None = None
     ) -> None:

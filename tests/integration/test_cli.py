@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamer.cli import main
+from tests.integration.rtsp_fixtures import free_port
 from tests.media import probe
 
 pytestmark = pytest.mark.slow
@@ -156,3 +158,38 @@ def test_out_of_memory_is_one_line_without_a_traceback() -> None:
     assert len(lines) == 1
     assert lines[0].startswith("streamer: error: out of memory (Unable to allocate")
     assert "lower the stream's resolution" in lines[0]
+
+
+WEBRTC_CONFIG = Path(__file__).parents[2] / "configs" / "webrtc.yaml"
+
+
+def test_sigterm_before_any_publisher_stops_cleanly_and_prints_the_viewer_url() -> None:
+    """A WHIP stream nobody published to, stopped by SIGTERM: one line, exit 0, no traceback (it was
+    an AssertionError); the start-up lines name the stream's real viewer URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamer",
+            "run",
+            "--config",
+            "configs/webrtc.yaml",
+            "--set",
+            f"webrtc.port={port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    lines = [process.stderr.readline() for _ in range(2)]
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert lines == [
+        f"streamer: WHIP/WHEP on http://127.0.0.1:{port}\n",
+        f"streamer: stream cam: viewer http://127.0.0.1:{port}/view/cam\n",
+    ]
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert out.strip() == "stopped     before the source opened; nothing was written"

@@ -746,3 +746,54 @@ def test_a_stream_whose_frames_grow_past_the_budget_ends_there_with_its_earlier_
     assert "(20 frames delivered before it were written)" in error
     assert len(error.splitlines()) == 1
     assert written == list(range(20))
+
+
+def test_a_stream_has_one_name_waits_for_its_publisher_and_streams_shows_live_figures() -> None:
+    """A WHIP stream is named as served (no id given): /streams/cam answers, it reads `waiting` (ready)
+    with no publisher; a running stream shows its rates, latency, size and enhanced share, and its
+    outcome counters in /metrics add up to the frames written."""
+    config = config_of(
+        [
+            {"source": {"kind": "whip", "stream": "cam"}, "sink": {"kind": "whep", "stream": "cam"}},
+            {
+                "id": "synth",
+                "source": {"kind": "synthetic", "realtime": True, "frames": 3000, "width": 160, "height": 96},
+            },
+        ],
+        **{"webrtc.port": 0},
+    )
+
+    async def scenario() -> tuple[Any, ...]:
+        async with serving(config) as run:
+            await run.wait_states({"cam": "waiting", "synth": "live"})
+            await until(lambda: run.service.runners["synth"].pipeline.counters()["out"] >= 60, 30, "frames")
+            ready = await run.get("/readyz")
+            cam = await run.get("/streams/cam")
+            synth = await run.get("/streams/synth")
+            _, text = await run.get("/metrics")
+            return ready, cam, synth, metrics_of(text)
+
+    ready, cam, synth, families = asyncio.run(scenario())
+
+    assert ready == (200, {"ready": True, "streams": {"cam": "waiting", "synth": "live"}})
+    assert cam[0] == 200
+    assert (cam[1]["id"], cam[1]["state"], cam[1]["fps_in"], cam[1]["size"]) == ("cam", "waiting", None, None)
+    status = synth[1]
+    assert status["size"] == "160x96"
+    assert status["fps_in"] > 0
+    assert status["fps_out"] > 0
+    assert 0 < status["latency_p50_ms"] <= status["latency_p95_ms"]
+    assert 0 <= status["enhanced_share"] <= 1
+    out = sample(families, "streamer_frames_out_total", stream="synth")
+    parts = sample(families, "streamer_frames_enhanced_total", stream="synth") + sample(
+        families, "streamer_frames_reused_total", stream="synth"
+    )
+    parts += sum(
+        sample(families, "streamer_frames_passed_through_total", stream="synth", reason=r)
+        for r in ("budget", "gate", "stride")
+    )
+    assert parts == out
+    build = sample(families, "streamer_build_info", family="streamer_build_info")
+    assert build == 1.0
+    labels = next(s.labels for s in families["streamer_build_info"])
+    assert set(labels) == {"version", "onnxruntime", "av", "python"}

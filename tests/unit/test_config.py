@@ -102,6 +102,31 @@ def test_webrtc_example_builds_a_server_with_whip_in_and_whep_out() -> None:
     assert config.webrtc.port == 8080
 
 
+@pytest.mark.parametrize(
+    ("overrides", "ids"),
+    [
+        ({}, ["0"]),
+        ({"source": {"kind": "whip", "stream": "cam"}, "sink": {"kind": "whep", "stream": "cam"}}, ["cam"]),
+        ({"sink": {"kind": "whep", "stream": "lobby"}}, ["lobby"]),
+        (
+            {
+                "streams": [
+                    {"source": {"kind": "whip", "stream": "door"}, "sink": {"kind": "null"}},
+                    {"id": "yard", "source": {"kind": "whip", "stream": "garden"}, "sink": {"kind": "null"}},
+                    {"id": "gate", "source": {"kind": "synthetic"}, "sink": {"kind": "null"}},
+                ],
+                "http": {"port": 0},
+            },
+            ["door", "yard", "gate"],
+        ),
+    ],
+)
+def test_a_stream_is_named_as_it_is_served_unless_given_an_id(
+    overrides: dict[str, object], ids: list[str]
+) -> None:
+    assert [s.id for s in load_config(None, overrides).stream_configs()] == ids
+
+
 def test_webrtc_token_may_not_be_empty(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"webrtc\.token"):
         load_config(write(tmp_path, "webrtc:\n  token: ''\n"))

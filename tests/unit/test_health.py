@@ -22,6 +22,10 @@ LIMITS = HealthLimits(stall_after_s=5.0, sink_blocked_after_s=2.0)
         (StreamSignals(opened=True, last_frame=1.0, finished=True), 10.0, StreamState.ENDED),
         (StreamSignals(opened=True, finished=True, error="boom"), 10.0, StreamState.FAILED),
         (StreamSignals(error="refused"), 0.0, StreamState.FAILED),
+        (StreamSignals(waiting=True), 0.0, StreamState.WAITING),
+        # a WHIP stream whose publisher left long ago waits; it does not stall
+        (StreamSignals(opened=True, last_frame=1.0, waiting=True), 60.0, StreamState.WAITING),
+        (StreamSignals(opened=True, waiting=True, error="boom"), 10.0, StreamState.FAILED),
     ],
 )
 def test_signals_classify_into_one_state(signals: StreamSignals, now: float, state: StreamState) -> None:
@@ -57,8 +61,8 @@ def test_a_source_that_keeps_stalling_is_reported_stalled_once_per_episode() -> 
     assert failed is StreamState.FAILED  # anything but live ends the episode at once
 
 
-def test_ready_states_are_live_and_ended() -> None:
-    assert {s for s in StreamState if s.ready} == {StreamState.LIVE, StreamState.ENDED}
+def test_ready_states_are_live_waiting_and_ended() -> None:
+    assert {s for s in StreamState if s.ready} == {StreamState.LIVE, StreamState.WAITING, StreamState.ENDED}
 
 
 def test_limits_must_be_positive() -> None:
