@@ -31,6 +31,7 @@ from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.null import NullSink
 from streamer.sinks.rtsp import RtspSink
+from streamer.sinks.tee import TeeSink
 from streamer.sources.base import Source
 from streamer.sources.file import FileSource
 from streamer.sources.rtsp import RtspSource
@@ -141,6 +142,14 @@ def build_source(
     )
 
 
+def build_outputs(stream: StreamConfig, queue_size: int, server: WebRtcServer | None = None) -> Sink:
+    """The stream's sink, or a tee of its ``sinks`` (each output named by its kind and place)."""
+    if stream.sinks is None:
+        return build_sink(stream.sink, server)
+    names = [f"{i}:{sink.kind}" for i, sink in enumerate(stream.sinks)]
+    return TeeSink([build_sink(sink, server) for sink in stream.sinks], names, capacity=queue_size)
+
+
 def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
     if isinstance(config, FileSinkConfig):
         return FileSink(
@@ -232,13 +241,13 @@ def build_stream(
 ) -> Pipeline:
     """One stream's pipeline on a backend (and scheduler) it may share with other streams."""
     model = backend.info
-    keep_audio = (
-        isinstance(stream.sink, FileSinkConfig | RtspSinkConfig | WhepSinkConfig)
-        and stream.sink.audio == "keep"
+    keep_audio = any(
+        isinstance(sink, FileSinkConfig | RtspSinkConfig | WhepSinkConfig) and sink.audio == "keep"
+        for sink in stream.outputs()
     )
     return Pipeline(
         build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
-        build_sink(stream.sink, server),
+        build_outputs(stream, runtime.queue_size, server),
         backend,
         stream.window.build(model.t, model.output_position),
         stream.gate.build(),

@@ -126,11 +126,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if report is None:
             print("stopped     before the source opened; nothing was written")
             return 0
-        output = config.sink.path if config.sink.kind == "file" else None
-        print(format_report(report, output))
+        print(format_report(report, config.file_output()))
         return 0
     results = run_streams(config, progress)
-    sinks = {s.id: s.sink for s in config.stream_configs()}
+    files = {s.id: s.file_output() for s in config.stream_configs()}
     for result in results:
         print(f"stream {result.stream_id}")
         if result.report is None:
@@ -140,9 +139,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 else "stopped     before it opened"
             )
             continue
-        sink = sinks.get(result.stream_id)
-        output = sink.path if sink is not None and sink.kind == "file" else None
-        print(format_report(result.report, output))
+        print(format_report(result.report, files.get(result.stream_id)))
         if result.error is not None:
             print(f"failed      {redact_text(str(result.error))}")
     return EXIT_FAILED if any(r.error is not None for r in results) else 0

@@ -7,7 +7,7 @@ unknown keys, so a typo fails loudly instead of silently running on a default.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
@@ -518,7 +518,7 @@ SinkConfig = Annotated[
 
 def _default_kinds(data: Any) -> Any:
     """A source or sink section without ``kind`` is of the default kind (synthetic, null); so is a
-    sink of ``kind: null``, which YAML reads as None rather than the string."""
+    sink of ``kind: null``, which YAML reads as None rather than the string. ``sinks`` items alike."""
     if isinstance(data, dict):
         for section, kind in (("source", "synthetic"), ("sink", "null")):
             value = data.get(section)
@@ -526,7 +526,20 @@ def _default_kinds(data: Any) -> Any:
                 "kind" not in value or (kind == "null" and value["kind"] is None)
             ):
                 data = {**data, section: {**value, "kind": kind}}
+        sinks = data.get("sinks")
+        if isinstance(sinks, list):
+            data = {**data, "sinks": [_sink_kind(item) for item in sinks]}
     return data
+
+
+def _sink_kind(item: Any) -> Any:
+    if isinstance(item, dict) and ("kind" not in item or item["kind"] is None):
+        return {**item, "kind": "null"}
+    return item
+
+
+MAX_SINKS = 8
+"""Outputs one stream may have: each runs its own encoder and queue."""
 
 
 DEFAULT_STREAM_ID = "0"
@@ -539,6 +552,10 @@ class _Stream(_Strict):
 
     source: SourceConfig = Field(default_factory=SyntheticSourceConfig)
     sink: SinkConfig = Field(default_factory=NullSinkConfig)
+    """The one output; ``sinks`` gives several instead."""
+    sinks: list[SinkConfig] | None = Field(None, min_length=1, max_length=MAX_SINKS)
+    """Several outputs of the same enhanced frames from one source connection (RTSP push, WHEP, a file
+    recording, null), each with its own queue, so a slow or failed one holds up only itself."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     window: WindowConfig = Field(default_factory=WindowConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
@@ -548,7 +565,39 @@ class _Stream(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _kinds(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("sinks") is not None and "sink" in data:
+            raise ValueError("give 'sink' (one output) or 'sinks' (several), not both")
         return _default_kinds(data)
+
+    @model_validator(mode="after")
+    def _distinct_outputs(self) -> Self:
+        seen: set[str] = set()
+        for sink in self.outputs():
+            target = _target(sink)
+            if target is not None and target in seen:
+                raise ValueError(f"sinks: two outputs write {target}; give each its own")
+            if target is not None:
+                seen.add(target)
+        return self
+
+    def outputs(self) -> list[SinkConfig]:
+        """Every sink of the stream: ``sinks``, or the one ``sink``."""
+        return list(self.sinks) if self.sinks is not None else [self.sink]
+
+    def file_output(self) -> Path | None:
+        """The first file the stream writes, for the run's summary."""
+        return next((s.path for s in self.outputs() if isinstance(s, FileSinkConfig)), None)
+
+
+def _target(sink: SinkConfig) -> str | None:
+    """What two sinks of one stream must not share: a file, an RTSP URL, a WHEP stream name."""
+    if isinstance(sink, FileSinkConfig):
+        return f"file {str(sink.path)!r}"
+    if isinstance(sink, RtspSinkConfig):
+        return f"RTSP URL {sink.url!r}"
+    if isinstance(sink, WhepSinkConfig):
+        return f"WHEP stream {sink.stream!r}"
+    return None
 
 
 class StreamConfig(_Stream):
@@ -561,13 +610,16 @@ class StreamConfig(_Stream):
 
     @property
     def uses_webrtc(self) -> bool:
-        return self.source.kind == "whip" or self.sink.kind == "whep"
+        return self.source.kind == "whip" or any(s.kind == "whep" for s in self.outputs())
 
     @model_validator(mode="before")
     @classmethod
     def _named_as_served(cls, data: Any) -> Any:
         if isinstance(data, dict) and "id" not in data:
-            name = webrtc_name(data.get("source"), "whip") or webrtc_name(data.get("sink"), "whep")
+            given = data.get("sinks")
+            sinks: list[Any] = given if isinstance(given, list) else [data.get("sink")]
+            whep = (webrtc_name(s, "whep") for s in sinks)
+            name = webrtc_name(data.get("source"), "whip") or next((n for n in whep if n), None)
             if name is not None:
                 data = {**data, "id": name}
         return data
@@ -596,17 +648,18 @@ class Config(_Stream):
         return any(s.uses_webrtc for s in self.stream_configs())
 
     def stream_configs(self) -> list[StreamConfig]:
-        """Every stream to run: ``streams``, or the single one of the top-level source and sink."""
+        """Every stream to run: ``streams``, or the single one of the top-level source and sink(s)."""
         if self.streams is not None:
             return list(self.streams)
-        return [StreamConfig(**{name: getattr(self, name) for name in ("source", "sink", *_SHARED)})]
+        outputs = {"sinks": self.sinks} if self.sinks is not None else {"sink": self.sink}
+        return [StreamConfig(**{name: getattr(self, name) for name in ("source", *_SHARED)}, **outputs)]
 
     @model_validator(mode="before")
     @classmethod
     def _streams_inherit(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("streams") is None:
             return data
-        given = [s for s in ("source", "sink") if s in data]
+        given = [s for s in ("source", "sink", "sinks") if s in data]
         if given:
             raise ValueError(
                 f"top-level {' and '.join(given)} cannot stand beside 'streams'; give each stream its "
@@ -633,12 +686,13 @@ class Config(_Stream):
 
 def _check_loop_ends(stream: StreamConfig, where: str) -> None:
     """A looped file into a file or the null sink would run until the disk is full or for ever."""
-    source, sink = stream.source, stream.sink.kind
+    source, kinds = stream.source, {s.kind for s in stream.outputs()}
+    sink = "file" if "file" in kinds else "null"
     if (
         isinstance(source, FileSourceConfig)
         and source.loop
         and not source.max_frames
-        and sink in ("file", "null")
+        and kinds <= {"file", "null"}
     ):
         raise ValueError(
             f"{where}source.loop: true with a {sink} sink never ends; set source.max_frames, or serve it "

@@ -43,11 +43,12 @@ class ApiPolicy:
         """Raises AccessError naming the field unless ``stream`` stays inside the policy. ``given`` is the
         request's JSON: a model the stream inherits from the operator's config is the operator's choice,
         and ``overwrite`` counts only when the request says so."""
-        source, sink = stream.source, stream.sink
+        source = stream.source
         if source.kind == "file" and not _is_sample(source.path):
             self._regular_file("source.path", source.path, self.media_roots, "http.media_roots")
-        if sink.kind == "file":
-            self._check_sink(sink.path, _asked_overwrite(given))
+        for place, sink in enumerate(stream.outputs()):
+            if sink.kind == "file":
+                self._check_sink(sink.path, _asked_overwrite(given, None if stream.sinks is None else place))
         cores = os.cpu_count() or 1
         for field, count in (("threads", stream.model.threads), ("workers", stream.model.workers)):
             if count is not None and count > cores:
@@ -59,7 +60,8 @@ class ApiPolicy:
         path = stream.model.path
         if isinstance(path, Path) and isinstance(asked_model, dict) and "path" in asked_model:
             self._regular_file("model.path", path, self.model_roots, "http.model_roots")
-        urls = (("source.url", getattr(source, "url", None)), ("sink.url", getattr(sink, "url", None)))
+        urls = [("source.url", getattr(source, "url", None))]
+        urls += [("sink.url", getattr(sink, "url", None)) for sink in stream.outputs()]
         for field, url in urls:
             if url is not None and self.allowed_hosts is not None:
                 host = (urllib.parse.urlsplit(url).hostname or "").lower()
@@ -126,8 +128,13 @@ def _is_sample(path: Path) -> bool:
         return False
 
 
-def _asked_overwrite(given: dict[str, object]) -> bool:
-    sink = given.get("sink")
+def _asked_overwrite(given: dict[str, object], place: int | None) -> bool:
+    """Whether the request itself set ``overwrite: true`` on its sink (or on ``sinks[place]``)."""
+    if place is None:
+        sink = given.get("sink")
+    else:
+        sinks = given.get("sinks")
+        sink = sinks[place] if isinstance(sinks, list) and place < len(sinks) else None
     return isinstance(sink, dict) and sink.get("overwrite") is True
 
 

@@ -23,7 +23,9 @@ from prometheus_client.registry import Collector
 from streamer.core.health import StreamState
 from streamer.pipeline import Pipeline
 from streamer.scheduler import CallObserver, InferenceScheduler
+from streamer.sinks.base import Sink
 from streamer.sinks.rtsp import RtspSink
+from streamer.sinks.tee import TeeSink
 from streamer.sources.rtsp import RtspSource
 from streamer.telemetry import Stage, StageObserver
 
@@ -181,7 +183,7 @@ class _ServiceCollector(Collector):
             frames_out.add_metric([sid], counters["out"])
             dropped.add_metric([sid, "source"], source.dropped if source is not None else 0)
             dropped.add_metric([sid, "budget"], outcomes["budget_drop"])
-            sink_dropped = p.sink.rtsp_stats().frames_dropped if isinstance(p.sink, RtspSink) else 0
+            sink_dropped = _sink_dropped(p.sink)
             dropped.add_metric([sid, "sink"], sink_dropped)
             for reason in ("budget", "gate", "stride"):
                 passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
@@ -224,6 +226,16 @@ class _ServiceCollector(Collector):
         streams = _gauge("streamer_streams", [])
         streams.add_metric([], len(runners))
         yield from (calls, enhanced, pending, provider, streams, _BUILD)
+
+
+def _sink_dropped(sink: Sink) -> int:
+    """Frames an RTSP output could not send (reconnecting), or a tee's outputs let go (full queues)."""
+    if isinstance(sink, RtspSink):
+        return sink.rtsp_stats().frames_dropped
+    if isinstance(sink, TeeSink):
+        inner = sum(_sink_dropped(s) for s in sink.sinks)
+        return inner + sum(o.dropped for o in sink.outputs())
+    return 0
 
 
 def _build_info() -> InfoMetricFamily:

@@ -67,7 +67,8 @@ async def _serve(service: Service, control: ControlServer | None) -> list[Stream
                 url = service.server.url
                 print(f"streamer: WHIP/WHEP on {url}", file=sys.stderr)
                 for stream in service.config.stream_configs():
-                    name = webrtc_name(stream.source, "whip") or webrtc_name(stream.sink, "whep")
+                    wheps = (webrtc_name(sink, "whep") for sink in stream.outputs())
+                    name = webrtc_name(stream.source, "whip") or next((n for n in wheps if n), None)
                     if name is not None:
                         print(f"streamer: stream {stream.id}: viewer {url}/view/{name}", file=sys.stderr)
         if control is not None:

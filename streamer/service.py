@@ -32,6 +32,8 @@ from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
 from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
+from streamer.sinks.base import Sink
+from streamer.sinks.tee import TeeSink
 from streamer.sources.rtsp import RtspSource
 from streamer.tiers import AUTO, TierChoice, TierSelector
 from streamer.webrtc.server import WebRtcServer
@@ -133,7 +135,8 @@ class StreamRunner:
             "id": self.id,
             "state": self.state(now).value,
             "source": self.config.source.kind,
-            "sink": self.config.sink.kind,
+            "sink": ",".join(s.kind for s in self.config.outputs()),
+            "outputs": _outputs(p.sink),
             "model": p.backend.info.name,
             "provider": p.backend.info.provider,
             "uptime_s": round(now - self.started, 3),
@@ -147,6 +150,16 @@ class StreamRunner:
             "model_choice": None if self.choice is None else self.choice.as_dict(),
             "keepalive": None if p.keepalive is None else _keepalive(p.keepalive),
         }
+
+
+def _outputs(sink: Sink) -> list[dict[str, object]] | None:
+    """Each output of a stream with several: frames written and let go, its queue, its error."""
+    if not isinstance(sink, TeeSink):
+        return None
+    return [
+        {**dataclasses.asdict(o), "error": None if o.error is None else redact_text(o.error)}
+        for o in sink.outputs()
+    ]
 
 
 def _keepalive(keepalive: KeepAlive) -> dict[str, object]:

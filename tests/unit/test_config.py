@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +255,31 @@ def test_every_numeric_setting_refuses_inf_nan_and_huge_values_in_one_line(
     message = str(raised.value)
     assert key.split(".")[-1] in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"sink": {"kind": "null"}, "sinks": [{"kind": "null"}]}, "give 'sink' (one output) or 'sinks'"),
+        ({"sinks": []}, "sinks"),
+        ({"sinks": [{"kind": "null"}] * 9}, "sinks"),
+        (
+            {"sinks": [{"kind": "file", "path": "out/a.mp4"}, {"kind": "file", "path": "out/a.mp4"}]},
+            "two outputs write file 'out/a.mp4'",
+        ),
+        ({"sinks": [{"kind": "whep", "stream": "x"}, {"kind": "whep", "stream": "x"}]}, "WHEP stream 'x'"),
+    ],
+)
+def test_bad_sinks_are_one_line(overrides: dict[str, object], reason: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(reason)):
+        load_config(None, overrides)
+
+
+def test_sinks_take_each_output_and_name_the_stream_by_its_whep_output() -> None:
+    config = load_config(
+        None,
+        {"sinks": [{"kind": "rtsp", "url": "rtsp://127.0.0.1/x"}, {"stream": "lobby", "kind": "whep"}, {}]},
+    )
+    (stream,) = config.stream_configs()
+    assert [s.kind for s in stream.outputs()] == ["rtsp", "whep", "null"]
+    assert (stream.id, config.uses_webrtc) == ("lobby", True)

@@ -45,6 +45,9 @@ def test_files_under_the_roots_are_allowed(roots: dict[str, Path]) -> None:
     _check(policy, {"model": {"path": str(roots["models"] / "m.onnx")}})
     _check(policy, {"source": {"kind": "file", "path": "sample:bikes"}})  # shipped with the package
     _check(policy, {"sink": {"kind": "file", "path": str(roots["media"] / "clip.mp4"), "overwrite": True}})
+    # each of several outputs is checked, and only the request's own overwrite counts, output by output
+    clip = str(roots["media"] / "clip.mp4")
+    _check(policy, {"sinks": [{"kind": "null"}, {"kind": "file", "path": clip, "overwrite": True}]})
 
 
 @pytest.mark.parametrize(
@@ -63,6 +66,19 @@ def test_files_under_the_roots_are_allowed(roots: dict[str, Path]) -> None:
         ({"sink": {"kind": "file", "path": "{media}/dirlink/x.mp4"}}, "outside http.media_roots"),
         ({"sink": {"kind": "file", "path": "{media}/clip.mp4"}}, "exists; pick a new name"),
         ({"sink": {"kind": "file", "path": "{media}/link.mp4", "overwrite": True}}, "not a regular file"),
+        (
+            {
+                "sinks": [
+                    {"kind": "file", "path": "{media}/ok.mp4"},
+                    {"kind": "file", "path": "{outside}/x.mp4"},
+                ]
+            },
+            "outside http.media_roots",
+        ),
+        (
+            {"sinks": [{"kind": "null"}, {"kind": "file", "path": "{media}/clip.mp4", "overwrite": False}]},
+            "exists; pick a new name",
+        ),
         ({"model": {"path": "{outside}/m.onnx"}}, "outside http.model_roots"),
         ({"model": {"path": "{media}/clip.mp4"}}, "outside http.model_roots"),
     ],
@@ -73,6 +89,8 @@ def test_anything_else_is_refused_naming_the_field(
     def fill(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v) for v in value]
         if isinstance(value, str):
             return value.replace("{media}", str(roots["media"])).replace("{outside}", str(roots["outside"]))
         return value
@@ -98,6 +116,9 @@ def test_rtsp_hosts_can_be_limited() -> None:
         _check(policy, {"sink": {"kind": "rtsp", "url": "rtsp://203.0.113.9/push"}})
     with pytest.raises(AccessError, match=re.escape("source.url")):
         _check(policy, {"source": {"kind": "rtsp", "url": "rtsp://cam.local.evil.example/x"}})
+    push = [{"kind": "rtsp", "url": "rtsp://cam.local/a"}, {"kind": "rtsp", "url": "rtsp://203.0.113.9/b"}]
+    with pytest.raises(AccessError, match=re.escape("sink.url names a host outside http.allowed_hosts")):
+        _check(policy, {"sinks": push})
 
 
 @pytest.mark.parametrize("field", ["threads", "workers"])
