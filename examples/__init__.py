@@ -1,0 +1,1 @@
+"""Worked examples: a model of your own, exported with ``streamer export --factory`` and run live."""
