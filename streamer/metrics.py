@@ -205,6 +205,9 @@ class _ServiceCollector(Collector):
                 kind = queue.name.split(":", 1)[0]
                 depth.add_metric([sid, kind], queue.depth)
                 capacity.add_metric([sid, kind], queue.capacity)
+            for output in p.sink.outputs() if isinstance(p.sink, TeeSink) else ():
+                depth.add_metric([sid, f"output:{output.name}"], output.depth)
+                capacity.add_metric([sid, f"output:{output.name}"], output.capacity)
             current = runner.state(now)
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)

@@ -44,8 +44,10 @@ class RtspServer:
     ``wait_for`` waits on them, counted over every process this handle started.
     """
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, names: tuple[str, ...] = ()) -> None:
+        """``names``: the streams it serves (default: ``cam`` and ``out``)."""
         self.port = port
+        self.names = names
         self._process: subprocess.Popen[str] | None = None
         self._lines: list[str] = []
         self._changed = threading.Condition()
@@ -61,7 +63,7 @@ class RtspServer:
     def start(self, timeout: float = 10.0) -> None:
         ready = self.count("ready")
         process = subprocess.Popen(
-            rtsp_relay.command(self.port),
+            rtsp_relay.command(self.port, self.names),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -758,6 +758,7 @@ def test_a_stream_has_one_name_waits_for_its_publisher_and_streams_shows_live_fi
             {
                 "id": "synth",
                 "source": {"kind": "synthetic", "realtime": True, "frames": 3000, "width": 160, "height": 96},
+                "sinks": [{"kind": "null"}, {"kind": "null"}],
             },
         ],
         **{"webrtc.port": 0},
@@ -793,6 +794,10 @@ def test_a_stream_has_one_name_waits_for_its_publisher_and_streams_shows_live_fi
         for r in ("budget", "gate", "stride")
     )
     assert parts == out
+    assert [o["name"] for o in status["outputs"]] == ["0:null", "1:null"]
+    assert all(o["written"] > 0 and o["error"] is None for o in status["outputs"])
+    for name in ("output:0:null", "output:1:null"):
+        assert sample(families, "streamer_queue_capacity", stream="synth", queue=name) == 8
     build = sample(families, "streamer_build_info", family="streamer_build_info")
     assert build == 1.0
     labels = next(s.labels for s in families["streamer_build_info"])
