@@ -71,6 +71,7 @@ def build_server(config: Config) -> WebRtcServer | None:
         advertise_ice_servers=w.advertise_ice_servers,
         cors_origins=w.cors_origins,
         connect_timeout_s=w.connect_timeout_s,
+        publisher_stale_s=w.publisher_stale_s,
         max_sessions=w.max_sessions,
         max_players=w.max_players,
     )

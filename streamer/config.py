@@ -234,6 +234,9 @@ class WebRtcConfig(_Strict):
     (needs ``token``); []: the server's own pages only."""
     max_body_bytes: int = Field(64 * 1024, ge=1024, le=1024 * 1024)
     connect_timeout_s: float = Field(20.0, gt=0.0, le=600.0)
+    publisher_stale_s: float = Field(3.0, gt=0.0, le=600.0)
+    """A connected WHIP publisher that has sent no video for this long is replaced by a new offer for its
+    stream (a browser tab closed abruptly stays 'connected' for about 30 s); before that, 409."""
     max_sessions: int = Field(64, ge=1, le=4096)
     """WHIP and WHEP sessions open at once; an offer past it gets 503 with Retry-After."""
     max_players: int = Field(16, ge=1, le=4096)

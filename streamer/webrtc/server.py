@@ -31,8 +31,9 @@ import importlib.resources
 import logging
 import re
 import secrets
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from aiohttp import ClientPayloadError, web
@@ -78,6 +79,9 @@ class Ingest(Protocol):
     def detach(self) -> None:
         """That publisher left: it sent DELETE, or its connection failed, closed or never came up."""
 
+    def idle_s(self, now: float) -> float | None:
+        """Seconds since the current publisher's last video frame (monotonic ``now``); None before one."""
+
 
 @dataclass(eq=False)
 class _Session:
@@ -89,6 +93,7 @@ class _Session:
     sound: PlayerAudioTrack | None = None
     """A WHEP player's audio track, where the stream carries the source's audio."""
     timer: asyncio.TimerHandle | None = None
+    opened: float = field(default_factory=time.monotonic)
     attached: bool = False
     """A WHIP session whose track the ingest took, and so must be told when it ends."""
     ended: bool = False
@@ -160,7 +165,8 @@ class WebRtcServer:
     ``port=0`` binds a free port (see :attr:`url`). ``ice_addresses`` None offers the bind address
     (127.0.0.1 for loopback, every interface for a wildcard bind). A session that has not connected
     within ``connect_timeout_s`` is ended, and a newer publisher replaces one that has not connected,
-    so a stale offer cannot hold a stream's publisher slot. At most ``max_sessions`` sessions are open,
+    or one connected that has sent no video for ``publisher_stale_s`` (a tab closed abruptly), so a
+    stale session cannot hold a stream's publisher slot. At most ``max_sessions`` sessions are open,
     ``max_players`` of them players of one stream; past either, an offer gets 503 with Retry-After.
     ``stun_servers`` and ``ice_servers`` are advertised in Link headers when ``advertise_ice_servers``
     is true (None: when one is a TURN server); ``cors_origins`` ('*' only with a token) may use it
@@ -180,6 +186,7 @@ class WebRtcServer:
         advertise_ice_servers: bool | None = None,
         cors_origins: Sequence[str] = (),
         connect_timeout_s: float = 20.0,
+        publisher_stale_s: float = 3.0,
         max_sessions: int = 64,
         max_players: int = 16,
     ) -> None:
@@ -218,6 +225,7 @@ class WebRtcServer:
         )
         self._max_body = max_body_bytes
         self._connect_timeout = connect_timeout_s
+        self._publisher_stale = publisher_stale_s
         self._max_sessions = max_sessions
         self._max_players = max_players
         self._viewer = importlib.resources.files(__package__).joinpath("viewer.html").read_text("utf-8")
@@ -334,9 +342,22 @@ class WebRtcServer:
         offer = await self._read_offer(request, "whip")
         held = self._publishers.get(stream)
         if held is not None and held.pc.connectionState == "connected":
+            now = time.monotonic()
+            idle = ingest.idle_s(now)
+            quiet = now - held.opened if idle is None else idle
+            if quiet > self._publisher_stale:
+                log.info(
+                    "WHIP session %s on %s replaced: connected, but no video for %.1f s",
+                    held.id,
+                    stream,
+                    quiet,
+                )
+                await self._end(held)
+                held = None
+        if held is not None and held.pc.connectionState == "connected":
             raise web.HTTPConflict(
-                text=f"stream {stream!r} already has a publisher; it must leave (DELETE its session URL) or "
-                "disconnect first\n"
+                text=f"stream {stream!r} already has a publisher sending video; it must leave (DELETE its "
+                f"session URL), or send nothing for {self._publisher_stale:g} s (webrtc.publisher_stale_s)\n"
             )
         if held is not None:  # an offer that never connected holds no slot against a newer publisher
             log.info("WHIP session %s on %s replaced before it connected", held.id, stream)

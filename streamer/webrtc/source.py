@@ -130,6 +130,8 @@ class WhipSource(Source):
         self._sound_reader: asyncio.Task[None] | None = None
         self._sends_sound = False
         """Whether the current publisher's audio track is being read."""
+        self._last_arrival: float | None = None
+        """When the current publisher's last video frame came (monotonic); None before one."""
         self._opus: _Opus | None = None
         self._audio: AudioTrack | None = None
         self._unsynced = 0
@@ -172,6 +174,7 @@ class WhipSource(Source):
         """Called by the server with a new publisher's video track (and its audio track, with the
         clocks its sender reports feed); replaces any previous readers."""
         self._stop_readers()
+        self._last_arrival = None
         publisher = self._publishers
         self._publishers += 1
         loop = asyncio.get_running_loop()
@@ -181,6 +184,9 @@ class WhipSource(Source):
             self._sound_reader = loop.create_task(
                 self._read_sound(audio, sync), name=f"whip-sound-{self.stream_id}"
             )
+
+    def idle_s(self, now: float) -> float | None:
+        return None if self._last_arrival is None else now - self._last_arrival
 
     def _stop_readers(self) -> None:
         for reader in (self._reader, self._sound_reader):
@@ -209,7 +215,8 @@ class WhipSource(Source):
                     continue
                 if self._channel.closed:
                     return
-                self._channel.put_nowait(_Arrival(video, time.monotonic(), publisher))
+                self._last_arrival = time.monotonic()
+                self._channel.put_nowait(_Arrival(video, self._last_arrival, publisher))
         except MediaStreamError:
             log.info("stream %s: publisher %d's track ended", self.stream_id, publisher)
 

@@ -26,6 +26,7 @@ from streamer.frame import Frame
 from streamer.pipeline import Outcome, Pipeline
 from streamer.webrtc import ORIGINAL_SUFFIX, WebRtcServer, WhepSink, WhipSource
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
+from tests.integration.rtsp_fixtures import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -233,7 +234,7 @@ def test_a_new_publisher_after_the_first_left_starts_a_new_run() -> None:
             sdp = {"Content-Type": "application/sdp", "Authorization": f"Bearer {TOKEN}"}
             async with http.post(f"{server.url}/whip/cam", data=pc.localDescription.sdp, headers=sdp) as r:
                 assert r.status == 409  # the first is connected: it keeps the slot
-                assert "already has a publisher" in await r.text()
+                assert "already has a publisher sending video" in await r.text()
             await pc.close()
             await leave(http, server, first)
             second = await publish(http, server, "cam", CountingCamera(first_code=500, seed=1))
@@ -255,6 +256,59 @@ def test_a_new_publisher_after_the_first_left_starts_a_new_run() -> None:
         assert all(f.time_base == before[0].time_base for f in frames)
 
     asyncio.run(scenario())
+
+
+class SilencedCamera(CountingCamera):
+    """Sends ``frames`` frames, then nothing, its connection left up: a browser tab closed abruptly."""
+
+    def __init__(self, frames: int) -> None:
+        super().__init__()
+        self._frames = frames
+        self._never = asyncio.Event()
+
+    async def recv(self) -> av.VideoFrame:
+        if self.code >= self._frames:
+            await self._never.wait()
+        return await super().recv()
+
+
+def test_a_publisher_connected_but_silent_is_replaced_by_the_next_offer() -> None:
+    """A reload after an abrupt close publishes again at once, not after ~30 s of 409: a connected
+    publisher that sent no video for publisher_stale_s gives its slot to the next offer."""
+
+    async def scenario() -> tuple[list[Frame], str]:
+        server = WebRtcServer(port=0, token=TOKEN, connect_timeout_s=10.0, publisher_stale_s=1.0)
+        await server.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                source = WhipSource(server, "cam", open_timeout_s=20.0, relay_original=False)
+                first = await publish(http, server, "cam", SilencedCamera(frames=15))
+                await source.open()
+                before = [await source.recv() for _ in range(10)]
+                await until(
+                    lambda: (source.idle_s(time.monotonic()) or 0.0) > 1.0, 20, "the first to go quiet"
+                )
+                second = await publish(http, server, "cam", CountingCamera(first_code=500, seed=1))
+                after = [await asyncio.wait_for(source.recv(), 20)]
+                while not after[-1].discontinuity:
+                    after.append(await asyncio.wait_for(source.recv(), 20))
+                await until(
+                    lambda: first.pc.connectionState in ("closed", "failed"), 20, "the first to be ended"
+                )
+                state = first.pc.connectionState
+                await leave(http, server, second)
+                await first.pc.close()
+                await source.aclose()
+                return before + after, state
+        finally:
+            await server.stop()
+
+    frames, first_state = asyncio.run(scenario())
+    assert first_state in ("closed", "failed")
+    codes = [framecode.read(f.pixels) for f in frames]
+    assert frames[-1].discontinuity
+    assert codes[-1] is not None
+    assert codes[-1] >= 500  # the second publisher's frames flow
 
 
 def test_with_end_on_unpublish_the_publisher_leaving_ends_the_stream() -> None:
