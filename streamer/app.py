@@ -24,8 +24,8 @@ from streamer.config import (
     WhipSourceConfig,
 )
 from streamer.errors import ConfigError
-from streamer.frame import StreamInfo
-from streamer.pipeline import OpenHook, OutputHook, Pipeline, ResizeHook
+from streamer.frame import Frame, StreamInfo
+from streamer.pipeline import OpenHook, Outcome, OutputHook, Pipeline, ResizeHook
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
@@ -144,14 +144,33 @@ def build_source(
 
 
 def build_outputs(stream: StreamConfig, queue_size: int, server: WebRtcServer | None = None) -> Sink:
-    """The stream's sink, or a tee of its ``sinks`` (each output named by its kind and place)."""
+    """The stream's sink, or a tee of its ``sinks`` (each output named by its kind and place). WHEP
+    outputs relay the original frames too, unless the source is a WHIP one, which relays its own."""
+    relay = stream.source.kind != "whip"
     if stream.sinks is None:
-        return build_sink(stream.sink, server)
+        return build_sink(stream.sink, server, relay_original=relay)
     names = [f"{i}:{sink.kind}" for i, sink in enumerate(stream.sinks)]
-    return TeeSink([build_sink(sink, server) for sink in stream.sinks], names, capacity=queue_size)
+    sinks = [build_sink(sink, server, relay_original=relay) for sink in stream.sinks]
+    return TeeSink(sinks, names, capacity=queue_size)
 
 
-def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
+def _relaying(sink: Sink, on_output: OutputHook | None) -> OutputHook | None:
+    """``on_output``, and first each source frame to the WHEP outputs that play the original."""
+    relays = [s for s in (sink.sinks if isinstance(sink, TeeSink) else [sink]) if isinstance(s, WhepSink)]
+    relays = [s for s in relays if s.relays_original]
+    if not relays:
+        return on_output
+
+    def relay(source: Frame, sent: Frame, outcome: Outcome) -> None:
+        for whep in relays:
+            whep.publish_original(source)
+        if on_output is not None:
+            on_output(source, sent, outcome)
+
+    return relay
+
+
+def build_sink(config: SinkConfig, server: WebRtcServer | None = None, relay_original: bool = False) -> Sink:
     if isinstance(config, FileSinkConfig):
         return FileSink(
             config.path,
@@ -175,7 +194,12 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None) -> Sink:
             **config.backoff(),
         )
     if isinstance(config, WhepSinkConfig):
-        return WhepSink(_need(server, "sink.kind whep"), config.stream, keep_audio=config.audio == "keep")
+        return WhepSink(
+            _need(server, "sink.kind whep"),
+            config.stream,
+            keep_audio=config.audio == "keep",
+            relay_original=relay_original and config.original,
+        )
     return NullSink()
 
 
@@ -246,9 +270,10 @@ def build_stream(
         isinstance(sink, FileSinkConfig | RtspSinkConfig | WhepSinkConfig) and sink.audio == "keep"
         for sink in stream.outputs()
     )
+    sink = build_outputs(stream, runtime.queue_size, server)
     return Pipeline(
         build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
-        build_outputs(stream, runtime.queue_size, server),
+        sink,
         backend,
         stream.window.build(model.t, model.output_position),
         stream.gate.build(),
@@ -257,7 +282,7 @@ def build_stream(
         max_batch=runtime.batch_for(model.provider),
         queue_size=runtime.queue_size,
         ring_capacity=runtime.ring_capacity,
-        on_output=on_output,
+        on_output=_relaying(sink, on_output),
         scene_cuts=stream.window.build_cuts(),
         scheduler=scheduler,
         observe=observe,

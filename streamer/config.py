@@ -182,6 +182,9 @@ class WhepSinkConfig(_Strict):
     """``keep``: the source's first audio stream (a file's, an RTSP camera's or a WHIP publisher's) goes
     to players as Opus, in sync with the video, for players whose offer has an audio m-line. ``drop``:
     video only."""
+    original: bool = True
+    """Also play the unenhanced frames at /whep/{stream}.original (the viewer's left pane), each sent
+    with its enhanced twin; false saves the second encode per player. A WHIP source relays its own."""
 
 
 class IceServerConfig(_Strict):

@@ -33,6 +33,7 @@ from streamer.frame import Frame, Pixels
 __all__ = [
     "AUDIO_CHUNKS",
     "AUDIO_RATE",
+    "ORIGINAL_SUFFIX",
     "RTP_CLOCK_RATE",
     "FrameHub",
     "PlayerAudioTrack",
@@ -44,6 +45,9 @@ __all__ = [
 RTP_CLOCK_RATE = 90_000
 """The RTP clock of every video codec WebRTC uses."""
 _TIME_BASE = Fraction(1, RTP_CLOCK_RATE)
+
+ORIGINAL_SUFFIX = ".original"
+"""``/whep/{stream}.original`` plays the frames as they entered the pipeline, for side-by-side views."""
 
 AUDIO_RATE = 48_000
 """Opus's clock, and the rate sound is published at."""

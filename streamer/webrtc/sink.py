@@ -25,6 +25,7 @@ from streamer.frame import Frame, StreamInfo
 from streamer.sinks.base import Sink
 from streamer.webrtc.playback import (
     AUDIO_RATE,
+    ORIGINAL_SUFFIX,
     RTP_CLOCK_RATE,
     FrameHub,
     PlayerAudioTrack,
@@ -55,11 +56,21 @@ class WhepSink(Sink):
 
     live = True
 
-    def __init__(self, server: WebRtcServer, stream_id: str = "0", keep_audio: bool = True) -> None:
+    def __init__(
+        self,
+        server: WebRtcServer,
+        stream_id: str = "0",
+        keep_audio: bool = True,
+        relay_original: bool = False,
+    ) -> None:
+        """``relay_original``: also play the frames as they entered the pipeline at
+        ``/whep/{stream_id}.original`` (:meth:`publish_original`), for a source that does not (a WHIP
+        source relays its own)."""
         self.stream_id = stream_id
         self.keep_audio = keep_audio
         self._server = server
         self._hub = server.declare_playback(stream_id)
+        self._original = server.declare_playback(stream_id + ORIGINAL_SUFFIX) if relay_original else None
         self._written = 0
         self._closed = False
         self._opened = False
@@ -77,6 +88,16 @@ class WhepSink(Sink):
     @property
     def hub(self) -> FrameHub:
         return self._hub
+
+    @property
+    def relays_original(self) -> bool:
+        return self._original is not None
+
+    def publish_original(self, frame: Frame) -> None:
+        """The source frame of the one just sent, to the ``.original`` players: both panes of a
+        side-by-side view then show the same moment, each as late as the pipeline made it."""
+        if self._original is not None:
+            self._original.publish(frame)
 
     def attach_audio(self, track: AudioTrack) -> bool:
         if self._opened:
@@ -138,3 +159,5 @@ class WhepSink(Sink):
             if self._track is not None:
                 self._track.discard()
             await self._server.release_playback(self.stream_id)
+            if self._original is not None:
+                await self._server.release_playback(self.stream_id + ORIGINAL_SUFFIX)

@@ -39,7 +39,7 @@ from streamer.errors import EndOfStream, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.sources.base import Source
 from streamer.webrtc.lipsync import LipSync, rtp_delta
-from streamer.webrtc.playback import AUDIO_RATE, FrameHub
+from streamer.webrtc.playback import AUDIO_RATE, ORIGINAL_SUFFIX, FrameHub
 
 if TYPE_CHECKING:
     from av.packet import Packet
@@ -50,9 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["ORIGINAL_SUFFIX", "WhipSource"]
 
 log = logging.getLogger(__name__)
-
-ORIGINAL_SUFFIX = ".original"
-"""``/whep/{stream}.original`` plays the frames as they entered the pipeline, for side-by-side views."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,10 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription, V
 from aiortc.mediastreams import MediaStreamError
 
 from streamer import framecode
+from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
+from streamer.config import load_config
 from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
 from streamer.frame import Frame
@@ -325,3 +327,57 @@ def test_with_end_on_unpublish_the_publisher_leaving_ends_the_stream() -> None:
 
     frames = asyncio.run(scenario())
     assert [f.index for f in frames] == list(range(len(frames)))
+
+
+@pytest.mark.parametrize("original", [True, False], ids=["original", "no-original"])
+def test_any_source_plays_its_original_beside_the_enhanced(original: bool) -> None:
+    """A synthetic source (not WHIP) behind a WHEP output: /whep/cam.original plays the frames as they
+    came in, beside /whep/cam, unless the output says original: false (then it is 404)."""
+    config = load_config(
+        None,
+        {
+            "source": {
+                "kind": "synthetic",
+                "realtime": True,
+                "frames": 900,
+                "width": WIDTH,
+                "height": HEIGHT,
+            },
+            "sink": {"kind": "whep", "stream": "cam", "original": original},
+            "model.path": str(TEMPORAL_FILTER),
+        },
+    )
+
+    async def scenario() -> tuple[int, int, int]:
+        async with serving() as (server, http):
+            pipeline = build_pipeline(config, server=server)
+            running = asyncio.create_task(pipeline.run())
+            enhanced = await play(http, server, "cam", wanted=20)
+            headers = {"Content-Type": "application/sdp", "Authorization": f"Bearer {TOKEN}"}
+            if original:
+                side = await play(http, server, "cam" + ORIGINAL_SUFFIX, wanted=20)
+                await asyncio.wait_for(side.enough.wait(), 30)
+                status, seen = 201, len(side.received)
+                await side.pc.close()
+            else:
+                pc = RTCPeerConnection(rtc_configuration())
+                pc.addTransceiver("video", direction="recvonly")
+                with restrict_host_addresses(LOOPBACK):
+                    await pc.setLocalDescription(await pc.createOffer())
+                async with http.post(
+                    f"{server.url}/whep/cam{ORIGINAL_SUFFIX}", data=pc.localDescription.sdp, headers=headers
+                ) as r:
+                    status, seen = r.status, 0
+                await pc.close()
+            await asyncio.wait_for(enhanced.enough.wait(), 30)
+            await enhanced.pc.close()
+            pipeline.stop()
+            await asyncio.wait_for(running, 30)
+            return status, seen, len(enhanced.received)
+
+    status, original_frames, enhanced_frames = asyncio.run(scenario())
+    assert enhanced_frames >= 20
+    if original:
+        assert (status, original_frames >= 20) == (201, True)
+    else:
+        assert status == 404
