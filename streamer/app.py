@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections.abc import Callable
 from fractions import Fraction
 
 from streamer.backend.base import Backend
@@ -156,8 +158,7 @@ def build_outputs(stream: StreamConfig, queue_size: int, server: WebRtcServer | 
 
 def _relaying(sink: Sink, on_output: OutputHook | None) -> OutputHook | None:
     """``on_output``, and first each source frame to the WHEP outputs that play the original."""
-    relays = [s for s in (sink.sinks if isinstance(sink, TeeSink) else [sink]) if isinstance(s, WhepSink)]
-    relays = [s for s in relays if s.relays_original]
+    relays = [s for s in _wheps(sink) if s.relays_original]
     if not relays:
         return on_output
 
@@ -271,7 +272,7 @@ def build_stream(
         for sink in stream.outputs()
     )
     sink = build_outputs(stream, runtime.queue_size, server)
-    return Pipeline(
+    pipeline = Pipeline(
         build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
         sink,
         backend,
@@ -292,6 +293,24 @@ def build_stream(
         tile_overlap=stream.model.tile_overlap,
         keepalive=stream.keepalive.build if stream.keepalive.enabled else None,
     )
+    for whep in _wheps(sink):
+        whep.server.declare_figures(whep.stream_id, _figures_of(stream.id, pipeline))
+    return pipeline
+
+
+def _wheps(sink: Sink) -> list[WhepSink]:
+    return [s for s in (sink.sinks if isinstance(sink, TeeSink) else [sink]) if isinstance(s, WhepSink)]
+
+
+def _figures_of(stream_id: str, pipeline: Pipeline) -> Callable[[], dict[str, object]]:
+    """The viewer's live line: the stream's name, the model running and its live figures."""
+
+    def figures() -> dict[str, object]:
+        info = pipeline.backend.info
+        live = pipeline.live_figures(time.monotonic())
+        return {"stream": stream_id, "model": info.name, "provider": info.provider, **live}
+
+    return figures
 
 
 def build_pipeline(

@@ -232,6 +232,8 @@ class Pipeline:
         self._frames_out = 0
         self._rate_in = RateMeter()
         self._rate_out = RateMeter()
+        self._rate_missed = RateMeter()
+        """Frames the latency budget passed through or dropped: the viewer's badge while it does."""
         self.frame_size: tuple[int, int] | None = None
         """(width, height) of the source's latest frame."""
         self._pixels_due = 0
@@ -337,8 +339,9 @@ class Pipeline:
 
     def live_figures(self, now: float) -> dict[str, object]:
         """What a live display shows: frames per second in and out over the last seconds, latency
-        (source arrival to written) over the last :data:`RECENT_FRAMES`, the frame size, and the share
-        of the frames written so far that the model enhanced (the rest reused, or passed through)."""
+        (source arrival to written) over the last :data:`RECENT_FRAMES`, the frame size, the share of
+        the frames written so far that the model enhanced (the rest reused, or passed through), and how
+        many frames a second the latency budget is passing through or dropping now."""
         fps_in, fps_out = self._rate_in.rate(now), self._rate_out.rate(now)
         p50 = self._latency.recent_percentile_ms(50, RECENT_FRAMES)
         p95 = self._latency.recent_percentile_ms(95, RECENT_FRAMES)
@@ -350,6 +353,7 @@ class Pipeline:
             "latency_p95_ms": None if p95 is None else round(p95, 1),
             "size": None if self.frame_size is None else f"{self.frame_size[0]}x{self.frame_size[1]}",
             "enhanced_share": round(self._outcomes[Outcome.ENHANCED] / out, 4) if out else None,
+            "missed_fps": round(self._rate_missed.rate(now) or 0.0, 2),
         }
 
     def miss_stats(self) -> MissWatchStats:
@@ -749,6 +753,8 @@ class Pipeline:
 
     def _count(self, out: _Output) -> _Output:
         self._outcomes[out.outcome] += 1
+        if out.outcome in (Outcome.BUDGET_PASSTHROUGH, Outcome.BUDGET_DROP):
+            self._rate_missed.add(time.monotonic())
         return out
 
     async def _output(self) -> None:

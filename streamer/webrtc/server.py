@@ -32,7 +32,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -231,6 +231,7 @@ class WebRtcServer:
         self._viewer = importlib.resources.files(__package__).joinpath("viewer.html").read_text("utf-8")
         self._ingests: dict[str, Ingest] = {}
         self._hubs: dict[str, FrameHub] = {}
+        self._figures: dict[str, Callable[[], Mapping[str, object]]] = {}
         self._publishers: dict[str, _Session] = {}
         self._sessions: dict[str, _Session] = {}
         self._runner: web.AppRunner | None = None
@@ -243,6 +244,7 @@ class WebRtcServer:
             [
                 web.get("/", self._view),
                 web.get("/view/{stream}", self._view),
+                web.get("/view/{stream}/figures", self._view_figures),
                 web.post("/whip/{stream}", self._whip),
                 web.post("/whep/{stream}", self._whep),
                 web.delete("/{kind:whip|whep}/{stream}/{session}", self._delete),
@@ -299,8 +301,13 @@ class WebRtcServer:
         hub = self._hubs[name] = FrameHub(name)
         return hub
 
+    def declare_figures(self, name: str, figures: Callable[[], Mapping[str, object]]) -> None:
+        """What ``GET /view/{name}/figures`` answers (the viewer's live line) while ``name`` plays."""
+        self._figures[name] = figures
+
     async def release_playback(self, name: str) -> None:
         """Stop serving ``name`` and end its players' sessions."""
+        self._figures.pop(name, None)
         hub = self._hubs.pop(name, None)
         if hub is None:
             return
@@ -332,6 +339,15 @@ class WebRtcServer:
                 "Cache-Control": "no-store",
             },
         )
+
+    async def _view_figures(self, request: web.Request) -> web.Response:
+        """The stream's live figures, for the viewer; the same token as playing it."""
+        stream = request.match_info["stream"]
+        self._authorize(request)
+        figures = self._figures.get(stream)
+        if figures is None:
+            raise self._unknown("stream with figures", stream, self._figures)
+        return web.json_response(dict(figures()), headers={"Cache-Control": "no-store"})
 
     async def _whip(self, request: web.Request) -> web.Response:
         stream = request.match_info["stream"]

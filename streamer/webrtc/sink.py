@@ -68,7 +68,7 @@ class WhepSink(Sink):
         source relays its own)."""
         self.stream_id = stream_id
         self.keep_audio = keep_audio
-        self._server = server
+        self.server = server
         self._hub = server.declare_playback(stream_id)
         self._original = server.declare_playback(stream_id + ORIGINAL_SUFFIX) if relay_original else None
         self._written = 0
@@ -158,6 +158,6 @@ class WhepSink(Sink):
             self._closed = True
             if self._track is not None:
                 self._track.discard()
-            await self._server.release_playback(self.stream_id)
+            await self.server.release_playback(self.stream_id)
             if self._original is not None:
-                await self._server.release_playback(self.stream_id + ORIGINAL_SUFFIX)
+                await self.server.release_playback(self.stream_id + ORIGINAL_SUFFIX)

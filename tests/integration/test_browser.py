@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import async_playwright
 
+from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
+from streamer.config import load_config
 from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
 from streamer.frame import Frame
 from streamer.pipeline import Outcome, Pipeline
 from streamer.webrtc import WebRtcServer, WhepSink, WhipSource
+from tests.integration.rtsp_fixtures import Publisher, RtspServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -105,3 +109,67 @@ def test_viewer_publishes_the_camera_and_plays_the_enhanced_stream(chromium: str
         assert outcomes.count(Outcome.ENHANCED) > 0
 
     asyncio.run(scenario())
+
+
+def test_the_viewer_of_an_rtsp_camera_plays_both_panes_with_live_figures_and_the_badge(
+    chromium: str, tmp_path: Path, rtsp_server: RtspServer
+) -> None:
+    """Not a WHIP source: an RTSP camera behind a WHEP output. Both panes play (the original relayed by
+    the output), the page shows the server's figures for the stream, and a budget the model cannot meet
+    (5 ms) passes frames through, which the badge says."""
+    config = load_config(
+        None,
+        {
+            "source": {"kind": "rtsp", "url": rtsp_server.url("cam")},
+            "sink": {"kind": "whep", "stream": "cam"},
+            "model.path": str(TEMPORAL_FILTER),
+            "latency.budget_ms": 5,
+        },
+    )
+    camera = Publisher(rtsp_server.publish_url("cam"))
+
+    async def scenario() -> tuple[dict[str, Any], str, bool, list[str]]:
+        server = WebRtcServer(port=0, token=TOKEN, connect_timeout_s=15.0)
+        await server.start()
+        pipeline = build_pipeline(config, server=server)
+        running = asyncio.create_task(pipeline.run())
+        try:
+            camera.start()
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch_persistent_context(
+                    str(tmp_path / "profile"), executable_path=chromium, headless=True, args=FLAGS
+                )
+                page = browser.pages[0] if browser.pages else await browser.new_page()
+                await page.goto(f"{server.url}/view/cam?token={TOKEN}")
+                await page.click("#play")
+                await page.wait_for_function(
+                    "() => (window.viewerStats.enhanced >= 30 && window.viewerStats.original >= 30"
+                    " && window.viewerFigures && window.viewerFigures.missed_fps > 0)"
+                    " || document.querySelector('#status .error')",
+                    timeout=60_000,
+                )
+                figures = await page.evaluate("() => window.viewerFigures")
+                line = await page.inner_text("#figures")
+                badge = await page.is_visible("#missed")
+                errors = await page.eval_on_selector_all("#status .error", "ls => ls.map(l => l.textContent)")
+                await page.click("#stop")
+                await browser.close()
+            return figures, line, badge, errors
+        finally:
+            camera.stop()
+            pipeline.stop()
+            await pipeline.source.aclose()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(running, 30)
+            await server.stop()
+
+    figures, line, badge, errors = asyncio.run(scenario())
+    assert errors == []
+    assert figures["stream"] == "cam"
+    assert figures["model"] == "temporal_filter_t5"
+    assert figures["size"] == "640x360"
+    assert figures["fps_out"] > 0
+    assert figures["missed_fps"] > 0
+    assert "temporal_filter_t5" in line
+    assert "enhanced" in line
+    assert badge
