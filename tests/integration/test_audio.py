@@ -126,9 +126,8 @@ def seconds(frame: av.VideoFrame | av.AudioFrame) -> float:
     return frame.time
 
 
-def offsets(path: Path, flashes: tuple[float, ...]) -> list[float]:
-    """Beep onset minus flash frame time, in seconds, at each flash: the brightest frame within 0.3 s,
-    the first sample at half the beep's amplitude within 0.3 s."""
+def pictures_and_sound(path: Path) -> tuple[list[tuple[float, float]], np.ndarray, np.ndarray]:
+    """Each frame's (time, mean luma), and each audio sample's time and peak level (0..1) of a file."""
     with av.open(str(path)) as container:
         frames = [
             (seconds(f), float(f.to_ndarray(format="gray").mean()))
@@ -142,7 +141,13 @@ def offsets(path: Path, flashes: tuple[float, ...]) -> list[float]:
                 samples /= 32768
             times.append(seconds(f) + np.arange(samples.size) / f.sample_rate)
             levels.append(samples)
-    at, level = np.concatenate(times), np.concatenate(levels)
+    return frames, np.concatenate(times), np.concatenate(levels)
+
+
+def offsets(path: Path, flashes: tuple[float, ...]) -> list[float]:
+    """Beep onset minus flash frame time, in seconds, at each flash: the brightest frame within 0.3 s,
+    the first sample at half the beep's amplitude within 0.3 s."""
+    frames, at, level = pictures_and_sound(path)
     measured = []
     for start in flashes:
         flash = max((f for f in frames if abs(f[0] - start) < 0.3), key=lambda f: f[1])[0]

@@ -23,6 +23,7 @@ from streamer.pipeline import Pipeline
 from streamer.sinks import FileSink
 from streamer.webrtc import WhipSource
 from streamer.webrtc.ice import rtc_configuration
+from tests.integration.test_audio import pictures_and_sound
 from tests.integration.test_webrtc import negotiate, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -90,20 +91,7 @@ class BeepingMicrophone(MediaStreamTrack):
 
 def flashes_and_beeps(path: Path) -> tuple[list[float], list[float]]:
     """Times of the frames brighter than midway, and of the first loud sample of each beep, in the file."""
-    with av.open(str(path)) as container:
-        frames = [
-            (float(f.time or 0.0), float(f.to_ndarray(format="gray").mean()))
-            for f in container.decode(container.streams.video[0])
-        ]
-    with av.open(str(path)) as container:
-        times, levels = [], []
-        for f in container.decode(container.streams.audio[0]):
-            samples = np.abs(f.to_ndarray().astype(np.float64)).max(axis=0)
-            if f.format.name.startswith("s16"):
-                samples /= 32768
-            times.append(float(f.time or 0.0) + np.arange(samples.size) / f.sample_rate)
-            levels.append(samples)
-    at, level = np.concatenate(times), np.concatenate(levels)
+    frames, at, level = pictures_and_sound(path)
     loud = at[level > 0.25]
     onsets = [float(t) for k, t in enumerate(loud) if k == 0 or t - loud[k - 1] > 0.5]
     flashes = [t for t, luma in frames if luma > 128]
