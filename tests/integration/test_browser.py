@@ -114,9 +114,10 @@ def test_viewer_publishes_the_camera_and_plays_the_enhanced_stream(chromium: str
 def test_the_viewer_of_an_rtsp_camera_plays_both_panes_with_live_figures_and_the_badge(
     chromium: str, tmp_path: Path, rtsp_server: RtspServer
 ) -> None:
-    """Not a WHIP source: an RTSP camera behind a WHEP output. Both panes play (the original relayed by
-    the output), the page shows the server's figures for the stream, and a budget the model cannot meet
-    (5 ms) passes frames through, which the badge says."""
+    """Not a WHIP source: an RTSP camera behind a WHEP output, seen on a phone-wide page. Both panes play
+    (the original relayed by the output) under the slider comparison, the page shows the server's
+    figures for the stream, and a budget the model cannot meet (5 ms) passes frames through, which the
+    badge says."""
     config = load_config(
         None,
         {
@@ -128,7 +129,7 @@ def test_the_viewer_of_an_rtsp_camera_plays_both_panes_with_live_figures_and_the
     )
     camera = Publisher(rtsp_server.publish_url("cam"))
 
-    async def scenario() -> tuple[dict[str, Any], str, bool, list[str]]:
+    async def scenario() -> tuple[dict[str, Any], str, bool, list[str], list[Any]]:
         server = WebRtcServer(port=0, token=TOKEN, connect_timeout_s=15.0)
         await server.start()
         pipeline = build_pipeline(config, server=server)
@@ -137,10 +138,21 @@ def test_the_viewer_of_an_rtsp_camera_plays_both_panes_with_live_figures_and_the
             camera.start()
             async with async_playwright() as playwright:
                 browser = await playwright.chromium.launch_persistent_context(
-                    str(tmp_path / "profile"), executable_path=chromium, headless=True, args=FLAGS
+                    str(tmp_path / "profile"),
+                    executable_path=chromium,
+                    headless=True,
+                    args=FLAGS,
+                    viewport={"width": 390, "height": 844},  # a phone: the slider comparison
                 )
                 page = browser.pages[0] if browser.pages else await browser.new_page()
                 await page.goto(f"{server.url}/view/cam?token={TOKEN}")  # it plays by itself (muted)
+                await page.fill("#split", "30")
+                await page.dispatch_event("#split", "input")
+                slider = await page.evaluate(
+                    "() => [document.querySelector('.panes').classList.contains('slider'),"
+                    " !document.getElementById('split').hidden,"
+                    " getComputedStyle(document.getElementById('enhanced')).clipPath]"
+                )
                 await page.wait_for_function(
                     "() => (window.viewerStats.enhanced >= 30 && window.viewerStats.original >= 30"
                     " && window.viewerFigures && window.viewerFigures.missed_fps > 0)"
@@ -153,7 +165,7 @@ def test_the_viewer_of_an_rtsp_camera_plays_both_panes_with_live_figures_and_the
                 errors = await page.eval_on_selector_all("#status .error", "ls => ls.map(l => l.textContent)")
                 await page.click("#stop")
                 await browser.close()
-            return figures, line, badge, errors
+            return figures, line, badge, errors, slider
         finally:
             camera.stop()
             pipeline.stop()
@@ -162,7 +174,8 @@ def test_the_viewer_of_an_rtsp_camera_plays_both_panes_with_live_figures_and_the
                 await asyncio.wait_for(running, 30)
             await server.stop()
 
-    figures, line, badge, errors = asyncio.run(scenario())
+    figures, line, badge, errors, slider = asyncio.run(scenario())
+    assert slider == [True, True, "inset(0px 0px 0px 30%)"]
     assert errors == []
     assert figures["stream"] == "cam"
     assert figures["model"] == "temporal_filter_t5"
