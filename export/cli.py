@@ -213,6 +213,13 @@ def _add_export(subparsers: Any) -> None:
         "--fp16", action="store_true", help="also write <stem>.fp16.onnx (needs onnxconverter-common)"
     )
     p.add_argument(
+        "--uint8-io",
+        action="store_true",
+        help="fold a float model's normalisation into the file: it takes the uint8 window and returns the "
+        "uint8 frame (cast, scale, clip and round inside the graph, so on the GPU with a GPU provider), "
+        "checked within one level of the float graph",
+    )
+    p.add_argument(
         "--int8",
         action="store_true",
         help=(
@@ -355,6 +362,7 @@ def _run_export(args: argparse.Namespace) -> int:
         bench=not args.no_bench,
         opset=args.opset,
         fp16=args.fp16,
+        uint8_io=args.uint8_io,
         **overrides,
     )
     real = report.parity_real_max_abs_error
@@ -362,6 +370,8 @@ def _run_export(args: argparse.Namespace) -> int:
     print(f"wrote {report.path} ({report.size_bytes} bytes; parity max abs error {parity})")
     if report.fp16_path is not None:
         print(f"wrote {report.fp16_path} (fp16, max abs error {report.fp16_max_abs_error:.2g})")
+    if report.uint8_io_max_levels is not None:
+        print(f"  uint8 in and out, within {report.uint8_io_max_levels} level(s) of the float graph")
     print(f"wrote {card_path}")
     return 0
 
@@ -384,7 +394,11 @@ def _export_streaming(
 ) -> int:
     from export.streaming_export import export_streaming_with_card
 
-    refused = [flag for flag, given in (("--fp16", args.fp16), (_DECLARING, overrides)) if given]
+    refused = [
+        flag
+        for flag, given in (("--fp16", args.fp16), ("--uint8-io", args.uint8_io), (_DECLARING, overrides))
+        if given
+    ]
     if refused or args.opset != 17:
         raise ConfigError(
             f"{type(module).__name__} exports as a streaming model (uint8 graphs, layout and padding of its "

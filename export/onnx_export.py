@@ -115,6 +115,9 @@ class ExportReport:
     fp16_path: Path | None = None
     fp16_max_abs_error: float | None = None
     fp16_size_bytes: int | None = None
+    uint8_io_max_levels: int | None = None
+    """With ``uint8_io``: the file takes and gives uint8 pixels, at most this many levels from the float
+    graph; None: the model's own tensors."""
     channel_order: ChannelOrder = ChannelOrder.RGB
     uint8_input: bool = False
     """The graph takes uint8 pixels 0..255."""
@@ -151,6 +154,7 @@ def export_onnx(
     example_hw: tuple[int, int] = (64, 96),
     real_frames: bool = True,
     fp16: bool = False,
+    uint8_io: bool = False,
 ) -> ExportReport:
     """Writes ``module`` to ``path`` with dynamic B, H and W; raises ModelError unless it checks and matches.
 
@@ -160,6 +164,8 @@ def export_onnx(
     (B, 3, H*scale, W*scale) (then the next states), float32 in ``value_range`` or uint8. It is put
     in eval mode. Nothing is written when a check fails. ``fp16`` also writes ``<stem>.fp16.onnx``:
     float16 inside, the inputs and outputs as in the fp32 file, so the runtime feeds both alike.
+    ``uint8_io`` folds a float model's normalisation into the file written (:mod:`streamer.fold`): uint8
+    window in, uint8 frame out, checked within one level of the float graph as the runtime runs it.
     """
     contract = describe(
         module,
@@ -219,6 +225,10 @@ def export_onnx(
     # Last of the checks: a module that fails to export or to match is told so before it is probed.
     check_slots(module, contract)
     fp16_data, fp16_error = _to_fp16(model, module, contract, sizes, name) if fp16 else (None, None)
+    folded_levels = None
+    if uint8_io:
+        meta = metadata_props(**_props(contract, name), uint8_input=True, uint8_output=True)
+        data, folded_levels = _fold_uint8(data, meta, contract, name, sizes, real)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
@@ -245,11 +255,69 @@ def export_onnx(
         fp16_path=fp16_path,
         fp16_max_abs_error=fp16_error,
         fp16_size_bytes=None if fp16_data is None else len(fp16_data),
+        uint8_io_max_levels=folded_levels,
         channel_order=contract.channel_order,
         uint8_input=contract.uint8_input,
         uint8_output=contract.uint8_output,
         scale=contract.scale,
     )
+
+
+def _props(contract: Contract, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "t": contract.t,
+        "layout": contract.layout,
+        "output_position": contract.position,
+        "value_range": contract.value_range,
+        "pad_multiple": contract.pad_multiple,
+        "states": contract.states,
+        "channel_order": contract.channel_order,
+        "scale": contract.scale,
+    }
+
+
+def _fold_uint8(
+    data: bytes,
+    meta: dict[str, str],
+    contract: Contract,
+    name: str,
+    sizes: Sequence[tuple[int, int]],
+    real: npt.NDArray[np.uint8] | None,
+) -> tuple[bytes, int]:
+    """The float file ``data`` with uint8 in and out folded in, and the most levels its frames differ
+    from the float file's, both run by the runtime's backend on random and real windows."""
+    from streamer.backend.onnx import OnnxBackend
+    from streamer.fold import fold_uint8_io
+
+    if contract.uint8_input or contract.uint8_output:
+        raise ConfigError(
+            f"--uint8-io folds a float model's normalisation into its graph; {name!r} takes or gives uint8 "
+            "already: export it without --uint8-io"
+        )
+    folded = fold_uint8_io(onnx.load_from_string(data), contract.value_range)
+    onnx.helper.set_model_props(folded, meta)
+    onnx.checker.check_model(folded, full_check=True)
+    folded_data = folded.SerializeToString()
+    rng = np.random.default_rng(7)
+    windows = [rng.integers(0, 256, (2, contract.t, 3, *hw), dtype=np.uint8) for hw in sizes]
+    if real is not None and real.shape[0] >= contract.t:
+        windows.append(np.ascontiguousarray(real[None, : contract.t]))
+    with tempfile.TemporaryDirectory(prefix="streamer-fold-") as folder:
+        plain, uint8 = Path(folder) / "float.onnx", Path(folder) / "uint8.onnx"
+        plain.write_bytes(data)
+        uint8.write_bytes(folded_data)
+        ours, theirs = OnnxBackend(uint8, providers=["CPUExecutionProvider"]), OnnxBackend(plain)
+        levels = max(
+            int(np.abs(ours.infer(w).astype(np.int16) - theirs.infer(w).astype(np.int16)).max())
+            for w in windows
+        )
+    if levels > UINT8_TOLERANCE_LEVELS:
+        raise ModelError(
+            f"folding uint8 in and out into {name!r} moved its frames by {levels} levels (at most "
+            f"{UINT8_TOLERANCE_LEVELS} allowed); export it without --uint8-io"
+        )
+    return folded_data, levels
 
 
 def _check_tolerance(
@@ -690,6 +758,9 @@ def write_card(
             "size_bytes": report.fp16_size_bytes,
             "max_abs_error": report.fp16_max_abs_error,
         }
+    if report.uint8_io_max_levels is not None:
+        # the file's own tensors: the value range is the module's, folded inside
+        body["uint8_io"] = {"max_levels_from_float": report.uint8_io_max_levels}
     body.update(card)
     target = report.path.with_suffix(".json") if path is None else Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -237,50 +237,14 @@ def _parity(gpu: OnnxBackend, cpu: OnnxBackend, provider: str, variant: Variant)
 
 
 def fold_uint8_io(model: Path, folder: Path, value_range: tuple[float, float]) -> Path:
-    """``model`` taking the uint8 window and returning the uint8 frame: the cast and scaling in, the
-    scaling, clipping, rounding and cast out, all inside the graph (so on the device)."""
+    """``model`` with its normalisation folded in (:func:`streamer.fold.fold_uint8_io`), written to
+    ``folder``."""
     import onnx  # only the uint8 variant needs it
-    from onnx import TensorProto, helper, numpy_helper
 
-    graph_model = onnx.load(str(model))
-    graph = graph_model.graph
-    given, made = graph.input[0], graph.output[0]
-    lo, hi = value_range
-    consts = {
-        "u8_scale_in": (hi - lo) / 255.0,
-        "u8_offset": lo,
-        "u8_scale_out": 255.0 / (hi - lo),
-        "u8_min": 0.0,
-        "u8_max": 255.0,
-    }
-    graph.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items())
-    source, target = f"{given.name}_uint8", f"{made.name}_uint8"
-    head = [
-        helper.make_node("Cast", [source], ["u8_cast"], to=TensorProto.FLOAT),
-        helper.make_node("Mul", ["u8_cast", "u8_scale_in"], ["u8_scaled"]),
-        helper.make_node("Add", ["u8_scaled", "u8_offset"], [given.name]),
-    ]
-    tail = [
-        helper.make_node("Sub", [made.name, "u8_offset"], ["u8_shifted"]),
-        helper.make_node("Mul", ["u8_shifted", "u8_scale_out"], ["u8_levels"]),
-        helper.make_node("Clip", ["u8_levels", "u8_min", "u8_max"], ["u8_clipped"]),
-        helper.make_node("Round", ["u8_clipped"], ["u8_rounded"]),
-        helper.make_node("Cast", ["u8_rounded"], [target], to=TensorProto.UINT8),
-    ]
-    nodes = [*head, *graph.node, *tail]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    inlet, outlet = onnx.ValueInfoProto(), onnx.ValueInfoProto()
-    inlet.CopyFrom(given)
-    outlet.CopyFrom(made)
-    inlet.name, outlet.name = source, target
-    inlet.type.tensor_type.elem_type = outlet.type.tensor_type.elem_type = TensorProto.UINT8
-    graph.input.remove(given)
-    graph.input.insert(0, inlet)
-    graph.output.remove(made)
-    graph.output.insert(0, outlet)
+    from streamer.fold import fold_uint8_io as fold_graph
+
     path = folder / f"{model.stem}.uint8.onnx"
-    onnx.save(graph_model, str(path))
+    onnx.save(fold_graph(onnx.load(str(model)), value_range), str(path))
     return path
 
 

@@ -274,3 +274,58 @@ def test_cpu_benchmark_measures_each_size_with_machine_info(tmp_path: Path) -> N
     assert bench["30x20"]["runs"] >= 5
     assert bench["fps"] == bench["64x36"]["fps"]
     assert bench["machine"]["cpu_count"] >= 1
+
+
+def test_uint8_io_folds_normalisation_into_the_file_within_a_level(tmp_path: Path) -> None:
+    """--uint8-io: the written file takes the uint8 window and gives the uint8 frame, says so to the
+    runtime by its tensors' types, and matches the float graph within one level."""
+    model = Conv3dEnhancer(t=3, **TINY_CONV3D)
+    plain = export_onnx(model, tmp_path / "float.onnx", name="c")
+    folded = export_onnx(model, tmp_path / "uint8.onnx", name="c", uint8_io=True)
+    assert plain.uint8_io_max_levels is None
+    assert folded.uint8_io_max_levels is not None
+    assert folded.uint8_io_max_levels <= 1
+    graph = onnx.load(str(folded.path)).graph
+    assert graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    assert graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    from streamer.backend.onnx import OnnxBackend
+
+    ours, theirs = OnnxBackend(folded.path), OnnxBackend(plain.path)
+    assert (ours.info.uint8_input, ours.info.uint8_output, ours.info.t) == (True, True, 3)
+    window = np.random.default_rng(3).integers(0, 256, (1, 3, 3, 40, 56), dtype=np.uint8)
+    assert np.abs(ours.infer(window).astype(int) - theirs.infer(window).astype(int)).max() <= 1
+
+
+def test_uint8_io_from_the_cli_says_so_and_records_it_in_the_card(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "c.onnx"
+    argv = ["export", "--arch", "conv3d", "--model-arg", "embed=4", "--model-arg", "features=8"]
+    argv += [
+        "--model-arg",
+        "channels=8",
+        "--model-arg",
+        "blocks=1",
+        "--uint8-io",
+        "--no-bench",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    assert "uint8 in and out, within" in capsys.readouterr().out
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["uint8_io"]["max_levels_from_float"] <= 1
+
+
+def test_uint8_io_refuses_a_model_that_takes_uint8_already(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="takes or gives uint8 already"):
+        export_onnx(
+            PixelsIn(), tmp_path / "u.onnx", name="u", layout=Layout.NCHW, uint8_input=True, uint8_io=True
+        )
+
+
+class PixelsIn(nn.Module):
+    """A per-frame model that takes uint8 pixels and returns the frame in 0..1."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float() / 255.0
