@@ -395,3 +395,30 @@ def test_rtp_clock_follows_media_time_and_never_goes_back() -> None:
     assert clock.stamp(0.6) == 30000
     assert clock.stamp(60.0) == 33000  # a jump forward of a minute is not waited for
     assert clock.stamp(60.0) == 36000  # a repeated time still moves on
+
+
+def test_the_viewers_figures_need_the_token_and_name_only_streams_that_have_them() -> None:
+    """GET /view/{stream}/figures: 401 without the token, 404 (one line, the names there are) for a
+    stream with no figures or a hostile name, the figures' JSON otherwise, not cached."""
+
+    async def scenario() -> None:
+        async with served() as (server, client):
+            server.declare_figures("cam", lambda: {"stream": "cam", "fps_out": 29.9})
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            assert (await client.get("/view/cam/figures")).status == 401
+            wrong = await client.get("/view/cam/figures", headers={"Authorization": "Bearer nope"})
+            assert wrong.status == 401
+            ok = await client.get("/view/cam/figures", headers=auth)
+            assert ok.status == 200
+            assert ok.headers["Cache-Control"] == "no-store"
+            assert await ok.json() == {"stream": "cam", "fps_out": 29.9}
+            for name in ("other", "cam.original", "..%2F..%2Fetc", "x" * 300, "%00"):
+                missing = await client.get(f"/view/{name}/figures", headers=auth)
+                assert missing.status == 404
+                text = await missing.text()
+                assert text.count("\n") == 1
+                assert "this server has: cam" in text
+            await server.release_playback("cam")
+            assert (await client.get("/view/cam/figures", headers=auth)).status == 404
+
+    run(scenario())
