@@ -1,6 +1,6 @@
 # streamer, CPU image: `streamer run --config /etc/streamer/streamer.yaml` as a non-root user.
 #   docker build -t streamer:0.1.0-cpu .
-#   docker run --rm -v "$PWD/streamer.yaml:/etc/streamer/streamer.yaml:ro" -p 9090:9090 streamer:0.1.0-cpu
+#   docker run --rm -v "$PWD/streamer.yaml:/etc/streamer/streamer.yaml:ro" -p 9091:9091 streamer:0.1.0-cpu
 # deploy/README.md has the Kubernetes manifests and the GPU image (Dockerfile.cuda).
 #
 # Why the package goes in with --no-deps: torch is not a dependency of the runtime (it is the `export`
@@ -42,11 +42,11 @@ RUN pip install --no-cache-dir --no-deps /tmp/wheels/streamer-*.whl \
 # Numeric, so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 WORKDIR /tmp
-# The control/metrics HTTP server: the config must set `http: {host: 0.0.0.0, port: 9090}`
+# The control/metrics HTTP server: the config must set `http: {host: 0.0.0.0, port: 9091}`
 # (0.0.0.0 so that probes and Prometheus reach it from outside the container).
-EXPOSE 9090
+EXPOSE 9091
 # The slim image has no curl: Python asks /healthz (any answer but 200, or none in 3 s, is a failure).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:9090/healthz', timeout=3)"]
+    CMD ["python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:9091/healthz', timeout=3)"]
 ENTRYPOINT ["streamer"]
 CMD ["run", "--config", "/etc/streamer/streamer.yaml"]

@@ -200,7 +200,7 @@ def test_streams_example_loads_and_shares_one_model() -> None:
     streams = config.stream_configs()
     assert [s.id for s in streams] == ["lobby", "street", "garage"]
     assert len({s.model.model_dump_json() for s in streams}) == 1
-    assert config.http.port == 9090
+    assert config.http.port == 9091
 
 
 def test_max_batch_left_unset_is_one_on_the_cpu_and_eight_on_a_gpu() -> None:
