@@ -28,6 +28,7 @@ from streamer.pipeline import Pipeline, PipelineReport
 from streamer.sinks.tee import TeeSink
 from streamer.webrtc import WebRtcServer
 from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, until
+from tests.integration.test_rtsp import start
 from tests.integration.test_webrtc import TOKEN, play
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -62,8 +63,10 @@ def codes_in(path: Path) -> list[int | None]:
         return [framecode.read(f.to_ndarray(format="rgb24")) for f in container.decode(video=0)]
 
 
-async def run_until_all_in(pipeline: Pipeline, everything: int) -> PipelineReport:
-    running = asyncio.create_task(pipeline.run())
+async def all_in(
+    pipeline: Pipeline, running: asyncio.Task[PipelineReport], everything: int
+) -> PipelineReport:
+    """Once the pipeline has read ``everything`` frames, stop it and let what is in flight drain."""
     await until(lambda: pipeline.counters()["in"] >= everything or running.done(), 120, f"{everything} in")
     pipeline.stop()
     await pipeline.source.aclose()
@@ -95,12 +98,8 @@ def test_one_camera_three_outputs_each_gets_every_frame_in_order(
             assert isinstance(tee, TeeSink)
             async with aiohttp.ClientSession() as http:
                 player = await play(http, server, "cam", wanted=30)
-                reader.start()
-                await asyncio.to_thread(rtsp_server.wait_for, "play out")
-                running = asyncio.create_task(run_until_all_in(pipeline, FRAMES + TAIL))
-                await asyncio.to_thread(rtsp_server.wait_for, "play cam")
-                camera.start()
-                report = await running
+                running = await start(rtsp_server, reader, pipeline, camera)
+                report = await all_in(pipeline, running, FRAMES + TAIL)
                 await asyncio.wait_for(player.enough.wait(), 30)
                 await player.pc.close()
                 played = [code for code, _, _ in player.received]
@@ -160,12 +159,8 @@ def test_an_output_blocked_for_10_s_loses_only_its_own_frames(
     assert isinstance(tee, TeeSink)
 
     async def scenario() -> PipelineReport:
-        reader.start()
-        await asyncio.to_thread(rtsp_server.wait_for, "play out")
-        running = asyncio.create_task(run_until_all_in(pipeline, frames + TAIL))
-        await asyncio.to_thread(rtsp_server.wait_for, "play cam")
-        camera.start()
-        report = await running
+        running = await start(rtsp_server, reader, pipeline, camera)
+        report = await all_in(pipeline, running, frames + TAIL)
         await until(lambda: reader.ends >= 1, 10, "the reader's session to end")
         return report
 

@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from streamer.webrtc import WebRtcServer, WhipSource
 from streamer.webrtc.ice import IceServer, restrict_host_addresses
 from tests.integration.rtsp_fixtures import until
 from tests.integration.test_webrtc import HEIGHT, WIDTH, CountingCamera
+from tests.integration.test_whip_profiles import serving as whip_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -164,19 +165,11 @@ def candidates(sdp: str) -> list[str]:
     return re.findall(r"^a=candidate:.* typ (\w+)", sdp, flags=re.MULTILINE)
 
 
-@contextlib.asynccontextmanager
-async def serving(turn: IceServer) -> AsyncIterator[tuple[WebRtcServer, WhipSource, aiohttp.ClientSession]]:
-    server = WebRtcServer(
-        port=0, token=TOKEN, ice_servers=(turn,), advertise_ice_servers=True, connect_timeout_s=60.0
-    )
-    source = WhipSource(server, "cam", open_timeout_s=60.0, relay_original=False)
-    await server.start()
-    try:
-        async with aiohttp.ClientSession() as http:
-            yield server, source, http
-    finally:
-        await source.aclose()
-        await server.stop()
+def serving(
+    turn: IceServer,
+) -> contextlib.AbstractAsyncContextManager[tuple[WebRtcServer, WhipSource, aiohttp.ClientSession]]:
+    """The WHIP profiles test's server, given ``turn`` and advertising it."""
+    return whip_serving(ice_servers=(turn,), advertise_ice_servers=True, connect_timeout_s=60.0)
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

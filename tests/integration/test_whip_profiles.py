@@ -14,6 +14,7 @@ import copy
 import re
 from collections.abc import AsyncIterator
 from fractions import Fraction
+from typing import Any
 
 import aiohttp
 import av
@@ -81,8 +82,9 @@ def formats(sdp: str) -> tuple[list[str], list[str]]:
 
 
 @contextlib.asynccontextmanager
-async def serving() -> AsyncIterator[tuple[WebRtcServer, WhipSource, aiohttp.ClientSession]]:
-    server = WebRtcServer(port=0, token=TOKEN, connect_timeout_s=20.0)
+async def serving(**options: Any) -> AsyncIterator[tuple[WebRtcServer, WhipSource, aiohttp.ClientSession]]:
+    """A server (``options`` over the defaults here) with WHIP stream ``cam``, and an HTTP client."""
+    server = WebRtcServer(**{"port": 0, "token": TOKEN, "connect_timeout_s": 20.0, **options})
     source = WhipSource(server, "cam", open_timeout_s=60.0, relay_original=False)
     await server.start()
     try:
