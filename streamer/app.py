@@ -33,7 +33,7 @@ from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.null import NullSink
 from streamer.sinks.rtsp import RtspSink
-from streamer.sinks.tee import TeeSink
+from streamer.sinks.tee import TeeSink, sinks_of
 from streamer.sources.base import Source
 from streamer.sources.file import FileSource
 from streamer.sources.rtsp import RtspSource
@@ -299,7 +299,7 @@ def build_stream(
 
 
 def _wheps(sink: Sink) -> list[WhepSink]:
-    return [s for s in (sink.sinks if isinstance(sink, TeeSink) else [sink]) if isinstance(s, WhepSink)]
+    return [s for s in sinks_of(sink) if isinstance(s, WhepSink)]
 
 
 def _figures_of(stream_id: str, pipeline: Pipeline) -> Callable[[], dict[str, object]]:

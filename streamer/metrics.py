@@ -25,7 +25,7 @@ from streamer.pipeline import Pipeline
 from streamer.scheduler import CallObserver, InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sinks.rtsp import RtspSink
-from streamer.sinks.tee import TeeSink
+from streamer.sinks.tee import TeeSink, sinks_of
 from streamer.sources.rtsp import RtspSource
 from streamer.telemetry import Stage, StageObserver
 
@@ -233,12 +233,8 @@ class _ServiceCollector(Collector):
 
 def _sink_dropped(sink: Sink) -> int:
     """Frames an RTSP output could not send (reconnecting), or a tee's outputs let go (full queues)."""
-    if isinstance(sink, RtspSink):
-        return sink.rtsp_stats().frames_dropped
-    if isinstance(sink, TeeSink):
-        inner = sum(_sink_dropped(s) for s in sink.sinks)
-        return inner + sum(o.dropped for o in sink.outputs())
-    return 0
+    rtsp = sum(s.rtsp_stats().frames_dropped for s in sinks_of(sink) if isinstance(s, RtspSink))
+    return rtsp + (sum(o.dropped for o in sink.outputs()) if isinstance(sink, TeeSink) else 0)
 
 
 def _build_info() -> InfoMetricFamily:

@@ -27,7 +27,7 @@ from streamer.sinks.base import Sink
 if TYPE_CHECKING:
     from streamer.audio import AudioTrack
 
-__all__ = ["OutputStats", "TeeSink"]
+__all__ = ["OutputStats", "TeeSink", "sinks_of"]
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +142,8 @@ class TeeSink(Sink):
         errors = [r for r in closed if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
+
+
+def sinks_of(sink: Sink) -> list[Sink]:
+    """The sinks a stream writes to: a tee's outputs, or the one sink."""
+    return sink.sinks if isinstance(sink, TeeSink) else [sink]
