@@ -42,9 +42,6 @@ from streamer.webrtc.lipsync import LipSync, rtp_delta
 from streamer.webrtc.playback import AUDIO_RATE, ORIGINAL_SUFFIX, FrameHub
 
 if TYPE_CHECKING:
-    from av.packet import Packet
-    from av.stream import Stream
-
     from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["ORIGINAL_SUFFIX", "WhipSource"]
@@ -94,13 +91,13 @@ class _Opus:
             format="s16", layout="stereo", rate=AUDIO_RATE, frame_size=_OPUS_FRAME
         )
 
-    def encode(self, sound: av.AudioFrame, pts: int) -> list[Packet[Stream]]:
-        """``sound`` starting at ``pts`` (in 1/48000 s) as packets; runs in a worker thread."""
+    def encode_into(self, track: AudioTrack, sound: av.AudioFrame, pts: int) -> None:
+        """``sound`` starting at ``pts`` (in 1/48000 s), encoded and queued on ``track``; runs in a
+        worker thread."""
         sound.pts, sound.time_base = pts, Fraction(1, AUDIO_RATE)
-        packets: list[Packet[Stream]] = []
         for frame in self._resampler.resample(sound):
-            packets.extend(self.stream.encode(frame))
-        return packets
+            for packet in self.stream.encode(frame):
+                track.put(packet)
 
 
 class WhipSource(Source):
@@ -244,8 +241,8 @@ class WhipSource(Source):
                         self._unsynced,
                     )
                 at = anchor[1] + Fraction(rtp_delta(sound.pts, anchor[0]), sync.audio.rate)
-                for packet in await asyncio.to_thread(opus.encode, sound, round(at * AUDIO_RATE)):
-                    audio.put(packet)
+                # Queued in the worker thread too: past the queue's bound a put has the sink mux at once.
+                await asyncio.to_thread(opus.encode_into, audio, sound, round(at * AUDIO_RATE))
         except MediaStreamError:
             log.info("stream %s: the publisher's audio track ended", self.stream_id)
 
