@@ -153,6 +153,11 @@ def build_outputs(stream: StreamConfig, queue_size: int, server: WebRtcServer | 
         return build_sink(stream.sink, server, relay_original=relay)
     names = [f"{i}:{sink.kind}" for i, sink in enumerate(stream.sinks)]
     sinks = [build_sink(sink, server, relay_original=relay) for sink in stream.sinks]
+    live = next((s for s in sinks if isinstance(s, RtspSink)), None)
+    for config, sink in zip(stream.sinks, sinks, strict=True):
+        if isinstance(config, FileSinkConfig) and config.encode == "live" and isinstance(sink, FileSink):
+            assert live is not None  # the config's validation says so
+            sink.follow(live.encoding())
     return TeeSink(sinks, names, capacity=queue_size)
 
 

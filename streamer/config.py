@@ -150,6 +150,11 @@ class FileSinkConfig(_Strict):
     written beside the video, its packets as they are (transcoded to AAC, or Opus for webm, where the
     container cannot hold the codec). A setting of the sink, since the sink is what writes it; synthetic
     sources have no audio to give. ``drop``: video only."""
+    encode: Literal["own", "live"] = "own"
+    """``own``: the file is encoded with its own settings above. ``live``: it records the packets of the
+    stream's first RTSP output (its bitrate, GOP and preset; codec, preset, crf, bitrate and gop here are
+    not used), one encode for both, which saves a second encode's CPU (about half a core at 720p30).
+    Needs an RTSP output in ``sinks``. Outputs with equal settings share an encode either way."""
 
 
 class NullSinkConfig(_Strict):
@@ -574,6 +579,17 @@ class _Stream(_Strict):
         if isinstance(data, dict) and data.get("sinks") is not None and "sink" in data:
             raise ValueError("give 'sink' (one output) or 'sinks' (several), not both")
         return _default_kinds(data)
+
+    @model_validator(mode="after")
+    def _live_recording(self) -> Self:
+        outputs = self.outputs()
+        following = [s for s in outputs if isinstance(s, FileSinkConfig) and s.encode == "live"]
+        if following and not any(isinstance(s, RtspSinkConfig) for s in outputs):
+            raise ValueError(
+                f"the file output {str(following[0].path)!r} has encode: live, which records the stream's "
+                "RTSP output, but the stream has none; add an rtsp output to sinks or set encode: own"
+            )
+        return self
 
     @model_validator(mode="after")
     def _distinct_outputs(self) -> Self:

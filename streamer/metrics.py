@@ -197,7 +197,8 @@ class _ServiceCollector(Collector):
             skipped.add_metric([sid], gate.skipped)
             ratio.add_metric([sid], gate.skip_ratio)
             rtsp = p.source.rtsp_stats() if isinstance(p.source, RtspSource) else None
-            sink_reconnects = p.sink.rtsp_stats().reconnects if isinstance(p.sink, RtspSink) else 0
+            outputs = sinks_of(p.sink)
+            sink_reconnects = sum(s.rtsp_stats().reconnects for s in outputs if isinstance(s, RtspSink))
             reconnects.add_metric([sid, "source"], rtsp.reconnects if rtsp is not None else 0)
             reconnects.add_metric([sid, "sink"], sink_reconnects)
             failures.add_metric([sid], rtsp.failures if rtsp is not None else 0)
@@ -232,9 +233,9 @@ class _ServiceCollector(Collector):
 
 
 def _sink_dropped(sink: Sink) -> int:
-    """Frames an RTSP output could not send (reconnecting), or a tee's outputs let go (full queues)."""
-    rtsp = sum(s.rtsp_stats().frames_dropped for s in sinks_of(sink) if isinstance(s, RtspSink))
-    return rtsp + (sum(o.dropped for o in sink.outputs()) if isinstance(sink, TeeSink) else 0)
+    """Frames an RTSP output could not send (reconnecting), or a tee's outputs let go (full queues,
+    their own sinks' drops included)."""
+    return sum(o.dropped for o in sink.outputs()) if isinstance(sink, TeeSink) else sink.frames_dropped
 
 
 def _build_info() -> InfoMetricFamily:

@@ -13,8 +13,9 @@ from streamer.frame import Frame, StreamInfo
 
 if TYPE_CHECKING:
     from streamer.audio import AudioTrack
+    from streamer.sinks.encoder import EncodedFrame, Encoding, SharedEncoder
 
-__all__ = ["Sink"]
+__all__ = ["PacketSink", "Sink"]
 
 
 class Sink(abc.ABC):
@@ -42,3 +43,27 @@ class Sink(abc.ABC):
     @property
     def frames_written(self) -> int:
         return 0
+
+    @property
+    def frames_dropped(self) -> int:
+        """Frames sent to this sink that it did not write: an RTSP sink's while it reconnects, a shared
+        encode's while an output waits for a keyframe."""
+        return 0
+
+
+class PacketSink(Sink):
+    """A sink that can also write the packets of an encode shared with other outputs (RTSP, files):
+    outputs of one stream whose :meth:`encoding` is equal encode once (``TeeSink``)."""
+
+    @abc.abstractmethod
+    def encoding(self) -> Encoding | None:
+        """The encode this sink does for itself; None when it cannot share one."""
+
+    @abc.abstractmethod
+    async def open_encoded(self, info: StreamInfo, encoder: SharedEncoder) -> None:
+        """``open``, for the packets of ``encoder`` (already open) instead of frames."""
+
+    @abc.abstractmethod
+    async def send_encoded(self, encoded: EncodedFrame) -> None:
+        """Write one frame's packets. After a gap in ``encoded.seq`` (frames this output lost) or a new
+        connection, packets are dropped (counted) until a keyframe, which the sink asks the encoder for."""

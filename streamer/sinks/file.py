@@ -35,7 +35,9 @@ from streamer.colour import from_rgb, tag
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.sinks.audio import AudioWriter
-from streamer.sinks.base import Sink
+from streamer.sinks.base import PacketSink
+from streamer.sinks.clock import TIME_BASE
+from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder
 
 __all__ = ["FileSink"]
 
@@ -54,7 +56,7 @@ def _storage_trouble(exc: Exception) -> bool:
     return isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS
 
 
-class FileSink(Sink):
+class FileSink(PacketSink):
     """Writes frames in the order sent; ``options`` go to the encoder and win over preset/crf/bf."""
 
     def __init__(
@@ -86,12 +88,42 @@ class FileSink(Sink):
         self._audio_failure: Exception | None = None
         """Writing audio from the demuxer's thread failed: the next send or aclose raises it."""
         self._closed = False
+        self._follows: Encoding | None = None
+        self._encoder: SharedEncoder | None = None
+        """Set when this sink writes a shared encode's packets instead of encoding."""
+        self._resync = Resync()
+        self._skipped = 0
+        self._shared_end: Fraction | None = None
+        """When the last frame of a shared encode written ends, in the source's media time."""
         # Encoding runs in worker threads; a send still running when aclose starts must not race the flush.
         self._lock = threading.Lock()
 
     @property
     def frames_written(self) -> int:
         return self._written
+
+    @property
+    def frames_dropped(self) -> int:
+        return self._skipped
+
+    def follow(self, encoding: Encoding) -> None:
+        """Record ``encoding`` (a live output's) rather than encode with this sink's own settings: with
+        that output in the same stream, the two share one encode."""
+        self._follows = encoding
+
+    def encoding(self) -> Encoding:
+        if self._follows is not None:
+            return self._follows
+        return Encoding.of(self.codec, self._codec_options(), bitrate=self.bitrate, gop=self.gop)
+
+    async def open_encoded(self, info: StreamInfo, encoder: SharedEncoder) -> None:
+        self._encoder = encoder
+        await self.open(info)
+
+    async def send_encoded(self, encoded: EncodedFrame) -> None:
+        if self._info is None or self._closed:
+            raise RuntimeError(f"file sink '{self.path}' is not open; await open_encoded() first")
+        await asyncio.to_thread(self._write_encoded, encoded)
 
     def attach_audio(self, track: AudioTrack) -> bool:
         if self._info is not None:
@@ -155,23 +187,10 @@ class FileSink(Sink):
                 f"cannot create '{self.path}': {_reason(exc)}; use a suffix FFmpeg knows (.mp4, .mkv, .mov)"
             ) from exc
         try:
-            stream = container.add_stream(self.codec, rate=info.fps, options=self._codec_options())
-            assert isinstance(stream, VideoStream)
-            stream.width = info.width
-            stream.height = info.height
-            # 4:2:0 halves both chroma dimensions, which needs even sizes.
-            even = info.width % 2 == 0 and info.height % 2 == 0
-            stream.pix_fmt = "yuv420p" if even else "yuv444p"
-            tag(stream.codec_context, info.colour)
+            stream = self._add_video(container, info)
             if info.rotation:
                 stream.set_display_rotation(info.rotation)
             container.metadata.update(dict(info.tags))
-            stream.time_base = info.time_base
-            stream.codec_context.time_base = info.time_base
-            if self.gop is not None:
-                stream.codec_context.gop_size = self.gop
-            if self.bitrate is not None:
-                stream.bit_rate = self.bitrate
             audio = None if self._track is None else AudioWriter.add(container, self._track, str(self.path))
             container.start_encoding()
         except SinkError:
@@ -193,6 +212,28 @@ class FileSink(Sink):
         self._container, self._stream, self._audio = container, stream, audio
         if self._track is not None:
             self._track.take(self._spill)
+
+    def _add_video(self, container: OutputContainer, info: StreamInfo) -> VideoStream:
+        """The file's video stream: its own encoder, or a copy of the shared encoder's."""
+        if self._encoder is not None:
+            shared = container.add_stream_from_template(self._encoder.template)
+            shared.time_base = TIME_BASE
+            return shared
+        stream = container.add_stream(self.codec, rate=info.fps, options=self._codec_options())
+        assert isinstance(stream, VideoStream)
+        stream.width = info.width
+        stream.height = info.height
+        # 4:2:0 halves both chroma dimensions, which needs even sizes.
+        even = info.width % 2 == 0 and info.height % 2 == 0
+        stream.pix_fmt = "yuv420p" if even else "yuv444p"
+        tag(stream.codec_context, info.colour)
+        stream.time_base = info.time_base
+        stream.codec_context.time_base = info.time_base
+        if self.gop is not None:
+            stream.codec_context.gop_size = self.gop
+        if self.bitrate is not None:
+            stream.bit_rate = self.bitrate
+        return stream
 
     def _codec_options(self) -> dict[str, str]:
         opts = {"preset": self.preset, "bf": "0"}
@@ -223,6 +264,37 @@ class FileSink(Sink):
                 ) from exc
             self._written += 1
             self._last_pts = av_frame.pts
+
+    def _write_encoded(self, encoded: EncodedFrame) -> None:
+        with self._lock:
+            container, stream, encoder = self._container, self._stream, self._encoder
+            if container is None or stream is None:
+                raise SinkError(
+                    f"file sink '{self.path}' was closed while frame {encoded.index} was being sent"
+                )
+            assert encoder is not None
+            self._raise_audio_failure()
+            # After frames this output lost (its queue was full), a decoder can resume only at a keyframe.
+            admitted = self._resync.admit(encoded)
+            if admitted.ask_keyframe:
+                encoder.request_keyframe()
+            self._skipped += admitted.skipped
+            try:
+                if self._audio is not None and encoded.media is not None:
+                    # The shared encode's clock starts at zero: the sound moves with the pictures.
+                    self._audio.offset = encoded.media - encoded.pts * TIME_BASE
+                    self._audio.mux_until(container, encoded.media)
+                container.mux([p.packet(stream) for p in admitted.packets])
+            except (av.error.FFmpegError, ValueError) as exc:
+                raise SinkError(
+                    f"writing frame {encoded.index} to '{self.path}' failed: {_reason(exc)}"
+                    + ("; check that the disk has space" if _storage_trouble(exc) else "")
+                ) from exc
+            self._written += len(admitted.packets)
+            if encoded.index >= 0:
+                info = self._info
+                if encoded.media is not None and info is not None and info.fps > 0:
+                    self._shared_end = encoded.media + 1 / info.fps
 
     def _output_pts(self, frame: Frame, info: StreamInfo) -> int:
         """The frame's PTS in the stream's time base, shifted to stay after the last one written."""
@@ -268,6 +340,8 @@ class FileSink(Sink):
     def _video_end(self) -> Fraction | None:
         """When the last frame written ends, in seconds; None before the first."""
         info = self._info
+        if self._encoder is not None:
+            return self._shared_end
         if info is None or self._last_pts is None:
             return None
         return (self._last_pts + _period(info)) * info.time_base
@@ -280,7 +354,8 @@ class FileSink(Sink):
                 return
             failure: Exception | None = self._audio_failure
             try:
-                container.mux(stream.encode(None))
+                if self._encoder is None:  # a shared encoder's last packets came through send_encoded
+                    container.mux(stream.encode(None))
             except (av.error.FFmpegError, ValueError, OSError) as exc:
                 failure = failure or exc
             if audio is not None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import av
 import av.error
 from av.container import OutputContainer
+from av.stream import Stream
 from av.video.stream import VideoStream
 
 from streamer.colour import from_rgb, tag
@@ -39,7 +40,9 @@ from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.nodelay import disable_nagle, rtsp_peer
 from streamer.sinks.audio import AudioWriter
-from streamer.sinks.base import Sink
+from streamer.sinks.base import PacketSink
+from streamer.sinks.clock import MAX_STEP_S, TIME_BASE, OutputClock
+from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder
 from streamer.sources.rtsp import (
     Transport,
     backoff_delays,
@@ -55,10 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["MAX_STEP_S", "TIME_BASE", "OutputClock", "RtspSink", "RtspSinkState", "RtspSinkStats"]
 
 log = logging.getLogger(__name__)
-
-TIME_BASE = Fraction(1, 90_000)
-MAX_STEP_S = 1.0
-"""A gap in media time longer than this between two frames is written as one frame period."""
 
 
 class RtspSinkState(enum.Enum):
@@ -83,34 +82,6 @@ class RtspSinkStats:
     last_error: str | None
 
 
-class OutputClock:
-    """Strictly increasing output PTS (in :data:`TIME_BASE`) that follow the frames' media time.
-
-    Each frame advances the clock by its distance in media time from the frame before, or by one frame
-    period when that distance is unknown, not positive, longer than :data:`MAX_STEP_S` or across a
-    discontinuity: the input's PTS may restart or jump, the output's never do.
-    """
-
-    def __init__(self, fps: Fraction) -> None:
-        self.period = 1 / float(fps) if fps > 0 else 1 / 30
-        self._pts = -1
-        self._last: float | None = None
-
-    def advance(self, frame: Frame) -> int:
-        now, before = frame.time, self._last
-        step = self.period
-        if (
-            now is not None
-            and before is not None
-            and not frame.discontinuity
-            and 0 < now - before <= MAX_STEP_S
-        ):
-            step = now - before
-        self._last = now
-        self._pts = 0 if self._pts < 0 else self._pts + max(1, round(step / TIME_BASE))
-        return self._pts
-
-
 @dataclass(slots=True)
 class _Connection:
     container: OutputContainer
@@ -118,7 +89,7 @@ class _Connection:
     audio: AudioWriter | None
 
 
-class RtspSink(Sink):
+class RtspSink(PacketSink):
     """Publishes frames in the order sent; ``open`` fails only when the first connection does and
     ``reconnect`` is off (with it on, the sink starts disconnected and keeps trying)."""
 
@@ -187,6 +158,9 @@ class RtspSink(Sink):
         """One frame period in seconds, the stream's."""
         self._last_media: Fraction | None = None
         """Media time of the last frame published: the audio after it is not sent at close."""
+        self._encoder: SharedEncoder | None = None
+        """Set when this sink writes a shared encode's packets instead of encoding."""
+        self._resync = Resync()
 
     @property
     def frames_written(self) -> int:
@@ -242,6 +216,18 @@ class RtspSink(Sink):
         if self._track is not None:
             self._track.take(self._spill)
 
+    def encoding(self) -> Encoding:
+        return Encoding.of("libx264", self._codec_options(), bitrate=self.bitrate)
+
+    async def open_encoded(self, info: StreamInfo, encoder: SharedEncoder) -> None:
+        self._encoder = encoder
+        await self.open(info)
+
+    async def send_encoded(self, encoded: EncodedFrame) -> None:
+        if self._info is None or self._closing.is_set():
+            raise RuntimeError(f"RTSP sink {self._shown} is not open; await open_encoded() first")
+        await asyncio.to_thread(self._write_encoded, encoded)
+
     async def send(self, frame: Frame) -> None:
         info = self._info
         if info is None or self._closing.is_set():
@@ -272,9 +258,7 @@ class RtspSink(Sink):
             conn = self._conn
             media = None if frame.pts is None else frame.pts * frame.time_base
             if conn is None:
-                self._dropped += 1
-                if self._track is not None and media is not None:
-                    self._track.drop_until(media)
+                self._drop(media)
                 return
             try:
                 av_frame = from_rgb(frame.pixels, conn.stream.codec_context)
@@ -286,22 +270,57 @@ class RtspSink(Sink):
                     f"encoding frame {frame.index} for RTSP sink {self._shown} failed: "
                     f"{exc.strerror if isinstance(exc, av.error.FFmpegError) else exc}"
                 ) from None
-            try:
-                if conn.audio is not None and media is not None:
-                    # The sound of the frame's whole period goes first: FFmpeg sends a packet once every
-                    # track has a later one queued, and players sync the tracks by when each began
-                    # (RTCP), so a frame left waiting for the next frame's audio would play late.
-                    conn.audio.offset = media - pts * TIME_BASE
-                    conn.audio.mux_until(conn.container, media + self._period)
-                conn.container.mux(packets)
-                self._last_media = media
-            except av.error.FFmpegError as exc:
-                self._lose(f"writing frame {frame.index} failed: {ffmpeg_reason(exc)}")
-                self._dropped += 1
-                if self._failed is not None:
-                    raise self._failed from None
+            if self._publish(conn, packets, media, pts, frame.index):
+                self._written += 1
+
+    def _write_encoded(self, encoded: EncodedFrame) -> None:
+        with self._lock:
+            if self._failed is not None:
+                raise self._failed
+            conn, encoder = self._conn, self._encoder
+            assert encoder is not None
+            if conn is None:
+                self._drop(encoded.media)
                 return
-            self._written += 1
+            admitted = self._resync.admit(encoded)
+            if admitted.ask_keyframe:
+                encoder.request_keyframe()
+            self._dropped += admitted.skipped
+            packets = [p.packet(conn.stream) for p in admitted.packets]
+            if self._publish(conn, packets, encoded.media, encoded.pts, encoded.index):
+                self._written += len(packets)
+
+    def _drop(self, media: Fraction | None) -> None:
+        """A frame not published (lock held); its sound goes with it."""
+        self._dropped += 1
+        if self._track is not None and media is not None:
+            self._track.drop_until(media)
+
+    def _publish(
+        self,
+        conn: _Connection,
+        packets: list[av.Packet[Stream]],
+        media: Fraction | None,
+        pts: int,
+        index: int,
+    ) -> bool:
+        """Sends one frame's packets and the sound up to its end (lock held); False: the server is lost."""
+        try:
+            if conn.audio is not None and media is not None:
+                # The sound of the frame's whole period goes first: FFmpeg sends a packet once every
+                # track has a later one queued, and players sync the tracks by when each began
+                # (RTCP), so a frame left waiting for the next frame's audio would play late.
+                conn.audio.offset = media - pts * TIME_BASE
+                conn.audio.mux_until(conn.container, media + self._period)
+            conn.container.mux(packets)
+            self._last_media = media
+        except av.error.FFmpegError as exc:
+            self._lose(f"writing frame {index} failed: {ffmpeg_reason(exc)}")
+            self._dropped += 1
+            if self._failed is not None:
+                raise self._failed from None
+            return False
+        return True
 
     def _connect(self, info: StreamInfo) -> _Connection:
         """One connection attempt: ANNOUNCE, SETUP and RECORD with a fresh encoder; raises SinkError."""
@@ -310,27 +329,8 @@ class RtspSink(Sink):
             container = av.open(self.url, "w", format="rtsp", options=options)
         except (av.error.FFmpegError, ValueError) as exc:
             raise SinkError(self._cannot_publish(exc)) from None
-        codec = {
-            "preset": self.preset,
-            "tune": self.tune,
-            "bf": "0",
-            "g": str(self.gop),
-            "maxrate": str(self.bitrate),
-            "bufsize": str(self.bitrate),
-        }
-        if self.threads is not None:
-            codec["threads"] = str(self.threads)
         try:
-            stream = container.add_stream("libx264", rate=info.fps, options=codec)
-            assert isinstance(stream, VideoStream)
-            stream.width = info.width
-            stream.height = info.height
-            even = info.width % 2 == 0 and info.height % 2 == 0
-            stream.pix_fmt = "yuv420p" if even else "yuv444p"
-            tag(stream.codec_context, info.colour)
-            stream.bit_rate = self.bitrate
-            stream.time_base = TIME_BASE
-            stream.codec_context.time_base = TIME_BASE
+            stream = self._add_video(container, info)
             audio = None if self._track is None else AudioWriter.add(container, self._track, self._shown)
             container.start_encoding()
         except SinkError:
@@ -346,6 +346,36 @@ class RtspSink(Sink):
             disable_nagle(*peer)  # a keyframe's packets would wait out the server's delayed ACKs
         return _Connection(container, stream, audio)
 
+    def _codec_options(self) -> dict[str, str]:
+        codec = {
+            "preset": self.preset,
+            "tune": self.tune,
+            "bf": "0",
+            "g": str(self.gop),
+            "maxrate": str(self.bitrate),
+            "bufsize": str(self.bitrate),
+        }
+        if self.threads is not None:
+            codec["threads"] = str(self.threads)
+        return codec
+
+    def _add_video(self, container: OutputContainer, info: StreamInfo) -> VideoStream:
+        """The connection's video stream: its own libx264, or a copy of the shared encoder's."""
+        if self._encoder is not None:
+            stream = container.add_stream_from_template(self._encoder.template)
+        else:
+            stream = container.add_stream("libx264", rate=info.fps, options=self._codec_options())
+            assert isinstance(stream, VideoStream)
+            stream.width = info.width
+            stream.height = info.height
+            even = info.width % 2 == 0 and info.height % 2 == 0
+            stream.pix_fmt = "yuv420p" if even else "yuv444p"
+            tag(stream.codec_context, info.colour)
+            stream.bit_rate = self.bitrate
+            stream.codec_context.time_base = TIME_BASE
+        stream.time_base = TIME_BASE
+        return stream
+
     def _cannot_publish(self, exc: Exception) -> str:
         reason = ffmpeg_reason(exc) if isinstance(exc, av.error.FFmpegError) else str(exc)
         return (
@@ -356,6 +386,7 @@ class RtspSink(Sink):
     def _install(self, conn: _Connection) -> None:
         """Make ``conn`` the live connection (lock held)."""
         self._conn = conn
+        self._resync.restart()
         self._connects += 1
         self._state = RtspSinkState.CONNECTED
         log.info("RTSP sink %s publishing (connection %d)", self._shown, self._connects)
@@ -444,7 +475,8 @@ class RtspSink(Sink):
                     self._track.discard()
                 return
             try:
-                conn.container.mux(conn.stream.encode(None))
+                if self._encoder is None:  # a shared encoder's last packets came through send_encoded
+                    conn.container.mux(conn.stream.encode(None))
                 if conn.audio is not None:
                     complete = conn.audio.track.complete  # the source's sound past its last frame
                     conn.audio.finish(conn.container, None if complete else self._video_end())

@@ -3,7 +3,8 @@
 Real peers throughout: a PyAV camera publishing to GStreamer's RTSP server, the pipeline with three
 outputs, an independent PyAV reader of the RTSP output, an aiortc WHEP player, and the mp4 decoded at
 the end. Frame numbers are stamped into the camera's frames (``framecode``) and read back from each.
-A blocked output is a file written into a named pipe whose reader does not read for 10 s.
+A blocked output is a file written into a named pipe whose reader does not read for 10 s. A recording
+that follows the RTSP output (``encode: live``) shares its encode: one libx264 for both.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, until
 from tests.integration.test_rtsp import start
 from tests.integration.test_webrtc import TOKEN, play
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 FRAMES = 150
 TAIL = 10
@@ -73,6 +74,33 @@ async def all_in(
     return await asyncio.wait_for(running, 60)
 
 
+def packets_in(path: Path) -> list[bytes]:
+    with av.open(str(path)) as container:
+        return [bytes(p) for p in container.demux(video=0) if p.size]
+
+
+def test_two_recordings_of_equal_settings_share_one_encode(tmp_path: Path) -> None:
+    mp4, mkv = tmp_path / "a.mp4", tmp_path / "b.mkv"
+    config = load_config(
+        None,
+        {
+            "source": {"kind": "synthetic", "frames": 45, "width": 160, "height": 96},
+            "sinks": [{"kind": "file", "path": str(mp4)}, {"kind": "file", "path": str(mkv)}],
+            "model.path": str(TEMPORAL_FILTER),
+        },
+    )
+    pipeline = build_pipeline(config)
+    report = asyncio.run(pipeline.run())
+    tee = pipeline.sink
+    assert isinstance(tee, TeeSink)
+    assert report.frames_out == 45
+    assert [(o.written, o.dropped, o.shared) for o in tee.outputs()] == [(45, 0, True), (45, 0, True)]
+    # one encode: both containers hold the very same H.264 packets (veryfast's lookahead flushed at the end)
+    assert len(packets_in(mp4)) == 45
+    assert packets_in(mp4) == packets_in(mkv)
+
+
+@pytest.mark.slow
 def test_one_camera_three_outputs_each_gets_every_frame_in_order(
     rtsp_server: RtspServer, tmp_path: Path
 ) -> None:
@@ -82,7 +110,7 @@ def test_one_camera_three_outputs_each_gets_every_frame_in_order(
         [
             {"kind": "rtsp", "url": rtsp_server.publish_url("out"), "gop": 30},
             {"kind": "whep", "stream": "cam"},
-            {"kind": "file", "path": str(recording)},
+            {"kind": "file", "path": str(recording), "encode": "live"},
         ],
         room=FRAMES + TAIL,
     )
@@ -119,6 +147,7 @@ def test_one_camera_three_outputs_each_gets_every_frame_in_order(
     outputs = {o.name: o for o in tee.outputs()}
     assert set(outputs) == {"0:rtsp", "1:whep", "2:file"}
     assert all(o.written == FRAMES + TAIL and o.dropped == 0 and o.error is None for o in outputs.values())
+    assert [o.shared for o in outputs.values()] == [True, False, True]  # the recording is the RTSP output's
     rtsp = [code for code, _ in reader.snapshot()]
     assert rtsp[:FRAMES] == list(range(FRAMES))
     assert codes_in(recording) == list(range(FRAMES + TAIL))
@@ -128,8 +157,10 @@ def test_one_camera_three_outputs_each_gets_every_frame_in_order(
     assert seen == sorted(set(seen))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("encode", ["own", "live"])
 def test_an_output_blocked_for_10_s_loses_only_its_own_frames(
-    rtsp_server: RtspServer, tmp_path: Path, record_property: Callable[[str, object], None]
+    rtsp_server: RtspServer, tmp_path: Path, record_property: Callable[[str, object], None], encode: str
 ) -> None:
     pipe = tmp_path / "stuck.ts"
     os.mkfifo(pipe)
@@ -137,20 +168,20 @@ def test_an_output_blocked_for_10_s_loses_only_its_own_frames(
         rtsp_server,
         [
             {"kind": "rtsp", "url": rtsp_server.publish_url("out"), "gop": 30},
-            {"kind": "file", "path": str(pipe)},
+            {"kind": "file", "path": str(pipe), "encode": encode},
         ],
         room=30,  # a second at 30 fps: the stuck output overflows it, the RTSP output never does
     )
     frames = 450  # 15 s at 30 fps: the pipe's reader sleeps through 10 of them
     reader = Reader(rtsp_server.url("out"), reconnect=False)
     camera = Publisher(rtsp_server.publish_url("cam"), frames=frames + TAIL)
-    drained: list[int] = []
+    drained = tmp_path / "drained.ts"
 
     def slow_reader() -> None:
-        with open(pipe, "rb") as stuck:  # the sink's open waits for this
+        with open(pipe, "rb") as stuck, drained.open("wb") as copy:  # the sink's open waits for this
             time.sleep(10.0)
             while chunk := stuck.read(65536):
-                drained.append(len(chunk))
+                copy.write(chunk)
 
     sleeper = threading.Thread(target=slow_reader, daemon=True)
     sleeper.start()
@@ -180,4 +211,8 @@ def test_an_output_blocked_for_10_s_loses_only_its_own_frames(
     assert rtsp.written == frames + TAIL
     codes = [code for code, _ in reader.snapshot()]
     assert codes[:frames] == list(range(frames))
-    assert sum(drained) > 0
+    # what the stuck output wrote plays: frames in order, from a keyframe after each loss
+    kept = codes_in(drained)
+    assert len(kept) == stuck.written
+    assert all(isinstance(c, int) for c in kept)
+    assert kept == sorted(set(kept))

@@ -16,6 +16,7 @@ import statistics
 import time
 import traceback
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,10 @@ from streamer.core.windower import Windower
 from streamer.errors import SinkError, SourceError
 from streamer.frame import StreamInfo
 from streamer.pipeline import Pipeline, PipelineReport, SkipAction
+from streamer.sinks.base import Sink
+from streamer.sinks.file import FileSink
 from streamer.sinks.rtsp import RtspSink, RtspSinkState
+from streamer.sinks.tee import TeeSink
 from streamer.sources.rtsp import RtspSource, RtspState
 from tests.factories import make_frame
 from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, free_port, until
@@ -40,7 +44,7 @@ TAIL = 10
 SECRET = "s3cret-pw"
 
 
-def build(source: RtspSource, sink: RtspSink) -> Pipeline:
+def build(source: RtspSource, sink: Sink) -> Pipeline:
     # Gate on, but a skipped window passes its own frame through: reusing the last enhanced frame would
     # also reuse its stamped number, and the reader could not tell order from repetition.
     return Pipeline(
@@ -127,12 +131,19 @@ def test_every_camera_frame_reaches_an_independent_reader_in_order(rtsp_server: 
     )
 
 
-def test_server_restart_mid_stream_reconnects_and_frames_flow_again(rtsp_server: RtspServer) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["own-encode", "shared-encode"])
+def test_server_restart_mid_stream_reconnects_and_frames_flow_again(
+    rtsp_server: RtspServer, tmp_path: Path, shared: bool
+) -> None:
+    """Shared: a recording follows the RTSP output (one encode), so the reconnected connection starts
+    at a keyframe the shared encoder makes on request."""
     reader = Reader(rtsp_server.url("out"))
     camera = Publisher(rtsp_server.publish_url("cam"))
     source = RtspSource(rtsp_server.url("cam"), stall_timeout_s=3.0, backoff_initial_s=0.2, backoff_max_s=1.0)
     sink = RtspSink(rtsp_server.publish_url("out"), backoff_initial_s=0.2, backoff_max_s=1.0)
-    pipeline = build(source, sink)
+    recording = FileSink(tmp_path / "recording.mp4")
+    recording.follow(sink.encoding())
+    pipeline = build(source, TeeSink([sink, recording], ["rtsp", "file"]) if shared else sink)
     measured: dict[str, float] = {}
 
     async def scenario() -> PipelineReport:
@@ -172,6 +183,10 @@ def test_server_restart_mid_stream_reconnects_and_frames_flow_again(rtsp_server:
     codes = [code for code in codes_of(reader) if code is not None]
     assert None not in codes_of(reader)
     assert codes == sorted(set(codes))  # strictly increasing across both server lifetimes
+    if shared:
+        assert isinstance(pipeline.sink, TeeSink)
+        assert [o.shared for o in pipeline.sink.outputs()] == [True, True]
+        assert recording.frames_written == report.frames_out  # the recording lost nothing meanwhile
 
 
 def test_a_hung_server_is_detected_as_a_stall_and_reconnected(rtsp_server: RtspServer) -> None:
