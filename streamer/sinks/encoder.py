@@ -30,7 +30,7 @@ from streamer.errors import SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.sinks.clock import TIME_BASE, OutputClock
 
-__all__ = ["Admitted", "EncodedFrame", "EncodedPacket", "Encoding", "Resync", "SharedEncoder"]
+__all__ = ["Admitted", "EncodedFrame", "EncodedPacket", "Encoding", "Resync", "SharedEncoder", "add_video"]
 
 _GLOBAL_HEADER = 1 << 22
 """AV_CODEC_FLAG_GLOBAL_HEADER: SPS/PPS in the stream parameters, which every muxer copies."""
@@ -86,6 +86,33 @@ class EncodedFrame:
     pts: int
     """Its output timestamp in TIME_BASE."""
     packets: tuple[EncodedPacket, ...]
+
+
+def add_video(
+    container: OutputContainer,
+    encoding: Encoding,
+    info: StreamInfo,
+    time_base: Fraction,
+    extra: Mapping[str, str] | None = None,
+) -> VideoStream:
+    """A stream of ``container`` that encodes ``encoding`` (plus ``extra`` options) at the stream's size,
+    rate and colour tags."""
+    options = dict(encoding.options) | dict(extra or {})
+    stream = container.add_stream(encoding.codec, rate=info.fps, options=options)
+    assert isinstance(stream, VideoStream)
+    stream.width = info.width
+    stream.height = info.height
+    # 4:2:0 halves both chroma dimensions, which needs even sizes.
+    even = info.width % 2 == 0 and info.height % 2 == 0
+    stream.pix_fmt = "yuv420p" if even else "yuv444p"
+    tag(stream.codec_context, info.colour)
+    stream.time_base = time_base
+    stream.codec_context.time_base = time_base
+    if encoding.gop is not None:
+        stream.codec_context.gop_size = encoding.gop
+    if encoding.bitrate is not None:
+        stream.bit_rate = encoding.bitrate
+    return stream
 
 
 class Resync:
@@ -155,21 +182,8 @@ class SharedEncoder:
         # A null muxer holds the encoder: its stream is the template every output copies.
         container = av.open(os.devnull, "w", format="null")
         try:
-            options = dict(encoding.options) | {"forced-idr": "1"}
-            stream = container.add_stream(encoding.codec, rate=info.fps, options=options)
-            assert isinstance(stream, VideoStream)
-            stream.width = info.width
-            stream.height = info.height
-            even = info.width % 2 == 0 and info.height % 2 == 0
-            stream.pix_fmt = "yuv420p" if even else "yuv444p"
-            tag(stream.codec_context, info.colour)
-            stream.time_base = TIME_BASE
-            stream.codec_context.time_base = TIME_BASE
+            stream = add_video(container, encoding, info, TIME_BASE, {"forced-idr": "1"})
             stream.codec_context.flags |= _GLOBAL_HEADER
-            if encoding.gop is not None:
-                stream.codec_context.gop_size = encoding.gop
-            if encoding.bitrate is not None:
-                stream.bit_rate = encoding.bitrate
             container.start_encoding()
         except (av.error.FFmpegError, ValueError) as exc:
             with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):

@@ -31,13 +31,13 @@ from av.container import OutputContainer
 from av.video.stream import VideoStream
 
 from streamer.audio import AudioTrack
-from streamer.colour import from_rgb, tag
+from streamer.colour import from_rgb
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import PacketSink
 from streamer.sinks.clock import TIME_BASE
-from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder
+from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder, add_video
 
 __all__ = ["FileSink"]
 
@@ -219,21 +219,7 @@ class FileSink(PacketSink):
             shared = container.add_stream_from_template(self._encoder.template)
             shared.time_base = TIME_BASE
             return shared
-        stream = container.add_stream(self.codec, rate=info.fps, options=self._codec_options())
-        assert isinstance(stream, VideoStream)
-        stream.width = info.width
-        stream.height = info.height
-        # 4:2:0 halves both chroma dimensions, which needs even sizes.
-        even = info.width % 2 == 0 and info.height % 2 == 0
-        stream.pix_fmt = "yuv420p" if even else "yuv444p"
-        tag(stream.codec_context, info.colour)
-        stream.time_base = info.time_base
-        stream.codec_context.time_base = info.time_base
-        if self.gop is not None:
-            stream.codec_context.gop_size = self.gop
-        if self.bitrate is not None:
-            stream.bit_rate = self.bitrate
-        return stream
+        return add_video(container, self.encoding(), info, info.time_base)
 
     def _codec_options(self) -> dict[str, str]:
         opts = {"preset": self.preset, "bf": "0"}

@@ -35,14 +35,14 @@ from av.container import OutputContainer
 from av.stream import Stream
 from av.video.stream import VideoStream
 
-from streamer.colour import from_rgb, tag
+from streamer.colour import from_rgb
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.nodelay import disable_nagle, rtsp_peer
 from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import PacketSink
 from streamer.sinks.clock import MAX_STEP_S, TIME_BASE, OutputClock
-from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder
+from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder, add_video
 from streamer.sources.rtsp import (
     Transport,
     backoff_delays,
@@ -361,18 +361,9 @@ class RtspSink(PacketSink):
 
     def _add_video(self, container: OutputContainer, info: StreamInfo) -> VideoStream:
         """The connection's video stream: its own libx264, or a copy of the shared encoder's."""
-        if self._encoder is not None:
-            stream = container.add_stream_from_template(self._encoder.template)
-        else:
-            stream = container.add_stream("libx264", rate=info.fps, options=self._codec_options())
-            assert isinstance(stream, VideoStream)
-            stream.width = info.width
-            stream.height = info.height
-            even = info.width % 2 == 0 and info.height % 2 == 0
-            stream.pix_fmt = "yuv420p" if even else "yuv444p"
-            tag(stream.codec_context, info.colour)
-            stream.bit_rate = self.bitrate
-            stream.codec_context.time_base = TIME_BASE
+        if self._encoder is None:
+            return add_video(container, self.encoding(), info, TIME_BASE)
+        stream = container.add_stream_from_template(self._encoder.template)
         stream.time_base = TIME_BASE
         return stream
 
