@@ -236,6 +236,7 @@ def build_backend(model: ModelConfig) -> Backend:
         spin=model.spin,
         workers=workers,
         declared=model.declared(),
+        device_frames=model.device_frames,
     )
 
 

@@ -285,6 +285,11 @@ class ModelConfig(_Strict):
     cores split between them where ``threads`` is unset; a recurrent model's steps still run one at a
     time per stream. None: 2 on the CPU provider (``streamer.app.CPU_WORKERS``; 1 with ``threads``
     set or on a one-core machine), 1 on a GPU's."""
+    device_frames: bool | None = None
+    """A window model (conv3d_t5, your own) keeps each frame on the device once uploaded and makes its
+    windows there, so one frame goes up and one comes down per output frame rather than a whole window
+    (``streamer.backend.device_frames``). None: on for GPU providers (CUDA, TensorRT), off on the CPU's,
+    where it saves nothing. Recurrent and streaming models keep their own paths."""
     tile: int | None = Field(None, ge=64, le=16384)
     """Frames with a side longer than this are enhanced in overlapping tiles of about this size, so a
     large camera's activations stay bounded (window and streaming models); None: whole frames."""

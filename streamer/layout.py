@@ -8,14 +8,18 @@ two axes end up silently swapped.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar, assert_never
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 import numpy as np
 
 from streamer.backend.base import ChannelOrder, Layout
 from streamer.errors import FrameError
 
-__all__ = ["from_model_channels", "to_model_layout"]
+if TYPE_CHECKING:  # the graph forms need onnx, which only the GPU image and export install
+    from onnx import NodeProto, TensorProto
+
+__all__ = ["from_model_channels", "from_model_nodes", "to_model_layout", "to_model_nodes"]
 
 _S = TypeVar("_S", bound=np.generic)
 
@@ -54,3 +58,65 @@ def from_model_channels(
 ) -> np.ndarray[Any, np.dtype[_S]]:
     """A model's (B, 3, H, W) output as RGB: a view."""
     return out[:, ::-1] if order is ChannelOrder.BGR else out
+
+
+def _bgr(name: str, axis: int, out: str) -> tuple[list[NodeProto], list[TensorProto]]:
+    from onnx import helper, numpy_helper
+
+    index = f"{out}_bgr_index"
+    return [helper.make_node("Gather", [name, index], [out], axis=axis)], [
+        numpy_helper.from_array(np.array([2, 1, 0], np.int64), index)
+    ]
+
+
+def to_model_nodes(
+    frames: Sequence[str], layout: Layout, order: ChannelOrder, out: str
+) -> tuple[list[NodeProto], list[TensorProto]]:
+    """The same rearrangement as :func:`to_model_layout`, as graph nodes (and their constants): the T
+    frames ``frames``, each (1, H, W, C) in slot order as they lie in device memory, into the window
+    ``out`` in ``layout``'s axis order and ``order``'s channels. For models run on frames kept on the
+    device (``streamer.backend.device_frames``)."""
+    from onnx import helper, numpy_helper
+
+    t = len(frames)
+    if layout is Layout.NCHW and t != 1:
+        raise FrameError(f"a per-frame (NCHW) model takes windows of one frame; got T={t}")
+    nodes: list[NodeProto] = []
+    consts: list[TensorProto] = []
+    chw = []
+    for k, frame in enumerate(frames):
+        source = frame
+        if order is ChannelOrder.BGR:
+            made, more = _bgr(frame, 3, f"{out}_{k}_bgr")
+            nodes += made
+            consts += more
+            source = f"{out}_{k}_bgr"
+        chw.append(f"{out}_{k}_chw")  # (1, C, H, W)
+        nodes.append(helper.make_node("Transpose", [source], [chw[-1]], perm=[0, 3, 1, 2]))
+    if layout is Layout.NCHW:
+        nodes.append(helper.make_node("Identity", [chw[0]], [out]))
+    elif layout is Layout.STACKED:
+        nodes.append(helper.make_node("Concat", chw, [out], axis=1))
+    else:
+        axis = 1 if layout is Layout.NTCHW else 2  # (1, T, C, H, W) or (1, C, T, H, W)
+        axes = f"{out}_axes"
+        consts.append(numpy_helper.from_array(np.array([axis], np.int64), axes))
+        slots = [f"{name}_slot" for name in chw]
+        nodes += [
+            helper.make_node("Unsqueeze", [name, axes], [slot]) for name, slot in zip(chw, slots, strict=True)
+        ]
+        nodes.append(helper.make_node("Concat", slots, [out], axis=axis))
+    return nodes, consts
+
+
+def from_model_nodes(y: str, order: ChannelOrder, out: str) -> tuple[list[NodeProto], list[TensorProto]]:
+    """A model's (1, 3, H, W) output ``y`` as the (1, H, W, 3) RGB frame ``out``, as graph nodes."""
+    from onnx import helper
+
+    nodes: list[NodeProto] = []
+    consts: list[TensorProto] = []
+    if order is ChannelOrder.BGR:
+        nodes, consts = _bgr(y, 1, f"{out}_rgb")
+        y = f"{out}_rgb"
+    nodes.append(helper.make_node("Transpose", [y], [out], perm=[0, 2, 3, 1]))
+    return nodes, consts

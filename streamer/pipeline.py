@@ -492,7 +492,7 @@ class Pipeline:
             log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
         region = decision.region if not self._needs_tiles(frame) else None
         self._pixels_due += frame.width * frame.height
-        if region is not None and self.backend.info.streaming:
+        if region is not None and (self.backend.info.streaming or self.backend.info.device_frames):
             # Its cached maps are of whole frames: the crop is cut from them, on the model's grid.
             region = region.aligned(self.backend.info.pad_multiple, frame.height, frame.width)
         elif region is not None:
@@ -641,7 +641,7 @@ class Pipeline:
         """Windows that run one by one on the model's thread rather than batched through the scheduler:
         a recurrent model's ordered steps, a streaming model's cached features, tiled frames."""
         info = self.backend.info
-        return bool(info.state) or info.streaming or self._needs_tiles(frame)
+        return bool(info.state) or info.streaming or info.device_frames or self._needs_tiles(frame)
 
     def _one(self, work: _Work) -> Frame:
         """One window on the model's thread."""
@@ -678,7 +678,8 @@ class Pipeline:
         return work.frame.with_pixels(out)
 
     def _fuse(self, work: _Work) -> Frame:
-        """One streaming-model window, on the model's thread: its frames are encoded once per run."""
+        """One streaming-model window, on the model's thread: its frames are encoded once per run (or,
+        for a window model with frames on the device, uploaded once)."""
         window = work.window
         assert window is not None
         crop = None if work.region is None else work.region.crop

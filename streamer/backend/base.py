@@ -131,6 +131,10 @@ class ModelInfo:
     """Empty for stateless models; a recurrent model's windows of one stream must run in order."""
     features: tuple[FeatureSpec, ...] = ()
     """Empty unless the model streams: then each frame is encoded once and windows fuse cached maps."""
+    device_frames: bool = False
+    """A window model whose frames are uploaded once and kept on the device, windows made there
+    (``streamer.backend.device_frames``): windows go through ``enhance_cached`` like a streaming
+    model's, with the frames in the cache."""
     activation_bytes_per_pixel: int | None = None
     """Peak memory one call takes per pixel of its frames, measured once (``streamer bench memory``)
     and kept in the model's card; None: not measured (memory admission assumes a default)."""

@@ -32,6 +32,7 @@ A streaming model (``export.streaming_export`` writes them) is two files and kee
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -56,9 +57,11 @@ from streamer.backend.base import (
     State,
     StateSpec,
 )
+from streamer.backend.device_frames import DeviceFrames, Transfers, device_of, graph_tools_missing
+from streamer.core.features import FeatureCache
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
-from streamer.frame import Pixels
+from streamer.frame import Hyperframe, Pixels
 from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
@@ -126,10 +129,13 @@ class OnnxBackend(Backend):
         declared: Declared | None = None,
         profile: Path | None = None,
         provider_options: Mapping[str, Mapping[str, str]] | None = None,
+        device_frames: bool | None = None,
     ) -> None:
         """``profile``: a folder where onnxruntime writes each session's per-operator profile
         (``streamer bench profile``); :meth:`end_profiling` closes them. ``provider_options``: by
-        provider name, the options onnxruntime passes it (TensorRT's fp16 and engine cache, say)."""
+        provider name, the options onnxruntime passes it (TensorRT's fp16 and engine cache, say).
+        ``device_frames``: a window model's frames kept on the device (:mod:`.device_frames`); None: on
+        a GPU provider."""
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(
@@ -180,6 +186,30 @@ class OnnxBackend(Backend):
         self._info = dataclasses.replace(
             self._info, activation_bytes_per_pixel=card_bytes_per_pixel(self.path)
         )
+        self._device: DeviceFrames | None = None
+        wanted = device_frames if device_frames is not None else device_of(self._info.provider) != "cpu"
+        if wanted and (self._info.state or self._info.streaming):
+            if device_frames:
+                raise ConfigError(
+                    f"model {self._info.name} is {'recurrent' if self._info.state else 'a streaming model'}: "
+                    "model.device_frames is for window models; remove it"
+                )
+        elif wanted and graph_tools_missing():
+            if device_frames:
+                raise ConfigError(
+                    "model.device_frames needs the onnx package to make the window graph; install it "
+                    "(pip install onnx) or remove the setting"
+                )
+            logger.warning(
+                "model %s: frames stay on the host (windows uploaded whole): keeping them on the device "
+                "needs the onnx package, which is not installed",
+                self._info.name,
+            )
+        elif wanted:
+            self._device = DeviceFrames(
+                self.path, self._info, options("device"), requested, provider_options or {}
+            )
+            self._info = dataclasses.replace(self._info, device_frames=True)
         logger.info(
             "model %s runs on %s (asked for %s)", self._info.name, self._info.provider, ", ".join(requested)
         )
@@ -204,6 +234,40 @@ class OnnxBackend(Backend):
             targets = frames[self._info.output_position.slot(t) :: t]
             return self.fuse(windows, targets).transpose(0, 3, 1, 2)
         return self._run(batch, self.initial_state(b, h, w))[0]
+
+    def enhance_cached(
+        self,
+        window: Hyperframe,
+        run: int,
+        cache: FeatureCache[FrameFeatures],
+        crop: tuple[int, int, int, int] | None = None,
+        guard: contextlib.AbstractContextManager[object] | None = None,
+        tiles: tuple[int, int] | None = None,
+    ) -> Pixels:
+        """With frames on the device, the cache holds each frame's device copy instead of feature maps."""
+        device = self._device
+        if device is None or tiles is not None:
+            return super().enhance_cached(window, run, cache, crop, guard, tiles)
+        frames = {f.index: f for f in window.frames}
+        with guard if guard is not None else contextlib.nullcontext():
+            for index in cache.missing(frames, run):
+                # The cache is the stream's and holds what its model makes per frame: here, device frames.
+                uploaded = device.upload(self._pad_frames(frames[index].pixels[None])[0])
+                cache.put(index, run, cast(FrameFeatures, (uploaded,)))
+            values = [cast(ort.OrtValue, cache.get(i)[0]) for i in window.indices]
+        target, s = window.target_frame, self._info.scale
+        out = device.run(values)
+        top, bottom, left, right = crop if crop is not None else (0, target.height, 0, target.width)
+        return np.ascontiguousarray(out[top * s : bottom * s, left * s : right * s])
+
+    @property
+    def device_frames(self) -> DeviceFrames | None:
+        """The window graph on frames kept on the device, where this backend has one."""
+        return self._device
+
+    def transfers(self) -> Transfers | None:
+        """Bytes to and from the device of a model with frames kept there; None otherwise."""
+        return None if self._device is None else self._device.transfers()
 
     def encode(self, frames: npt.NDArray[np.uint8]) -> list[FrameFeatures]:
         encoder = self._encoder

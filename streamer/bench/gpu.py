@@ -5,9 +5,12 @@ window, and for each provider, precision, frame size and batch, two speeds of th
 
 - ``device``: the window already in device memory (IO binding) and the output left there: the model's
   own speed, the ceiling for a path that uploads each frame once and keeps windows on the device;
-- ``host``: today's path, ``OnnxBackend.infer``: a float32 window of T frames built on the host, copied
-  up, the float32 output copied down and rounded to uint8, with the host CPU time and the bytes over
-  PCIe that each output frame costs.
+- ``host``: ``OnnxBackend.infer``: a window of T frames built on the host (float32, or uint8 where the
+  normalisation is folded in), copied up, the output copied down, with the host CPU time and the bytes
+  over PCIe that each output frame costs;
+- ``frames``: the runtime's path on a GPU (``model.device_frames``, batch 1): per output frame one new
+  uint8 frame uploaded into the device-side ring of the last T, the window made inside the graph, one
+  uint8 frame downloaded (``streamer.backend.device_frames``).
 
 fp16 is the fp32 file converted here by onnxruntime's own converter (float32 inputs and outputs kept),
 so both precisions feed alike. How many 1080p30 streams one GPU holds is read off the best batch of
@@ -62,7 +65,8 @@ class Speed:
     size: str
     batch: int
     path: str
-    """``device`` (IO binding, nothing crosses PCIe) or ``host`` (``OnnxBackend.infer``)."""
+    """``device`` (IO binding, nothing crosses PCIe), ``host`` (``OnnxBackend.infer``) or ``frames``
+    (frames uploaded once into a device-side ring, one frame down)."""
     fps: float | None
     """Output frames per second at the median batch time; None where the row failed (``error``)."""
     batch_ms: float | None
@@ -213,6 +217,23 @@ def _speed_row(
 
             median, cpu, runs = _timed(once, batch, seconds, 3)
             moved = 0
+        elif path == "frames":
+            device = backend.device_frames
+            if device is None:
+                return _failed(provider, variant, size, batch, path, "no device frames for this model")
+            frames = np.ascontiguousarray(
+                pattern_window(1, info.t + 1, width, height, seed=0)[0].transpose(0, 2, 3, 1)
+            )
+            ring = [device.upload(f) for f in frames[: info.t]]
+            fresh = iter(range(10**12))
+
+            def step() -> None:
+                ring.append(device.upload(frames[next(fresh) % len(frames)]))
+                del ring[0]
+                device.run(ring)
+
+            median, cpu, runs = _timed(step, 1, seconds, 3)
+            moved = 0 if provider == CPU else 3 * height * width * (1 + info.scale**2)
         else:
             median, cpu, runs = _timed(lambda: backend.infer(window), batch, seconds, 3)
             up = backend.model_input(window[:1]).nbytes
@@ -324,6 +345,7 @@ def run_gpu_bench(
         any_gpu = any(p in GPU_PROVIDERS for p in loaded)
         reference = OnnxBackend(model, providers=[CPU])
         files = _variant_files(model, reference.info.value_range, variants, cache, skipped)
+        windows = not reference.info.state and not reference.info.streaming  # the ring is for window models
         for provider in loaded:
             chosen = variants
             rows = [(s, b) for s in sizes for b in batches]
@@ -342,17 +364,21 @@ def run_gpu_bench(
                 options = _provider_options(provider, precision, cache)
                 if provider == CUDA and cuda_options:
                     options[CUDA] = dict(cuda_options)
-                backend = OnnxBackend(file, providers=_chain(provider), provider_options=options)
+                backend = OnnxBackend(
+                    file, providers=_chain(provider), provider_options=options, device_frames=windows
+                )
                 if provider != CPU:
                     parity.append(_parity(backend, reference, provider, variant))
                     progress(f"parity {provider} {variant}: {parity[-1].max_levels} levels at most")
-                paths = ["device", "host"]
+                paths = ["device", "host", "frames"]
                 if provider == CUDA and (cuda_options or {}).get("enable_cuda_graph") == "1":
                     paths = ["device"]
                     note = "host path with enable_cuda_graph=1: not run (CUDA graphs need IO binding)"
                     skipped.extend([note] if note not in skipped else [])
                 for size, batch in rows:
                     for path in paths:
+                        if path == "frames" and (batch != 1 or backend.device_frames is None):
+                            continue  # the ring runs one window per call
                         if time.perf_counter() - begun > budget_s:
                             speeds.append(
                                 _failed(provider, variant, size, batch, path, "skipped: time budget spent")

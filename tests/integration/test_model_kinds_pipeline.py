@@ -83,9 +83,14 @@ def _run(
     ],
 )
 @pytest.mark.parametrize("declared", [False, True], ids=["metadata", "config"])
-def test_each_kind_runs_end_to_end(clip: Path, tmp_path: Path, kind: dict[str, Any], declared: bool) -> None:
+@pytest.mark.parametrize("device_frames", [False, True], ids=["host-windows", "device-frames"])
+def test_each_kind_runs_end_to_end(
+    clip: Path, tmp_path: Path, kind: dict[str, Any], declared: bool, device_frames: bool
+) -> None:
+    """Device frames: the window made in the graph (``streamer.layout.to_model_nodes``) on the CPU
+    provider, each frame uploaded once, must give the very same frames as the host-made window."""
     path = kind_model(tmp_path / "model.onnx", metadata=not declared, **kind)
-    model: dict[str, Any] = {"path": str(path)}
+    model: dict[str, Any] = {"path": str(path), "device_frames": device_frames}
     if declared:
         model |= {
             "layout": kind["layout"],

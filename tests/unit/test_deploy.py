@@ -311,7 +311,9 @@ def test_image_installs_the_package_without_its_declared_dependencies(image: str
         args[args.index("-r") + 1] for args in _pip_installs(DOCKERFILES[image]) if "-r" in args
     ]
     assert requirement_files == ["/tmp/requirements-runtime.txt"]
-    assert not _installed_names(DOCKERFILES[image]) & {"torch", "onnx", "scikit-video", "streamer"}
+    # onnx only where frames stay on the GPU (model.device_frames makes its window graph with it)
+    left_out = {"torch", "scikit-video", "streamer"} | ({"onnx"} if image != "cuda" else set())
+    assert not _installed_names(DOCKERFILES[image]) & left_out
     for args in _pip_installs(DOCKERFILES[image]):
         named = [a for a in args if not a.startswith("-") and not a.endswith((".whl", ".txt"))]
         assert all("==" in a for a in named), f"unpinned: {named}"

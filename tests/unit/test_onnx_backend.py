@@ -351,7 +351,14 @@ def test_the_cpu_provider_runs_two_calls_at_once_with_the_cores_split_unless_tol
     made: list[tuple[int, int | None]] = []
 
     def record(
-        path: Path, *, providers: object, threads: int | None, spin: bool, workers: int, declared: object
+        path: Path,
+        *,
+        providers: object,
+        threads: int | None,
+        spin: bool,
+        workers: int,
+        declared: object,
+        device_frames: object,
     ) -> str:
         made.append((workers, threads))
         return "backend"

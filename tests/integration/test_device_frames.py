@@ -1,0 +1,89 @@
+"""A window model with its frames kept on the device (``model.device_frames``), on the CPU provider.
+
+The path a GPU takes (each frame uploaded once through an OrtValue, the window made inside the graph,
+IO binding, one uint8 frame down) runs here on the CPU provider, where device memory is host memory:
+the shipped conv3d_t5 through the whole file pipeline must give the host path's frames (within one
+level: the folded graph rounds in float32 where the host rounds in numpy) while handing onnxruntime one
+frame per output frame instead of a window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamer.app import build_pipeline
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.config import load_config
+from streamer.errors import ConfigError
+from streamer.frame import Frame
+from streamer.pipeline import Outcome, PipelineReport
+from tests.onnx_models import ema_model
+
+FRAMES = 24
+WIDTH, HEIGHT = 160, 96
+
+
+def run(tmp_path: Path, device_frames: bool) -> tuple[PipelineReport, list[Frame], OnnxBackend]:
+    config = load_config(
+        None,
+        {
+            "source": {
+                "kind": "synthetic",
+                "frames": FRAMES,
+                "width": WIDTH,
+                "height": HEIGHT,
+                "noise_sigma": 20.0,
+            },
+            "sink": {"kind": "file", "path": str(tmp_path / f"out-{device_frames}.mp4")},
+            "model.device_frames": device_frames,
+            "gate.enabled": False,
+        },
+    )
+    sent: list[Frame] = []
+    pipeline = build_pipeline(config, on_output=lambda source, frame, outcome: sent.append(frame))
+    report = asyncio.run(pipeline.run())
+    backend = pipeline.backend
+    assert isinstance(backend, OnnxBackend)
+    return report, sent, backend
+
+
+def test_the_default_model_on_device_frames_matches_the_host_path_with_one_frame_each_way(
+    tmp_path: Path,
+) -> None:
+    host_report, host, host_backend = run(tmp_path, device_frames=False)
+    report, device, backend = run(tmp_path, device_frames=True)
+    assert host_backend.transfers() is None
+    assert report.frames_out == host_report.frames_out == FRAMES
+    assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
+    worst = max(
+        int(np.abs(a.pixels.astype(np.int16) - b.pixels.astype(np.int16)).max())
+        for a, b in zip(host, device, strict=True)
+    )
+    assert worst <= 1
+    moved = backend.transfers()
+    assert moved is not None
+    frame_bytes = WIDTH * HEIGHT * 3
+    # each source frame went up once (every window it belongs to reads the device copy), uint8
+    assert (moved.uploads, moved.uploaded_bytes) == (FRAMES, FRAMES * frame_bytes)
+    # and each output frame came down once, uint8
+    assert (moved.downloads, moved.downloaded_bytes) == (FRAMES, FRAMES * frame_bytes)
+
+
+def test_device_frames_asked_for_a_recurrent_model_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model\.device_frames is for window models"):
+        OnnxBackend(ema_model(tmp_path / "ema.onnx"), device_frames=True)
+
+
+def test_without_the_onnx_package_asking_for_device_frames_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import streamer.backend.onnx as onnx_backend
+
+    monkeypatch.setattr(onnx_backend, "graph_tools_missing", lambda: True)  # as in the CPU image
+    with pytest.raises(ConfigError, match=r"needs the onnx package .*\(pip install onnx\)"):
+        OnnxBackend(DEFAULT_MODEL, device_frames=True)
