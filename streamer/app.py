@@ -237,6 +237,7 @@ def build_backend(model: ModelConfig) -> Backend:
         workers=workers,
         declared=model.declared(),
         device_frames=model.device_frames,
+        provider_options={"TensorrtExecutionProvider": model.tensorrt.provider_options()},
     )
 
 
@@ -298,6 +299,7 @@ def build_stream(
         tile=stream.model.tile,
         tile_overlap=stream.model.tile_overlap,
         keepalive=stream.keepalive.build if stream.keepalive.enabled else None,
+        warm_up=stream.model.warm_up,
     )
     for whep in _wheps(sink):
         whep.server.declare_figures(whep.stream_id, _figures_of(stream.id, pipeline))

@@ -268,6 +268,30 @@ _MAX_PAD_MULTIPLE = 16
 """The largest pad multiple a model here declares is 4; tiles keep room for any up to this."""
 
 
+class TensorRtConfig(_Strict):
+    """What the TensorRT provider is given when it runs the model (``providers`` auto or listing it)."""
+
+    fp16: bool = True
+    """Let TensorRT build fp16 engines from the fp32 file (its accuracy checked by ``streamer bench gpu``'s
+    parity row for fp16)."""
+    cache_dir: Path | None = None
+    """Where TensorRT keeps built engines and its timing cache, so a restart loads them instead of
+    building again (minutes for a large model); None: every start builds. The config file's only: a
+    stream added through the control API may not set it."""
+
+    def provider_options(self) -> dict[str, str]:
+        options = {"trt_fp16_enable": "1" if self.fp16 else "0"}
+        if self.cache_dir is not None:
+            cache = str(self.cache_dir)
+            options |= {
+                "trt_engine_cache_enable": "1",
+                "trt_engine_cache_path": cache,
+                "trt_timing_cache_enable": "1",
+                "trt_timing_cache_path": cache,
+            }
+        return options
+
+
 class ModelConfig(_Strict):
     path: Literal["auto"] | Path | None = None
     """None: the model shipped inside the package. ``auto``: once the source has opened, the shipped
@@ -290,6 +314,12 @@ class ModelConfig(_Strict):
     windows there, so one frame goes up and one comes down per output frame rather than a whole window
     (``streamer.backend.device_frames``). None: on for GPU providers (CUDA, TensorRT), off on the CPU's,
     where it saves nothing. Recurrent and streaming models keep their own paths."""
+    tensorrt: TensorRtConfig = Field(default_factory=TensorRtConfig)
+    warm_up: bool | None = None
+    """Run the model once at a stream's frame size when its source opens, before the first live frame,
+    and log how long it took: a GPU provider's first call at a size searches cuDNN's algorithms or
+    builds a TensorRT engine (seconds), which would otherwise fall on live frames. None: on for GPU
+    providers, off on the CPU's."""
     tile: int | None = Field(None, ge=64, le=16384)
     """Frames with a side longer than this are enhanced in overlapping tiles of about this size, so a
     large camera's activations stay bounded (window and streaming models); None: whole frames."""

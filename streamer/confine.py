@@ -57,6 +57,12 @@ class ApiPolicy:
                     f"{cores} (or null)"
                 )
         asked_model = given.get("model")
+        asked_trt = asked_model.get("tensorrt") if isinstance(asked_model, dict) else None
+        if isinstance(asked_trt, dict) and asked_trt.get("cache_dir") is not None:
+            raise AccessError(
+                "model.tensorrt.cache_dir writes engine files where it points: only the config file may set "
+                "it; leave it out of the request"
+            )
         path = stream.model.path
         if isinstance(path, Path) and isinstance(asked_model, dict) and "path" in asked_model:
             self._regular_file("model.path", path, self.model_roots, "http.model_roots")

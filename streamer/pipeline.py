@@ -178,6 +178,7 @@ class Pipeline:
         tile: int | None = None,
         tile_overlap: int = 32,
         keepalive: Callable[[float], KeepAlive] | None = None,
+        warm_up: bool | None = None,
     ) -> None:
         self.source = source
         self.sink = sink
@@ -191,6 +192,7 @@ class Pipeline:
         self._fit(backend)
         self._on_open = on_open
         self._on_resize = on_resize
+        self._warm_up = warm_up
         self._keepalive_for = keepalive if sink.live else None
         self.keepalive: KeepAlive | None = None
         """Made once the source's frame rate is known, for a live sink; None otherwise."""
@@ -418,6 +420,7 @@ class Pipeline:
                 if chosen is not None:
                     await self._switch(*chosen)
                 self.opened = True  # a model probe reads as connecting, not as a stall
+            await self._warmed(info)
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._ingest(info), name=f"ingest-{stream}")
                 group.create_task(self._infer(), name=f"infer-{stream}")
@@ -440,6 +443,28 @@ class Pipeline:
             raise type(failed)(
                 f"{failed} ({self._frames_out} frames delivered before it were written)"
             ) from failed
+
+    async def _warmed(self, info: StreamInfo) -> None:
+        """The model run once at the stream's size (a tile's, for frames it tiles), in a worker thread,
+        where ``warm_up`` says so (None: on GPU providers)."""
+        backend = self.backend
+        wanted = self._warm_up if self._warm_up is not None else not backend.info.on_cpu
+        if not wanted:
+            return
+        width, height = info.width, info.height
+        if self.tile is not None and max(width, height) > self.tile and not backend.info.state:
+            width, height = min(width, self.tile), min(height, self.tile)
+        started = time.monotonic()
+        await asyncio.to_thread(backend.warm_up, width, height)
+        log.info(
+            "stream %s: model %s warmed up at %dx%d on %s in %.0f ms",
+            self.source.stream_id,
+            backend.info.name,
+            width,
+            height,
+            backend.info.provider,
+            1000 * (time.monotonic() - started),
+        )
 
     async def _ingest(self, info: StreamInfo) -> None:
         size = (info.width, info.height)

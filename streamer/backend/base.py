@@ -143,6 +143,10 @@ class ModelInfo:
     def streaming(self) -> bool:
         return bool(self.features)
 
+    @property
+    def on_cpu(self) -> bool:
+        return self.provider == "CPUExecutionProvider"
+
 
 class Backend(abc.ABC):
     """Enhances batches of hyperframes; one instance may serve several streams."""
@@ -166,6 +170,15 @@ class Backend(abc.ABC):
     def initial_state(self, batch: int, height: int, width: int) -> State:
         """The zero state for ``batch`` streams of frames H x W; () for stateless models."""
         return ()
+
+    def warm_up(self, width: int, height: int) -> None:
+        """One call at this frame size on the path live frames take, so the first of them does not wait
+        for the runtime's lazy work (cuDNN's algorithm search, TensorRT's engine build: seconds)."""
+        window = np.zeros((1, self.info.t, 3, height, width), np.uint8)
+        if self.info.state:
+            self.step(window, self.initial_state(1, height, width))
+        else:
+            self.infer(window)
 
     def step(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
         """Like ``infer``, carrying a recurrent model's state: returns the frames and the next state."""

@@ -260,6 +260,15 @@ class OnnxBackend(Backend):
         top, bottom, left, right = crop if crop is not None else (0, target.height, 0, target.width)
         return np.ascontiguousarray(out[top * s : bottom * s, left * s : right * s])
 
+    def warm_up(self, width: int, height: int) -> None:
+        device = self._device
+        if device is None:
+            super().warm_up(width, height)
+            return
+        m = self._info.pad_multiple
+        frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
+        device.run([device.upload(frame)] * self._info.t)
+
     @property
     def device_frames(self) -> DeviceFrames | None:
         """The window graph on frames kept on the device, where this backend has one."""

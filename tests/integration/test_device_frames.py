@@ -10,6 +10,8 @@ frame per output frame instead of a window.
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,9 @@ FRAMES = 24
 WIDTH, HEIGHT = 160, 96
 
 
-def run(tmp_path: Path, device_frames: bool) -> tuple[PipelineReport, list[Frame], OnnxBackend]:
+def run(
+    tmp_path: Path, device_frames: bool, warm_up: bool = False
+) -> tuple[PipelineReport, list[Frame], OnnxBackend]:
     config = load_config(
         None,
         {
@@ -41,6 +45,7 @@ def run(tmp_path: Path, device_frames: bool) -> tuple[PipelineReport, list[Frame
             },
             "sink": {"kind": "file", "path": str(tmp_path / f"out-{device_frames}.mp4")},
             "model.device_frames": device_frames,
+            "model.warm_up": warm_up,
             "gate.enabled": False,
         },
     )
@@ -87,3 +92,21 @@ def test_without_the_onnx_package_asking_for_device_frames_says_what_to_install(
     monkeypatch.setattr(onnx_backend, "graph_tools_missing", lambda: True)  # as in the CPU image
     with pytest.raises(ConfigError, match=r"needs the onnx package .*\(pip install onnx\)"):
         OnnxBackend(DEFAULT_MODEL, device_frames=True)
+
+
+def test_warm_up_runs_the_device_path_once_before_the_first_frame_and_says_how_long(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="streamer.pipeline")
+    _, plain, _ = run(tmp_path, device_frames=True)
+    report, warmed, backend = run(tmp_path, device_frames=True, warm_up=True)
+    said = [r.getMessage() for r in caplog.records if "warmed up" in r.getMessage()]
+    assert len(said) == 1
+    assert re.fullmatch(
+        r"stream 0: model conv3d_t5 warmed up at 160x96 on CPUExecutionProvider in \d+ ms", said[0]
+    )
+    moved = backend.transfers()
+    assert moved is not None
+    assert moved.uploads == FRAMES + 1  # one zero frame, T times in its window
+    assert report.frames_out == FRAMES
+    assert all(np.array_equal(a.pixels, b.pixels) for a, b in zip(plain, warmed, strict=True))

@@ -283,3 +283,17 @@ def test_sinks_take_each_output_and_name_the_stream_by_its_whep_output() -> None
     (stream,) = config.stream_configs()
     assert [s.kind for s in stream.outputs()] == ["rtsp", "whep", "null"]
     assert (stream.id, config.uses_webrtc) == ("lobby", True)
+
+
+def test_tensorrt_options_are_the_providers_own_names() -> None:
+    from streamer.config import TensorRtConfig
+
+    assert TensorRtConfig().provider_options() == {"trt_fp16_enable": "1"}
+    cached = TensorRtConfig(fp16=False, cache_dir=Path("/var/cache/trt")).provider_options()
+    assert cached == {
+        "trt_fp16_enable": "0",
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": "/var/cache/trt",
+        "trt_timing_cache_enable": "1",
+        "trt_timing_cache_path": "/var/cache/trt",
+    }
