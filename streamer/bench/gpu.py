@@ -76,6 +76,8 @@ class Speed:
     """Bytes up and down per output frame: the input window and the output, as the path sends them."""
     runs: int
     error: str | None = None
+    first_ms: float | None = None
+    """The first call at this size and batch: the lazy work (algorithm search, allocations) included."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +160,13 @@ def half_precision(model: Path, folder: Path) -> Path:
 
 def _timed(
     once: Callable[[], object], frames: int, seconds: float, min_runs: int
-) -> tuple[float, float, int]:
-    """Median seconds per call and CPU seconds per frame, after two warm-up calls (cuDNN's algorithm
-    search and the arena's first allocations happen there)."""
+) -> tuple[float, float, int, float]:
+    """Median seconds per call, CPU seconds per frame, runs, and the first call's seconds, after two
+    warm-up calls (cuDNN's algorithm search and the arena's first allocations happen there: what
+    ``model.warm_up`` takes off the first live frame)."""
+    t0 = time.perf_counter()
     once()
+    first = time.perf_counter() - t0
     once()
     times: list[float] = []
     cpu0 = time.process_time()
@@ -171,7 +176,7 @@ def _timed(
         once()
         times.append(time.perf_counter() - t0)
     cpu = time.process_time() - cpu0
-    return statistics.median(times), cpu / (len(times) * frames), len(times)
+    return statistics.median(times), cpu / (len(times) * frames), len(times), first
 
 
 def _device_kind(provider: str) -> str:
@@ -215,7 +220,7 @@ def _speed_row(
                 # a replayed CUDA graph returns before the GPU is done: wait for it, or the time is a lie
                 binding.synchronize_outputs()
 
-            median, cpu, runs = _timed(once, batch, seconds, 3)
+            median, cpu, runs, first = _timed(once, batch, seconds, 3)
             moved = 0
         elif path == "frames":
             device = backend.device_frames
@@ -232,19 +237,29 @@ def _speed_row(
                 del ring[0]
                 device.run(ring)
 
-            median, cpu, runs = _timed(step, 1, seconds, 3)
+            median, cpu, runs, first = _timed(step, 1, seconds, 3)
             moved = 0 if provider == CPU else 3 * height * width * (1 + info.scale**2)
         else:
-            median, cpu, runs = _timed(lambda: backend.infer(window), batch, seconds, 3)
+            median, cpu, runs, first = _timed(lambda: backend.infer(window), batch, seconds, 3)
             up = backend.model_input(window[:1]).nbytes
             down = 3 * height * width * info.scale**2 * (1 if info.uint8_output else 4)
             moved = 0 if provider == CPU else up + down
     except Exception as err:  # a row that fails (out of device memory, say) is reported, the rest run
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return _failed(provider, variant, size, batch, path, first)
+        line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return _failed(provider, variant, size, batch, path, line)
     fps = batch / median
     return Speed(
-        provider, *variant, f"{width}x{height}", batch, path, fps, median * 1000, cpu * 1000, moved, runs
+        provider,
+        *variant,
+        f"{width}x{height}",
+        batch,
+        path,
+        fps,
+        median * 1000,
+        cpu * 1000,
+        moved,
+        runs,
+        first_ms=first * 1000,
     )
 
 
@@ -468,6 +483,7 @@ def format_report(report: GpuReport) -> tuple[str, str]:
         "CPU ms/frame",
         "PCIe MB/frame",
         "runs",
+        "first call ms",
     )
     lines = [" | ".join(columns)]
     md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -485,6 +501,7 @@ def format_report(report: GpuReport) -> tuple[str, str]:
             _cell(s.host_cpu_ms, 2),
             f"{s.pcie_bytes / 1e6:.1f}",
             str(s.runs),
+            _cell(s.first_ms, 0),
         ]
         if s.error:
             cells[6] = f"({s.error})"
