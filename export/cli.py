@@ -21,7 +21,7 @@ from streamer.errors import ConfigError, ModelError, StreamerError
 
 __all__ = ["main", "parse_model_args", "register"]
 
-_ARCHS = ("temporal_filter", "conv3d", "convgru", "streaming")
+_ARCHS = ("temporal_filter", "conv3d", "convgru", "convlstm", "streaming")
 """The registry's names, repeated here so listing them needs no torch; a test keeps the two equal."""
 
 _EXPORT_EXTRA = {"torch": "torch", "cv2": "opencv-python-headless", "skimage": "scikit-image"}

@@ -51,6 +51,7 @@ from export.contract import (
     state_json,
     state_shape,
 )
+from export.objective import count_macs
 from export.probe import check_slots
 from streamer.backend.base import ChannelOrder, Layout
 from streamer.core.windower import OutputPosition
@@ -629,32 +630,6 @@ def _to_fp16(
     error = _max_error(session.run(None, _feeds(contract, inputs)), _run_torch(module, inputs), span, "fp16")
     _check_tolerance(f"{name} (fp16)", "random inputs", error, FP16_TOLERANCE, (tuple(inputs[0].shape),))
     return data, error
-
-
-def count_macs(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
-    """Multiply-accumulates of the convolutions and linear layers in one forward call on ``inputs``."""
-    total = 0
-
-    def hook(m: nn.Module, _args: Any, out: torch.Tensor) -> None:
-        nonlocal total
-        if isinstance(m, nn.Conv2d | nn.Conv3d):
-            per_output = m.in_channels // m.groups * int(np.prod(m.kernel_size))
-            total += out.numel() * per_output
-        elif isinstance(m, nn.Linear):
-            total += out.numel() * m.in_features
-
-    handles = [
-        m.register_forward_hook(hook)
-        for m in module.modules()
-        if isinstance(m, nn.Conv2d | nn.Conv3d | nn.Linear)
-    ]
-    try:
-        with torch.no_grad():
-            module(*inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return total
 
 
 def benchmark_cpu(
