@@ -330,8 +330,9 @@ def _run_export(args: argparse.Namespace) -> int:
             ),
             "history": payload.get("history", []),
         }
-        # export.gpu_train's checkpoints also say which trainer, on what, and from which data.
-        card["training"] |= {k: payload[k] for k in ("trainer", "device", "data") if k in payload}
+        # export.gpu_train's checkpoints also say which trainer, on what, from which data, how degraded.
+        keys = ("trainer", "device", "data", "degradation")
+        card["training"] |= {k: payload[k] for k in keys if k in payload}
     else:
         if args.arch is not None:
             module = build(args.arch, **_model_kwargs(args))

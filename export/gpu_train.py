@@ -41,7 +41,7 @@ from export.checkpoint import CHECKPOINT, FORMAT, save_checkpoint
 from export.cli import parse_model_args
 from export.datapack import DataPack, load_pack
 from export.objective import LOSSES, count_macs, enhance_clip, is_recurrent, psnr, training_loss, zero_states
-from export.sequences import Motion, SequenceSampler
+from export.sequences import DEGRADATION, Motion, SequenceSampler
 from streamer.errors import ConfigError, StreamerError
 from streamer.models.registry import build
 
@@ -330,6 +330,7 @@ class _Recorder:
             "trainer": "export.gpu_train",
             "device": self.curve["device"],
             "data": self.pack.description,
+            "degradation": DEGRADATION,
         }
         save_checkpoint(self.out / CHECKPOINT, payload)
         (self.out / CURVE).write_text(json.dumps(self.curve, indent=2) + "\n")

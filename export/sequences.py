@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: N812
 from export.datapack import DataPack
 from streamer.errors import ConfigError
 
-__all__ = ["Motion", "Noise", "SequenceSampler"]
+__all__ = ["DEGRADATION", "Motion", "Noise", "SequenceSampler"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,13 @@ class Noise:
     sigma: torch.Tensor
     peak: torch.Tensor
 
+
+DEGRADATION = (
+    "per sequence: Gaussian read noise of sigma 5..50 (0..255 units; 80% of sequences) or Poisson shot "
+    "noise of 10..200 photo-electrons at white plus read noise of sigma 0..5 (20%), rounded to 8 bits; "
+    "no H.264 (export.data's CPU training has it, the device has no encoder)"
+)
+"""What ``degrade`` does, in words: recorded in checkpoints and model cards."""
 
 _SIGMA_RANGE = (5.0, 50.0)
 _POISSON = 0.2

@@ -153,6 +153,7 @@ def test_a_cpu_smoke_run_learns_and_writes_a_checkpoint_streamer_export_reads(
     card = json.loads(out.with_suffix(".json").read_text())
     assert card["training"]["step"] == 60
     assert card["training"]["trainer"] == "export.gpu_train"
+    assert "no H.264" in card["training"]["degradation"]
     assert card["training"]["validation_data"].startswith(f"pan over the held-out {HELDOUT_PHOTO!r}")
     assert card["parity_sequence"]["steps"] == 16
     assert card["parity_sequence"]["max_abs_error"] <= 1e-4
