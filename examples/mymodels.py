@@ -1,7 +1,9 @@
-"""Two small PyTorch models that declare nothing, as a user's own would be; examples/README.md exports
-and runs each. Untrained: they show the contract, not quality."""
+"""Three small PyTorch models that declare nothing, as a user's own would be (a window model, a per-frame
+one, a recurrent one); examples/README.md exports and runs each. Untrained: they show the contract, not
+quality."""
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 
@@ -39,3 +41,25 @@ def make_denoiser(width: int = 16) -> nn.Module:
 
 def make_levels_denoiser(width: int = 16) -> nn.Module:
     return LevelsDenoiser(width)
+
+
+class RecurrentDenoiser(nn.Module):
+    """Causal and recurrent: the newest frame (B, 1, 3, H, W) in 0..1 and a memory (B, width, H/2, W/2)
+    -> the frame enhanced and the memory for the next call. H and W must be even (--pad-multiple 2)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.encode = nn.Conv2d(3, width, 3, stride=2, padding=1)
+        self.update = nn.Conv2d(2 * width, width, 3, padding=1)
+        self.decode = nn.Conv2d(width, 12, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        frame = x[:, 0]
+        features = torch.relu(self.encode(frame))
+        memory = torch.tanh(self.update(torch.cat([features, memory], dim=1)))
+        enhanced: torch.Tensor = frame + F.pixel_shuffle(self.decode(memory), 2)
+        return enhanced, memory
+
+
+def make_recurrent_denoiser(width: int = 8) -> nn.Module:
+    return RecurrentDenoiser(width)

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from streamer.backend.base import ChannelOrder, Layout
+from streamer.backend.base import ChannelOrder, Layout, StateSpec
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
 
 __all__ = ["main", "parse_model_args", "register"]
 
-_ARCHS = ("temporal_filter", "conv3d", "convgru", "streaming")
+_ARCHS = ("temporal_filter", "conv3d", "convgru", "convlstm", "streaming")
 """The registry's names, repeated here so listing them needs no torch; a test keeps the two equal."""
 
 _EXPORT_EXTRA = {"torch": "torch", "cv2": "opencv-python-headless", "skimage": "scikit-image"}
@@ -205,6 +205,14 @@ def _add_export(subparsers: Any) -> None:
     declare.add_argument(
         "--scale", type=int, help="output size / input size: 2 or 4 for super-resolution (default: 1)"
     )
+    declare.add_argument(
+        "--state",
+        action="append",
+        metavar="NAME:CHANNELS:SCALE",
+        help="a recurrent model's state, repeatable, in the order forward takes them after the frames: "
+        "input NAME, output NAME_next, (B, CHANNELS, H/SCALE, W/SCALE) float32, zeros at a stream's start "
+        "(the module's state_specs, for a module without them)",
+    )
     p.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
     p.add_argument("--name", help="model name in the metadata and card (default: the file's stem)")
     p.add_argument("--description", default="", help="one paragraph for the model card")
@@ -315,12 +323,16 @@ def _run_export(args: argparse.Namespace) -> int:
             "threads": payload.get("threads"),
             "config": payload["train_config"],
             "final_validation": payload.get("validation"),
-            "validation_data": (
+            "validation_data": payload.get("validation_data")
+            or (
                 f"pan over the held-out 'chelsea' photo, {payload['train_config'].get('val_frames')} frames "
                 f"128x192, Gaussian noise sigma 15 and 25"
             ),
             "history": payload.get("history", []),
         }
+        # export.gpu_train's checkpoints also say which trainer, on what, from which data, how degraded.
+        keys = ("trainer", "device", "data", "degradation")
+        card["training"] |= {k: payload[k] for k in keys if k in payload}
     else:
         if args.arch is not None:
             module = build(args.arch, **_model_kwargs(args))
@@ -367,6 +379,8 @@ def _run_export(args: argparse.Namespace) -> int:
     )
     real = report.parity_real_max_abs_error
     parity = f"{report.parity_max_abs_error:.2g} random, {'n/a' if real is None else f'{real:.2g}'} real"
+    if report.parity_sequence_max_abs_error is not None:
+        parity += f", {report.parity_sequence_max_abs_error:.2g} over {report.parity_sequence_steps} steps"
     print(f"wrote {report.path} ({report.size_bytes} bytes; parity max abs error {parity})")
     if report.fp16_path is not None:
         print(f"wrote {report.fp16_path} (fp16, max abs error {report.fp16_max_abs_error:.2g})")
@@ -454,7 +468,7 @@ def _export_streaming(
     return 0
 
 
-_DECLARING = "--layout/--pad-multiple/--channel-order/--value-range/--uint8-input/--scale"
+_DECLARING = "--layout/--pad-multiple/--channel-order/--value-range/--uint8-input/--scale/--state"
 
 
 def _declared(args: argparse.Namespace) -> dict[str, Any]:
@@ -467,8 +481,19 @@ def _declared(args: argparse.Namespace) -> dict[str, Any]:
         "value_range": None if args.value_range is None else _value_range(args.value_range),
         "uint8_input": args.uint8_input,
         "scale": args.scale,
+        "states": None if args.state is None else tuple(_state(text) for text in args.state),
     }
     return {key: value for key, value in declared.items() if value is not None}
+
+
+def _state(text: str) -> StateSpec:
+    """``NAME:CHANNELS:SCALE`` as the state fed through input NAME and returned as output NAME_next."""
+    name, *sizes = text.split(":")
+    if name and len(sizes) == 2 and all(v.isdigit() and int(v) >= 1 for v in sizes):
+        return StateSpec(name, f"{name}_next", int(sizes[0]), int(sizes[1]))
+    raise ConfigError(
+        f"--state takes NAME:CHANNELS:SCALE with CHANNELS and SCALE >= 1 (e.g. hidden:32:4), got {text!r}"
+    )
 
 
 def _value_range(text: str) -> tuple[float, float]:

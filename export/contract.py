@@ -138,8 +138,9 @@ _FLAGS = {
     "channel_order": "--channel-order",
     "uint8_input": "--uint8-input",
     "scale": "--scale",
+    "states": "--state",
 }
-"""Each contract key's flag on ``streamer export``; ``state_specs`` has none (set it on the module)."""
+"""Each contract key's flag on ``streamer export``."""
 _ATTRIBUTES = {**{key: key for key in _FLAGS}, "scale": "scale_factor", "states": "state_specs"}
 """Contract key -> the module attribute that declares it (``scale_factor``, as ``nn.Upsample`` names it:
 a plain ``scale`` is what many modules, ``ConvGRUEnhancer`` among them, call an internal stride)."""
@@ -189,7 +190,7 @@ def describe(module: nn.Module, name: str, given: dict[str, Any]) -> Contract:
         if spec.channels < 1 or spec.scale < 1 or spec.input in (INPUT, OUTPUT):
             problems.append(
                 f"state {state_json(spec)} needs channels and scale >= 1 and names other than {INPUT!r} and "
-                f"{OUTPUT!r}; fix the module's state_specs"
+                f"{OUTPUT!r}; {_how('states')}"
             )
     contract = Contract(
         name=name,

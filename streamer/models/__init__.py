@@ -3,6 +3,7 @@ loads their ONNX files and never imports this package; tests/unit/test_runtime_i
 
 from streamer.models.conv3d import Conv3dEnhancer
 from streamer.models.convgru import ConvGRUEnhancer, StateSpec
+from streamer.models.convlstm import ConvLSTMEnhancer
 from streamer.models.registry import ARCHITECTURES, MODEL_ATTRIBUTES, architecture_of, build
 from streamer.models.streaming import StreamingEnhancer
 from streamer.models.temporal_filter import MotionAdaptiveTemporalFilter
@@ -12,6 +13,7 @@ __all__ = [
     "MODEL_ATTRIBUTES",
     "Conv3dEnhancer",
     "ConvGRUEnhancer",
+    "ConvLSTMEnhancer",
     "MotionAdaptiveTemporalFilter",
     "StateSpec",
     "StreamingEnhancer",

@@ -18,6 +18,7 @@ from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
 from streamer.models.conv3d import Conv3dEnhancer
 from streamer.models.convgru import ConvGRUEnhancer
+from streamer.models.convlstm import ConvLSTMEnhancer
 from streamer.models.streaming import StreamingEnhancer
 from streamer.models.temporal_filter import MotionAdaptiveTemporalFilter
 
@@ -27,6 +28,7 @@ ARCHITECTURES: dict[str, Callable[..., nn.Module]] = {
     "temporal_filter": MotionAdaptiveTemporalFilter,
     "conv3d": Conv3dEnhancer,
     "convgru": ConvGRUEnhancer,
+    "convlstm": ConvLSTMEnhancer,
     "streaming": StreamingEnhancer,
 }
 """Name -> factory taking the model's ``config()`` keys as keyword arguments."""

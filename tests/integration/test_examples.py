@@ -21,6 +21,14 @@ ROOT = Path(__file__).parents[2]
     [
         ("make_denoiser", ["--t", "3", "--position", "center", "--layout", "NCTHW"], [0.0, 1.0]),
         ("make_levels_denoiser", ["--layout", "NCHW", "--value-range=0,255"], [0.0, 255.0]),
+        (
+            "make_recurrent_denoiser",
+            [
+                *("--t", "1", "--position", "last", "--layout", "NTCHW"),
+                *("--pad-multiple", "2", "--state", "memory:8:2"),
+            ],
+            [0.0, 1.0],
+        ),
     ],
 )
 def test_an_example_model_exports_with_its_card_and_runs(

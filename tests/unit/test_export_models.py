@@ -12,15 +12,20 @@ import pytest
 import torch
 from torch import nn
 
+from examples.mymodels import make_recurrent_denoiser
 from export.cli import _ARCHS, main
-from export.onnx_export import PARITY_TOLERANCE, benchmark_cpu, export_onnx
+from export.objective import zero_states
+from export.onnx_export import PARITY_TOLERANCE, SEQUENCE_STEPS, benchmark_cpu, export_onnx
 from streamer.backend.base import Layout
+from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
-from streamer.models import ARCHITECTURES, Conv3dEnhancer, ConvGRUEnhancer
+from streamer.models import ARCHITECTURES, Conv3dEnhancer, ConvGRUEnhancer, ConvLSTMEnhancer
 
+ROOT = Path(__file__).resolve().parents[2]
 TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}
 TINY_GRU = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
+TINY_LSTM = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
 
 
 class TinyUserModel(nn.Module):
@@ -116,6 +121,38 @@ def test_convgru_exports_its_state_as_named_inputs_and_outputs_with_metadata(tmp
             expected, torch_state = model(torch.from_numpy(x), torch_state)
         np.testing.assert_allclose(y, expected.numpy(), atol=1e-5)
         np.testing.assert_allclose(state, torch_state.numpy(), atol=1e-5)
+
+
+def test_convlstm_exports_three_states_and_matches_pytorch_over_a_sequence_of_steps(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = ConvLSTMEnhancer(**TINY_LSTM).eval()
+    report = export_onnx(model, tmp_path / "l.onnx", name="l")
+    assert report.parity_sequence_steps == SEQUENCE_STEPS
+    assert report.parity_sequence_max_abs_error is not None
+    assert report.parity_sequence_max_abs_error <= PARITY_TOLERANCE
+    assert json.loads(_meta(report.path)["streamer.state"]) == [
+        {"input": "hidden", "output": "hidden_next", "channels": 6, "scale": 4},
+        {"input": "cell", "output": "cell_next", "channels": 6, "scale": 4},
+        {"input": "previous", "output": "previous_next", "channels": 4, "scale": 1},
+    ]
+    session = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["frames", "hidden", "cell", "previous"]
+    # The runtime's loop over a whole clip of frames that change smoothly, at an odd padded size: each
+    # side carries its own states from zeros, so an error that grew through the states would show.
+    rng = np.random.default_rng(2)
+    base = rng.uniform(0, 1, (2, 1, 3, 20, 28)).astype(np.float32)
+    frames = [
+        np.clip(base + 0.05 * rng.standard_normal(base.shape), 0, 1).astype(np.float32) for _ in range(24)
+    ]
+    ours = [s.numpy() for s in zero_states(model, torch.from_numpy(base))]
+    theirs = zero_states(model, torch.from_numpy(base))
+    for x in frames:
+        y, *ours = session.run(None, {"frames": x, "hidden": ours[0], "cell": ours[1], "previous": ours[2]})
+        with torch.no_grad():
+            expected, *theirs = model(torch.from_numpy(x), *theirs)
+        np.testing.assert_allclose(y, expected.numpy(), atol=1e-5)
+        for got, want in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
 
 
 def test_unsupported_op_error_names_the_op_and_the_module_using_it(tmp_path: Path) -> None:
@@ -236,6 +273,74 @@ def test_factory_model_with_weights_exports_from_the_cli(
     with torch.no_grad():
         expected = trained(torch.zeros(1, 3, 3, 8, 8)).numpy()
     np.testing.assert_allclose(y, expected, atol=1e-6)
+
+
+def test_a_users_recurrent_module_exports_with_state_flags_and_runs_in_the_runtime_step_by_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/export.md's recurrent example: a module that declares nothing, its state named by --state."""
+    monkeypatch.chdir(ROOT)
+    torch.manual_seed(0)
+    module = make_recurrent_denoiser().eval()
+    torch.save(module.state_dict(), tmp_path / "w.pt")  # as trained weights would be
+    out = tmp_path / "recurrent.onnx"
+    flags = ["--t", "1", "--position", "last", "--layout", "NTCHW", "--pad-multiple", "2"]
+    factory = [
+        "export",
+        "--factory",
+        "examples.mymodels:make_recurrent_denoiser",
+        "--weights",
+        str(tmp_path / "w.pt"),
+    ]
+    assert main([*factory, *flags, "--state", "memory:8:2", "--out", str(out), "--no-bench"]) == 0
+    assert json.loads(_meta(out)["streamer.state"]) == [
+        {"input": "memory", "output": "memory_next", "channels": 8, "scale": 2}
+    ]
+    card = json.loads(out.with_suffix(".json").read_text())
+    assert card["parity_sequence"]["steps"] == SEQUENCE_STEPS
+    assert card["parity_sequence"]["max_abs_error"] <= PARITY_TOLERANCE
+    backend = OnnxBackend(out)
+    # Two sizes, one odd (the runtime pads it to the multiple of 2): the state follows the frame's size.
+    for h, w in ((17, 25), (24, 40)):
+        state = backend.initial_state(1, h, w)
+        assert [s.shape for s in state] == [(1, 8, -(-h // 2), -(-w // 2))]
+        assert not state[0].any()
+        memory = torch.from_numpy(state[0])
+        frames = np.random.default_rng(h).integers(0, 256, (12, 1, 1, 3, h, w), dtype=np.uint8)
+        for batch in frames:
+            got, state = backend.step(batch, state)
+            padded = np.pad(batch, ((0, 0), (0, 0), (0, 0), (0, h % 2), (0, w % 2)), mode="reflect")
+            with torch.no_grad():
+                expected, memory = module(
+                    torch.from_numpy(padded.astype(np.float32) / np.float32(255)), memory
+                )
+            pixels = np.rint(np.clip(expected.numpy()[:, :, :h, :w] * 255, 0, 255))
+            assert np.abs(got.astype(np.int16) - pixels).max() <= 1
+            np.testing.assert_allclose(state[0], memory.numpy(), atol=1e-5)
+
+
+def test_a_recurrent_module_exported_without_its_states_is_told_how_to_declare_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    argv = [
+        "export",
+        "--factory",
+        "examples.mymodels:make_recurrent_denoiser",
+        "--t",
+        "1",
+        "--layout",
+        "NTCHW",
+    ]
+    assert main([*argv, "--out", str(tmp_path / "r.onnx"), "--no-bench"]) == 2
+    assert "declared with --state NAME:CHANNELS:SCALE (or state_specs)" in capsys.readouterr().err
+    assert main([*argv, "--state", "memory:8", "--out", str(tmp_path / "r.onnx"), "--no-bench"]) == 2
+    assert "--state takes NAME:CHANNELS:SCALE" in capsys.readouterr().err
+    # A registry model declares its own; a flag that says otherwise is refused.
+    assert (
+        main(["export", "--arch", "convgru", "--state", "state:6:4", "--out", str(tmp_path / "g.onnx")]) == 2
+    )
+    assert "was given but the module's state_specs is" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

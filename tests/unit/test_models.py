@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from export.objective import zero_states
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
@@ -13,6 +14,7 @@ from streamer.models import (
     MODEL_ATTRIBUTES,
     Conv3dEnhancer,
     ConvGRUEnhancer,
+    ConvLSTMEnhancer,
     MotionAdaptiveTemporalFilter,
     architecture_of,
     build,
@@ -20,6 +22,7 @@ from streamer.models import (
 
 TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}
 TINY_GRU = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
+TINY_LSTM = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
 
 
 def padded(v: int, m: int) -> int:
@@ -88,6 +91,67 @@ def test_untrained_convgru_is_close_to_the_identity() -> None:
     assert (out - x[:, 0]).abs().max() < 0.05
 
 
+@pytest.mark.parametrize(("h", "w"), [(16, 24), (36, 52), (4, 4)])
+def test_convlstm_carries_hidden_cell_and_the_previous_frame_in_the_declared_shapes(h: int, w: int) -> None:
+    torch.manual_seed(0)
+    model = ConvLSTMEnhancer(**TINY_LSTM).eval()
+    assert [(s.input, s.output, s.channels, s.scale) for s in model.state_specs] == [
+        ("hidden", "hidden_next", 6, 4),
+        ("cell", "cell_next", 6, 4),
+        ("previous", "previous_next", 4, 1),
+    ]
+    x = torch.rand(2, 1, 3, h, w)
+    states = zero_states(model, x)
+    quarter = (2, 6, -(-h // 4), -(-w // 4))
+    assert [tuple(s.shape) for s in states] == [quarter, quarter, (2, 4, h, w)]
+    with torch.no_grad():
+        out, *after = model(x, *states)
+        again, *_ = model(x, *after)
+    assert out.shape == (2, 3, h, w)
+    assert [s.shape for s in after] == [s.shape for s in states]
+    hidden, cell, previous = after
+    assert hidden.abs().max() > 0
+    assert cell.abs().max() > 0
+    # The previous frame is the output (clipped) and a plane of ones: "a frame was enhanced".
+    assert torch.equal(previous[:, :3], out.clamp(0, 1))
+    assert torch.equal(previous[:, 3], torch.ones(2, h, w))
+    assert not torch.equal(out, again)
+
+
+def test_untrained_convlstm_is_close_to_the_identity_and_a_reset_ignores_the_previous_pixels() -> None:
+    torch.manual_seed(0)
+    model = ConvLSTMEnhancer().eval()
+    x = torch.rand(1, 1, 3, 32, 48)
+    hidden, cell, previous = zero_states(model, x)
+    stale = previous.clone()
+    stale[:, :3] = torch.rand(1, 3, 32, 48)  # colour left in the state, but its valid plane says none
+    with torch.no_grad():
+        out, *_ = model(x, hidden, cell, previous)
+        ignored, *_ = model(x, hidden, cell, stale)
+    assert (out - x[:, 0]).abs().max() < 0.05
+    assert torch.equal(out, ignored)
+
+
+def test_convlstm_blends_in_the_previous_frame_where_there_is_one() -> None:
+    torch.manual_seed(0)
+    model = ConvLSTMEnhancer().eval()
+    x = torch.full((1, 1, 3, 16, 16), 0.2)
+    hidden, cell, _ = zero_states(model, x)
+    previous = torch.cat([torch.full((1, 3, 16, 16), 0.8), torch.ones(1, 1, 16, 16)], dim=1)
+    with torch.no_grad():
+        out, *_ = model(x, hidden, cell, previous)
+    # The untrained blend takes sigmoid(-2) of the previous frame.
+    expected = 0.2 + torch.sigmoid(torch.tensor(-2.0)) * 0.6
+    assert (out - expected).abs().max() < 0.01
+
+
+def test_convlstm_gates_start_with_a_forget_bias_of_one() -> None:
+    model = ConvLSTMEnhancer(hidden=5)
+    bias = model.gates.bias.detach()
+    assert torch.equal(bias[5:10], torch.ones(5))  # gates i, f, o, g: f is the second
+    assert not bias[:5].eq(1).all()
+
+
 @pytest.mark.parametrize("name", sorted(ARCHITECTURES))
 def test_every_architecture_exposes_what_the_exporter_reads(name: str) -> None:
     model = build(name)
@@ -108,6 +172,7 @@ def test_registry_builds_with_string_positions_and_records_them() -> None:
     assert MotionAdaptiveTemporalFilter(t=3).state_specs == ()
     assert ConvGRUEnhancer().t == 1
     assert ConvGRUEnhancer().output_position is OutputPosition.LAST
+    assert (ConvLSTMEnhancer().t, ConvLSTMEnhancer().output_position) == (1, OutputPosition.LAST)
 
 
 @pytest.mark.parametrize(

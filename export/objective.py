@@ -1,0 +1,109 @@
+"""What training optimises and how a model is measured, in plain torch: loss, PSNR, MACs, a clip's run.
+
+Both trainers use it: ``export.train`` (``streamer train``, CPU, PyAV's data) and ``export.gpu_train``
+(a data pack on a lent GPU, where PyAV, onnx and onnxruntime may be absent), and the exporter counts
+MACs with it; so it imports nothing but torch and the runtime's pure modules.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from streamer.backend.base import Layout
+
+__all__ = [
+    "LOSSES",
+    "count_macs",
+    "enhance_clip",
+    "is_recurrent",
+    "psnr",
+    "training_loss",
+    "window_input",
+    "zero_states",
+]
+
+LOSSES = ("charbonnier", "l1")
+
+
+def training_loss(kind: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Charbonnier (a smooth L1 that does not blur as L2 does) or plain L1, averaged."""
+    if kind == "l1":
+        return (output - target).abs().mean()
+    return torch.sqrt((output - target) ** 2 + 1e-6).mean()
+
+
+def psnr(output: torch.Tensor, target: torch.Tensor) -> float:
+    """PSNR in dB of outputs in [0, 1] (clipped first) against targets."""
+    mse = float(torch.mean((output.float().clamp(0.0, 1.0) - target.float()) ** 2))
+    return 10.0 * math.log10(1.0 / max(mse, 1e-12))
+
+
+def is_recurrent(module: nn.Module) -> bool:
+    """Whether ``module`` declares recurrent states (``state_specs``), which its forward takes and returns."""
+    return len(getattr(module, "state_specs", ())) > 0
+
+
+def zero_states(module: nn.Module, frames: torch.Tensor) -> list[torch.Tensor]:
+    """The runtime's start: one zero tensor per ``state_specs`` entry for frames (B, T, 3, H, W), float32."""
+    b, h, w = frames.shape[0], frames.shape[-2], frames.shape[-1]
+    specs: Any = getattr(module, "state_specs", ())
+    return [
+        torch.zeros(b, s.channels, -(-h // s.scale), -(-w // s.scale), device=frames.device) for s in specs
+    ]
+
+
+def enhance_clip(model: nn.Module, noisy: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) -> (N, 3, H, W) enhanced as the runtime runs it; H, W must fit the pad multiple.
+
+    A recurrent model runs the clip in order from zero states; a window model enhances every frame
+    from its window, edges replicated.
+    """
+    module: Any = model  # the registry's attributes (t, layout, output_position) are not nn.Module's
+    n = noisy.shape[0]
+    if is_recurrent(module):
+        states = zero_states(module, noisy[None, :1])
+        outs = []
+        for i in range(n):
+            out, *states = module(noisy[None, i : i + 1], *states)
+            outs.append(out[0])
+        return torch.stack(outs)
+    t = int(module.t)
+    slot = module.output_position.slot(t)
+    index = torch.arange(n)[:, None] + torch.arange(t)[None, :] - slot
+    windows = noisy[index.clamp(0, n - 1)]
+    return torch.cat([module(window_input(w[None], module.layout)) for w in windows])
+
+
+def window_input(frames: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """(B, T, 3, H, W) -> the window model's layout (NTCHW as it is, NCTHW transposed)."""
+    return frames if layout is Layout.NTCHW else frames.transpose(1, 2)
+
+
+def count_macs(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
+    """Multiply-accumulates of the convolutions and linear layers in one forward call on ``inputs``."""
+    total = 0
+
+    def hook(m: nn.Module, _args: Any, out: torch.Tensor) -> None:
+        nonlocal total
+        if isinstance(m, nn.Conv2d | nn.Conv3d):
+            per_output = m.in_channels // m.groups * math.prod(m.kernel_size)
+            total += out.numel() * per_output
+        elif isinstance(m, nn.Linear):
+            total += out.numel() * m.in_features
+
+    handles = [
+        m.register_forward_hook(hook)
+        for m in module.modules()
+        if isinstance(m, nn.Conv2d | nn.Conv3d | nn.Linear)
+    ]
+    try:
+        with torch.no_grad():
+            module(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return total
