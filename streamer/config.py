@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from streamer.assets import AUTO_TIERS, DEFAULT_MODEL
+from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, resolve_shipped
 from streamer.backend.base import ChannelOrder, Declared, Layout
 from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.keepalive import KeepAlive
@@ -341,6 +341,11 @@ class ModelConfig(_Strict):
     scale: int | None = Field(None, ge=1, le=8)
     """How many times larger the model's output frames are (super-resolution), over its
     ``streamer.scale``; None: the metadata, else the static shapes' ratio, else 1."""
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _shipped(cls, value: Any) -> Any:
+        return resolve_shipped(value) if isinstance(value, str) else value
 
     @field_validator("value_range")
     @classmethod

@@ -17,6 +17,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamer.assets import is_shipped
 from streamer.config import HttpConfig, StreamConfig
 from streamer.errors import AccessError, ConfigError
 from streamer.samples import sample_clip
@@ -64,7 +65,8 @@ class ApiPolicy:
                 "it; leave it out of the request"
             )
         path = stream.model.path
-        if isinstance(path, Path) and isinstance(asked_model, dict) and "path" in asked_model:
+        asked_path = isinstance(asked_model, dict) and "path" in asked_model
+        if isinstance(path, Path) and asked_path and not is_shipped(path):
             self._regular_file("model.path", path, self.model_roots, "http.model_roots")
         urls = [("source.url", getattr(source, "url", None))]
         urls += [("sink.url", getattr(sink, "url", None)) for sink in stream.outputs()]

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streamer.errors import ConfigError
+
 __all__ = [
     "ASSETS",
     "AUTO_TIERS",
     "DEFAULT_MODEL",
     "DEFAULT_MODEL_CARD",
+    "SHIPPED_PREFIX",
     "STREAMING_INT8_MODEL",
     "STREAMING_LITE_MODEL",
     "STREAMING_MODEL",
     "TEMPORAL_FILTER",
+    "is_shipped",
+    "resolve_shipped",
 ]
 
 ASSETS: Path = Path(__file__).resolve().parent
@@ -41,3 +46,23 @@ distilled from conv3d_t5; 0.16 dB below it at sigma 25 on the held-out clip."""
 
 AUTO_TIERS: tuple[Path, ...] = (STREAMING_MODEL, STREAMING_INT8_MODEL, STREAMING_LITE_MODEL)
 """What ``model.path: auto`` chooses from, best quality first (``streamer.tiers``)."""
+
+SHIPPED_PREFIX = "shipped:"
+"""``model.path: shipped:NAME`` names a model of this folder (``shipped:conv3d_t1``), wherever the
+package is installed."""
+
+
+def resolve_shipped(path: str) -> str:
+    """``shipped:NAME`` becomes the shipped model's real path; any other path is returned as it is."""
+    if not path.startswith(SHIPPED_PREFIX):
+        return path
+    name = path[len(SHIPPED_PREFIX) :]
+    names = sorted(p.stem for p in ASSETS.glob("*.onnx") if not p.stem.endswith(".encoder"))
+    if name not in names:
+        raise ConfigError(f"no shipped model {name!r}; the package ships {', '.join(names)}")
+    return str(ASSETS / f"{name}.onnx")
+
+
+def is_shipped(path: Path) -> bool:
+    """True for a model file of this folder (the control API lets any stream load those)."""
+    return path.suffix == ".onnx" and path.resolve().parent == ASSETS

@@ -297,3 +297,20 @@ def test_tensorrt_options_are_the_providers_own_names() -> None:
         "trt_timing_cache_enable": "1",
         "trt_timing_cache_path": "/var/cache/trt",
     }
+
+
+def test_a_shipped_model_is_named_wherever_the_package_lies() -> None:
+    from streamer.assets import ASSETS
+
+    assert load_config(None, {"model.path": "shipped:conv3d_t1"}).model.path == ASSETS / "conv3d_t1.onnx"
+    with pytest.raises(ConfigError, match=r"no shipped model 'conv3d_t9'; the package ships conv3d_t1, "):
+        load_config(None, {"model.path": "shipped:conv3d_t9"})
+
+
+def test_the_low_latency_profile_waits_for_no_later_frame() -> None:
+    from streamer.backend.onnx import OnnxBackend
+
+    config = load_config(CONFIGS / "low-latency.yaml")
+    model = OnnxBackend(config.model.file()).info
+    assert config.window.build(model.t, model.output_position).lookahead == 0
+    assert config.source.kind == config.sink.kind == "rtsp"

@@ -44,6 +44,8 @@ def test_files_under_the_roots_are_allowed(roots: dict[str, Path]) -> None:
     _check(policy, {"sink": {"kind": "file", "path": str(roots["media"] / "new.mp4")}})
     _check(policy, {"model": {"path": str(roots["models"] / "m.onnx")}})
     _check(policy, {"source": {"kind": "file", "path": "sample:bikes"}})  # shipped with the package
+    _check(policy, {"model": {"path": "shipped:conv3d_t1"}})  # so is every model of streamer/assets
+    _check(ApiPolicy.from_config(HttpConfig()), {"model": {"path": "shipped:stream_t5_lite"}})  # no roots
     _check(policy, {"sink": {"kind": "file", "path": str(roots["media"] / "clip.mp4"), "overwrite": True}})
     # each of several outputs is checked, and only the request's own overwrite counts, output by output
     clip = str(roots["media"] / "clip.mp4")
