@@ -19,12 +19,14 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.config import Config, load_config
 from streamer.core.latency import LatencyBudget
 from streamer.core.misswatch import MissWatch
-from streamer.core.windower import Windower
+from streamer.core.windower import OutputPosition, Windower
 from streamer.errors import ConfigError, ModelMismatchError
 from streamer.frame import Frame
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.samples import sample_clip
+from streamer.scheduler import InferenceScheduler
 from streamer.sinks.null import NullSink
+from streamer.sources.file import FileSource
 from streamer.sources.synthetic import SyntheticSource
 from tests.media import probe
 from tests.onnx_models import ema_model
@@ -211,6 +213,48 @@ def test_recurrent_state_is_carried_and_reset_at_a_discontinuity(tmp_path: Path,
     assert report.model_calls == 8
     # h' = (h + frame) / 2 from zero: 100, 150, 175, 188 (rounded), then again from zero after the jump.
     assert levels == [100, 150, 175, 188, 100, 150, 175, 188]
+
+
+def _constant_clip(path: Path, level: int, frames: int) -> Path:
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=25, options={"preset": "ultrafast", "qp": "0"})
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv444p"
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.full((32, 32, 3), level, dtype=np.uint8), format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, 25)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+def test_two_streams_on_one_recurrent_model_keep_their_own_state(tmp_path: Path) -> None:
+    """One backend and one scheduler serve both streams at once, as a service shares a model: each
+    stream's outputs are what it gives alone (h' = (h + frame) / 2 from zero, per stream)."""
+    backend = OnnxBackend(ema_model(tmp_path / "ema.onnx"))
+    levels: dict[str, list[int]] = {"bright": [], "dark": []}
+
+    def pipeline(name: str, level: int, scheduler: InferenceScheduler | None) -> Pipeline:
+        def keep(src: Frame, out: Frame, outcome: Outcome) -> None:
+            levels[name].append(int(np.median(out.pixels)))
+
+        source = FileSource(_constant_clip(tmp_path / f"{name}.mp4", level, 6), stream_id=name)
+        windower = Windower(1, position=OutputPosition.LAST)
+        return Pipeline(source, NullSink(), backend, windower, scheduler=scheduler, on_output=keep)
+
+    async def together() -> None:
+        shared = InferenceScheduler(backend, max_batch=2, max_wait_ms=20.0)
+        try:
+            await asyncio.gather(pipeline("bright", 200, shared).run(), pipeline("dark", 40, shared).run())
+        finally:
+            await shared.aclose()
+
+    asyncio.run(together())
+    together_levels = dict(levels)
+    levels.update(bright=[], dark=[])
+    asyncio.run(pipeline("bright", 200, None).run())
+    asyncio.run(pipeline("dark", 40, None).run())
+    assert together_levels == levels
+    assert levels == {"bright": [100, 150, 175, 188, 194, 197], "dark": [20, 30, 35, 38, 39, 39]}
 
 
 def test_streaming_model_encodes_each_frame_of_a_real_clip_once(real_clip: Path, tmp_path: Path) -> None:
