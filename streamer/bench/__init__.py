@@ -52,6 +52,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME=PATH",
         help="an ONNX model to compare (repeatable); default: those of streamer/assets that exist",
     )
+    quality.add_argument(
+        "--track",
+        default="gaussian",
+        help=(
+            "comma-separated: gaussian (sigma 15 and 25, low-bitrate H.264; the default) and camera "
+            "(x264 CRF 30/35/40, sensor noise then CRF 28, clean input; against FFmpeg's denoisers too)"
+        ),
+    )
     quality.add_argument("--threads", type=int, help="onnxruntime intra-op threads (default: its own)")
     quality.add_argument("--seed", type=int, default=0, help="seed of the added noise (0)")
     quality.add_argument("--json", metavar="PATH", help="also write the results as JSON here")

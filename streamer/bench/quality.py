@@ -97,8 +97,18 @@ class Degradation:
     key: str
     title: str
     sigma: float | None
-    """Gaussian noise in 0..255 units, or None for the H.264 round trip."""
+    """Gaussian noise in 0..255 units (with ``shot``: the read noise), or None for the H.264 round trip
+    at the low bitrate."""
     nlm_h: float
+    shot: float = 0.0
+    """Shot noise: the variance grows by this much per level of the clean pixel (a sensor's photon
+    noise), on top of ``sigma``'s."""
+    crf: int | None = None
+    """Then the clip goes through libx264 at this constant quality, as a camera's encoder sends it."""
+    multi: bool = True
+    """OpenCV's multi-frame NLMeans runs (about 1 fps: the camera track leaves it out)."""
+    filters: bool = False
+    """FFmpeg's own denoisers run (:data:`FFMPEG_FILTERS`)."""
 
 
 DEGRADATIONS = (
@@ -106,6 +116,29 @@ DEGRADATIONS = (
     Degradation("noise25", "Gaussian noise sigma 25", 25.0, 16.0),
     Degradation("h264", "H.264 low bitrate", None, 4.0),
 )
+CAMERA_DEGRADATIONS = (
+    Degradation("crf30", "x264 CRF 30, compressed only", 0.0, 3.0, crf=30, multi=False, filters=True),
+    Degradation("crf35", "x264 CRF 35, compressed only", 0.0, 4.0, crf=35, multi=False, filters=True),
+    Degradation("crf40", "x264 CRF 40, compressed only", 0.0, 5.0, crf=40, multi=False, filters=True),
+    Degradation(
+        "camera",
+        "sensor noise (read sigma 6, shot 0.5/level), then x264 CRF 28: a camera",
+        6.0,
+        8.0,
+        shot=0.5,
+        crf=28,
+        multi=False,
+        filters=True,
+    ),
+    Degradation("clean", "clean input (do no harm)", 0.0, 3.0, multi=False, filters=True),
+)
+"""The ``camera`` track (issue 14): what real feeds are, compression and a sensor's noise through the
+camera's encoder, and clean input. NLMeans strengths are set by eye from the Gaussian sweep, not swept."""
+TRACKS = {"gaussian": DEGRADATIONS, "camera": CAMERA_DEGRADATIONS}
+
+FFMPEG_FILTERS = (("atadenoise", ""), ("nlmeans", ""), ("fftdnoiz", ""))
+"""FFmpeg's denoisers in PyAV's build, run through libavfilter at their defaults (untuned); hqdn3d,
+GPL-only, is not in that build."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +180,13 @@ class Section:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One of the issue's targets for the Conv3d T=5 model at sigma 25; passed is None when not checkable."""
+    """One of the issues' targets for the Conv3d T=5 model; passed is None when not checkable."""
 
     clip: str
     target: str
     passed: bool | None
     detail: str
+    degradation: str = "noise25"
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +272,68 @@ def add_noise(clean: Clip, sigma: float, seed: int) -> Clip:
         np.clip(np.rint(values), 0, 255, out=values)
         noisy[...] = values
     return out
+
+
+def add_sensor_noise(clean: Clip, sigma: float, shot: float, seed: int) -> Clip:
+    """Seeded Poisson-Gaussian noise (variance sigma^2 + shot * level), rounded and clipped to 0..255."""
+    rng = np.random.default_rng([seed, round(sigma * 1000), round(shot * 1000)])
+    out = np.empty_like(clean)
+    for frame, noisy in zip(clean, out, strict=True):
+        level = frame.astype(np.float32)
+        values = level + np.sqrt(sigma**2 + shot * level) * rng.standard_normal(frame.shape, dtype=np.float32)
+        np.clip(np.rint(values), 0, 255, out=values)
+        noisy[...] = values
+    return out
+
+
+def crf_roundtrip(clip: Clip, fps: Fraction, crf: int) -> tuple[Clip, float]:
+    """The clip through libx264 at constant quality ``crf`` (a camera's GOP of 2 s, no B-frames) and
+    decoded again, and the kbit/s it took."""
+    n, h, w = clip.shape[:3]
+    buffer = io.BytesIO()
+    options = {"preset": "veryfast", "bf": "0", "crf": str(crf), "g": str(max(1, round(2 * float(fps))))}
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=fps, options=options)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        for i, pixels in enumerate(clip):
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            frame.pts, frame.time_base = i, 1 / fps
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    kbps = len(buffer.getvalue()) * 8 / (n / float(fps)) / 1000
+    buffer.seek(0)
+    with av.open(buffer, "r") as container:
+        decoded = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)], dtype=np.uint8)
+    return decoded, kbps
+
+
+def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
+    """``clip`` through one libavfilter filter, frame by frame; temporal filters give their held frames
+    back at the end, so every frame gets one output."""
+    graph = av.filter.Graph()
+    h, w = clip.shape[1:3]
+    source = graph.add_buffer(width=w, height=h, format=av.VideoFormat("rgb24"), time_base=Fraction(1, 25))
+    denoise = graph.add(name, args)
+    sink = graph.add("buffersink")
+    source.link_to(denoise)
+    denoise.link_to(sink)
+    graph.configure()
+
+    def ready() -> Iterator[Pixels]:
+        while True:
+            try:
+                frame = graph.vpull()
+            except (av.error.BlockingIOError, av.error.EOFError):
+                return
+            yield np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+
+    for i, pixels in enumerate(clip):
+        frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+        frame.pts, frame.time_base = i, Fraction(1, 25)
+        graph.vpush(frame)
+        yield from ready()
+    graph.vpush(None)
+    yield from ready()
 
 
 def h264_roundtrip(clean: Clip, fps: Fraction) -> tuple[Clip, float]:
@@ -330,12 +426,46 @@ def _row(method: str, label: str, out: Clip, clean: Clip, fps: float | None) -> 
     return Row(method, label, psnr(out, clean), ssim(out, clean), flicker_index(out, clean), fps)
 
 
+def _camera_checks(section: Section, ours: Row, rows: dict[str, Row]) -> list[Check]:
+    """Issue 14's targets on the camera track, for the default model."""
+    gain = ours.psnr - rows["degraded"].psnr
+    detail = f"{gain:+.2f} dB ({ours.psnr:.2f} vs {rows['degraded'].psnr:.2f} dB)"
+    key = section.degradation
+    if key == "crf35":
+        return [Check(section.clip, "CRF 35: >= +0.4 dB over the decoded input", gain >= 0.4, detail, key)]
+    if key in ("crf30", "crf40"):
+        return [
+            Check(section.clip, f"{key.upper()}: never below the decoded input", gain >= 0.0, detail, key)
+        ]
+    if key == "clean":
+        return [
+            Check(section.clip, "clean input kept >= 40 dB", ours.psnr >= 40.0, f"{ours.psnr:.2f} dB", key)
+        ]
+    filters = [r for name, r in rows.items() if name.startswith("ffmpeg_")]
+    if key != "camera" or not filters:
+        return []
+    best = max(filters, key=lambda r: r.psnr)
+    lead = ours.psnr - best.psnr
+    return [
+        Check(
+            section.clip,
+            "noise then compression: >= +1.5 dB over the best FFmpeg filter",
+            lead >= 1.5,
+            f"{lead:+.2f} dB ({ours.psnr:.2f} vs {best.label} {best.psnr:.2f} dB)",
+            key,
+        )
+    ]
+
+
 def check_targets(section: Section) -> list[Check]:
-    """The issue's targets for ``conv3d_t5`` on the sigma 25 section; none when that model did not run."""
+    """The issues' targets for ``conv3d_t5``: on the sigma 25 section (issue 1's), and on the camera
+    track (issue 14's); none when that model did not run."""
     rows = {r.method: r for r in section.rows}
     ours = rows.get("conv3d_t5")
-    if section.degradation != "noise25" or ours is None:
+    if ours is None:
         return []
+    if section.degradation != "noise25":
+        return _camera_checks(section, ours, rows)
     degraded, multi, single = rows["degraded"], rows["nlmeans_multi"], rows.get("conv3d_t1")
     gain = ours.psnr - degraded.psnr
     speedup = ours.fps / multi.fps if ours.fps and multi.fps else 0.0
@@ -388,6 +518,7 @@ def run_quality(
     seed: int = 0,
     progress: bool = False,
     notes: Sequence[str] = (),
+    degradations: Sequence[Degradation] = DEGRADATIONS,
 ) -> QualityReport:
     """Degrades each clip every way, runs every method on it, and scores them; see the module docstring."""
     started = time.perf_counter()
@@ -395,18 +526,18 @@ def run_quality(
     # The models run alone here, as OpenCV does: onnxruntime's threads may spin (model.spin).
     backends = [(spec, OnnxBackend(spec.path, threads=threads, spin=True)) for spec in models]
     sections: list[Section] = []
-    runs = len(DEGRADATIONS) * (2 + len(backends))
+    runs = sum(1 + d.multi + len(FFMPEG_FILTERS) * d.filters + len(backends) for d in degradations)
     try:
         with tqdm(total=runs * sum(len(c) for _, c, _ in loaded), unit="frame", disable=not progress) as bar:
             for path, clean, fps in loaded:
                 for _, backend in backends:
                     _warm_up(backend, clean)
-                for degradation in DEGRADATIONS:
+                for degradation in degradations:
                     sections.append(_section(path, clean, fps, degradation, backends, seed, bar))
     finally:
         for _, backend in backends:
             backend.close()
-    nlm = ", ".join(f"{d.nlm_h:g} ({d.title})" for d in DEGRADATIONS)
+    nlm = ", ".join(f"{d.nlm_h:g} ({d.title})" for d in degradations)
     all_notes = [
         f"NLMeans h = hColor = {nlm}; templateWindowSize {NLM_TEMPLATE}, searchWindowSize {NLM_SEARCH} "
         f"(OpenCV defaults); multi: temporalWindowSize {NLM_WINDOW}, centre frame, indices clamped at the "
@@ -442,17 +573,20 @@ def _section(
     seed: int,
     bar: tqdm[Any],
 ) -> Section:
-    if degradation.sigma is None:
-        degraded, kbps = h264_roundtrip(clean, fps)
-        title = f"H.264 {H264_BITS_PER_PIXEL * clean.shape[1] * clean.shape[2] * float(fps) / 1000:.0f} "
-        title += f"kbit/s target, {kbps:.0f} measured (libx264 veryfast, no B-frames)"
-    else:
-        degraded, title = add_noise(clean, degradation.sigma, seed), degradation.title
+    degraded, title = _degrade(clean, fps, degradation, seed)
     h = degradation.nlm_h
     methods: list[tuple[str, str, Callable[[], Iterator[Pixels]]]] = [
         ("nlmeans", f"OpenCV NLMeans per frame (h={h:g})", partial(_nlmeans, degraded, h)),
-        ("nlmeans_multi", f"OpenCV NLMeans multi T=5 (h={h:g})", partial(_nlmeans_multi, degraded, h)),
     ]
+    if degradation.multi:
+        methods.append(
+            ("nlmeans_multi", f"OpenCV NLMeans multi T=5 (h={h:g})", partial(_nlmeans_multi, degraded, h))
+        )
+    if degradation.filters:
+        methods += [
+            (f"ffmpeg_{name}", f"FFmpeg {name} (defaults)", partial(_ffmpeg_filter, degraded, name, args))
+            for name, args in FFMPEG_FILTERS
+        ]
     methods += [(spec.name, spec.label, partial(model_frames, b, degraded)) for spec, b in backends]
     rows = [_row("degraded", "degraded input", degraded, clean, None)]
     for key, label, frames in methods:
@@ -460,6 +594,23 @@ def _section(
         out, speed = _measure(frames(), clean, bar)
         rows.append(_row(key, label, out, clean, speed))
     return Section(path.name, degradation.key, title, tuple(rows))
+
+
+def _degrade(clean: Clip, fps: Fraction, degradation: Degradation, seed: int) -> tuple[Clip, str]:
+    """The damaged clip and its section's title."""
+    if degradation.sigma is None:
+        degraded, kbps = h264_roundtrip(clean, fps)
+        title = f"H.264 {H264_BITS_PER_PIXEL * clean.shape[1] * clean.shape[2] * float(fps) / 1000:.0f} "
+        return degraded, title + f"kbit/s target, {kbps:.0f} measured (libx264 veryfast, no B-frames)"
+    noisy = clean
+    if degradation.shot:
+        noisy = add_sensor_noise(clean, degradation.sigma, degradation.shot, seed)
+    elif degradation.sigma:
+        noisy = add_noise(clean, degradation.sigma, seed)
+    if degradation.crf is None:
+        return noisy, degradation.title
+    degraded, kbps = crf_roundtrip(noisy, fps, degradation.crf)
+    return degraded, f"{degradation.title} ({kbps:.0f} kbit/s)"
 
 
 def format_table(report: QualityReport) -> str:
@@ -484,7 +635,8 @@ def format_table(report: QualityReport) -> str:
             )
     lines += ["", *(f"note: {n}" for n in report.notes)]
     if report.checks:
-        lines += ["", "targets for ours Conv3d T=5 at Gaussian noise sigma 25:"]
+        gaussian = all(c.degradation == "noise25" for c in report.checks)
+        lines += ["", f"targets for ours Conv3d T=5{' at Gaussian noise sigma 25' if gaussian else ''}:"]
         for c in report.checks:
             verdict = "SKIP" if c.passed is None else "PASS" if c.passed else "FAIL"
             lines.append(f"  {verdict}  {c.target}: {c.detail}" + (f" [{c.clip}]" if many else ""))
@@ -540,8 +692,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     else:
         models, notes = default_models(ASSETS)
     clips = [Path(p) for p in args.clip] if args.clip else [default_clip()]
+    tracks = [t.strip() for t in args.track.split(",") if t.strip()]
+    if not tracks or any(t not in TRACKS for t in tracks):
+        raise ConfigError(f"--track {args.track!r}: give {' or '.join(TRACKS)}, or both comma-separated")
+    degradations = [d for t in tracks for d in TRACKS[t]]
     progress = not args.no_progress and sys.stderr.isatty()
-    report = run_quality(clips, args.frames, size, models, args.threads, args.seed, progress, notes)
+    report = run_quality(
+        clips, args.frames, size, models, args.threads, args.seed, progress, notes, degradations
+    )
     print(format_table(report))
     if args.json:
         Path(args.json).write_text(json.dumps(_finite(asdict(report)), indent=2, allow_nan=False) + "\n")

@@ -31,6 +31,7 @@ from tests.onnx_models import ema_model
 
 FRAMES, WIDTH, HEIGHT = 12, 96, 64
 METHODS = ["degraded", "nlmeans", "nlmeans_multi", "tf", "conv3d_t5"]
+FFMPEG = ["ffmpeg_atadenoise", "ffmpeg_nlmeans", "ffmpeg_fftdnoiz"]
 
 
 def _grey_frames(frames: int = FRAMES) -> np.ndarray:
@@ -100,6 +101,34 @@ def test_bench_prints_and_writes_every_method_for_every_degradation(
     table_rows = [line for line in markdown.splitlines() if line.startswith("| ")]
     assert len(table_rows) == 1 + 3 * len(METHODS)
     assert "| ours Conv3d T=5 |" in markdown
+
+
+def test_the_camera_track_compresses_adds_sensor_noise_keeps_clean_and_runs_ffmpegs_filters(
+    grey_clip: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    json_path = tmp_path / "camera.json"
+    models = ["--model", f"conv3d_t5={TEMPORAL_FILTER}"]
+    argv = ["--clip", str(grey_clip), *models, "--track", "camera", "--frames", "6", "--no-progress"]
+    assert run_bench("quality", [*argv, "--json", str(json_path)]) == 0
+    report = json.loads(json_path.read_text())
+    sections = {s["degradation"]: s for s in report["sections"]}
+    assert list(sections) == ["crf30", "crf35", "crf40", "camera", "clean"]
+    for section in sections.values():
+        methods = [r["method"] for r in section["rows"]]
+        assert methods == ["degraded", "nlmeans", *FFMPEG, "conv3d_t5"]  # no multi-frame NLMeans here
+    psnrs = {k: {r["method"]: r["psnr"] for r in s["rows"]} for k, s in sections.items()}
+    assert psnrs["crf30"]["degraded"] > psnrs["crf35"]["degraded"] > psnrs["crf40"]["degraded"]
+    assert psnrs["clean"]["degraded"] is None  # the clean input against itself: infinite, written null
+    assert "kbit/s" in sections["camera"]["title"]
+    checks = {c["degradation"]: c for c in report["checks"]}
+    assert set(checks) == {"crf30", "crf35", "crf40", "camera", "clean"}
+    assert all(c["passed"] in (True, False) for c in checks.values())
+    assert "targets for ours Conv3d T=5:" in capsys.readouterr().out
+
+
+def test_an_unknown_track_is_refused_naming_the_known_ones(grey_clip: Path) -> None:
+    with pytest.raises(ConfigError, match="--track 'noisy': give gaussian or camera"):
+        run_bench("quality", ["--clip", str(grey_clip), "--track", "noisy", "--no-progress"])
 
 
 def test_default_models_skip_what_is_missing_with_a_note(tmp_path: Path) -> None:
