@@ -55,6 +55,8 @@ METRICS = {
     "streamer_windows_total": "counter {stream}: windows the motion gate decided on",
     "streamer_windows_skipped_total": "counter {stream}: windows the gate let skip the model",
     "streamer_gate_skip_ratio": "gauge {stream}: skipped / decided windows",
+    "streamer_noise_sigma": "gauge {stream}: the source's estimated noise sigma (0..255, as per-channel "
+    "Gaussian noise; median of the last 15 one-a-second estimates); absent before the first",
     "streamer_model_calls_total": "counter {model}: backend calls",
     "streamer_model_windows_total": "counter {model}: windows enhanced by those calls",
     "streamer_model_pending_windows": "gauge {model}: windows waiting for a batch",
@@ -168,6 +170,7 @@ class _ServiceCollector(Collector):
         windows = _counter("streamer_windows_total", ["stream"])
         skipped = _counter("streamer_windows_skipped_total", ["stream"])
         ratio = _gauge("streamer_gate_skip_ratio", ["stream"])
+        noise = _gauge("streamer_noise_sigma", ["stream"])
         reconnects = _counter("streamer_reconnects_total", ["stream", "side"])
         failures = _counter("streamer_connect_failures_total", ["stream"])
         depth = _gauge("streamer_queue_depth", ["stream", "queue"])
@@ -196,6 +199,8 @@ class _ServiceCollector(Collector):
             windows.add_metric([sid], gate.windows)
             skipped.add_metric([sid], gate.skipped)
             ratio.add_metric([sid], gate.skip_ratio)
+            if p.noise.sigma is not None:
+                noise.add_metric([sid], p.noise.sigma)
             rtsp = p.source.rtsp_stats() if isinstance(p.source, RtspSource) else None
             outputs = sinks_of(p.sink)
             sink_reconnects = sum(s.rtsp_stats().reconnects for s in outputs if isinstance(s, RtspSink))
@@ -213,7 +218,7 @@ class _ServiceCollector(Collector):
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
         yield from (frames_in, frames_out, dropped, passed, enhanced_frames, reused, encoded, resets)
-        yield from (windows, skipped, ratio)
+        yield from (windows, skipped, ratio, noise)
         yield from (misses, reconnects, failures)
         yield from (depth, capacity, state)
 

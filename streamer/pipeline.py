@@ -39,6 +39,7 @@ from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector
 from streamer.core.keepalive import Filler, KeepAlive
 from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.misswatch import MissWatch, MissWatchStats
+from streamer.core.noise import NoiseEstimator
 from streamer.core.ring import RingBuffer
 from streamer.core.stats import DurationRecorder, RateMeter
 from streamer.core.tiling import plan_tiles
@@ -258,6 +259,8 @@ class Pipeline:
         """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
         self._features = self._feature_cache()
         """A streaming model's per-frame features, one run at a time, shared by the windows in flight."""
+        self.noise = NoiseEstimator()
+        """How noisy the source is (``streamer.core.noise``): about 1 ms of numpy a second."""
         self._features_lock = threading.Lock()
         self._step_lock = threading.Lock()
         """A recurrent step reads and writes ``_state``: a budget probe's step must not run beside one."""
@@ -356,6 +359,7 @@ class Pipeline:
             "size": None if self.frame_size is None else f"{self.frame_size[0]}x{self.frame_size[1]}",
             "enhanced_share": round(self._outcomes[Outcome.ENHANCED] / out, 4) if out else None,
             "missed_fps": round(self._rate_missed.rate(now) or 0.0, 2),
+            "noise_sigma": None if self.noise.sigma is None else round(self.noise.sigma, 1),
         }
 
     def miss_stats(self) -> MissWatchStats:
@@ -468,6 +472,7 @@ class Pipeline:
 
     async def _ingest(self, info: StreamInfo) -> None:
         size = (info.width, info.height)
+        fps = float(info.fps) if info.fps > 0 else 30.0
         try:
             while not self._stopping:
                 try:
@@ -490,6 +495,7 @@ class Pipeline:
                 if self.keepalive is not None:
                     self.keepalive.received(self.last_frame_at)
                 self.ring.push(frame)
+                self.noise.observe(frame.pixels, frame.time if frame.time is not None else frame.index / fps)
                 if self.cuts.is_cut(frame.pixels):
                     frame = dataclasses.replace(frame, discontinuity=True)
                 for task in self.windower.push(frame):

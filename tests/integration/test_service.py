@@ -757,7 +757,14 @@ def test_a_stream_has_one_name_waits_for_its_publisher_and_streams_shows_live_fi
             {"source": {"kind": "whip", "stream": "cam"}, "sink": {"kind": "whep", "stream": "cam"}},
             {
                 "id": "synth",
-                "source": {"kind": "synthetic", "realtime": True, "frames": 3000, "width": 160, "height": 96},
+                "source": {
+                    "kind": "synthetic",
+                    "realtime": True,
+                    "frames": 3000,
+                    "width": 160,
+                    "height": 96,
+                    "noise_sigma": 12.0,
+                },
                 "sinks": [{"kind": "null"}, {"kind": "null"}],
             },
         ],
@@ -785,6 +792,12 @@ def test_a_stream_has_one_name_waits_for_its_publisher_and_streams_shows_live_fi
     assert status["fps_out"] > 0
     assert 0 < status["latency_p50_ms"] <= status["latency_p95_ms"]
     assert 0 <= status["enhanced_share"] <= 1
+    # the pattern's noise (sigma 12) estimated from the stream: about 9, as testsrc2's saturated colours
+    # (half its samples at 0 or 255) clip part of it away
+    assert 7.0 <= status["noise_sigma"] <= 14.0
+    assert sample(families, "streamer_noise_sigma", stream="synth") == pytest.approx(
+        status["noise_sigma"], abs=0.1
+    )
     out = sample(families, "streamer_frames_out_total", stream="synth")
     parts = sample(families, "streamer_frames_enhanced_total", stream="synth") + sample(
         families, "streamer_frames_reused_total", stream="synth"
