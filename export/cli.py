@@ -97,6 +97,13 @@ def _add_train(subparsers: Any) -> None:
         "--clip-frames", type=int, help="use only this many frames per clip and photo pan (quick runs)"
     )
     p.add_argument(
+        "--camera",
+        type=float,
+        default=0.0,
+        help="share of training sequences damaged as a camera does (export.camera: blur, rescale, sensor "
+        "noise, x264 CRF 23..40), from 3 draws per clip made at start (default: 0)",
+    )
+    p.add_argument(
         "--teacher",
         type=Path,
         help="an exported window model (float NTCHW, e.g. conv3d_t5.onnx) whose outputs are a second "
@@ -135,6 +142,7 @@ def _run_train(args: argparse.Namespace) -> int:
         seq_len=args.seq_len,
         checkpoint_every=args.checkpoint_every,
         clip_frames=args.clip_frames,
+        camera=args.camera,
         teacher=None if args.teacher is None else str(args.teacher),
         distill=args.distill,
         init=None if args.init is None else str(args.init),

@@ -24,6 +24,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from export.camera import CameraModel, damage
 from streamer.errors import ConfigError
 from streamer.samples import sample_clip
 
@@ -63,6 +64,8 @@ TRAIN_PHOTOS = (
 """Photographs bundled in scikit-image's wheel (no download); the grey ones are stacked to RGB."""
 HELDOUT_PHOTO = "chelsea"
 
+CAMERA_DRAWS = 3
+"""Camera damage draws made per clip at start (each a whole-clip encode), when ``camera`` > 0."""
 _SIGMA_RANGE = (5.0, 50.0)
 _H264_BITRATES = (150_000, 400_000)
 """Bits per second at 25 fps for a 640x360 picture; scaled by area for other sizes."""
@@ -184,6 +187,8 @@ class Degradation:
     """Low-bitrate H.264 alone."""
     h264_noise: float = 0.05
     """Noise added before encoding: what a noisy camera's stream looks like after the link."""
+    camera: float = 0.0
+    """Damaged as a camera does (``export.camera``); the other shares are scaled into what is left."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +206,8 @@ class _Source:
     clean: Frames
     h264: list[Frames] = field(default_factory=list)
     h264_noisy: list[Frames] = field(default_factory=list)
+    camera: list[Frames] = field(default_factory=list)
+    """The clip after :data:`CAMERA_DRAWS` draws of camera damage (its even-sided part)."""
 
 
 class TrainingData:
@@ -232,6 +239,12 @@ class TrainingData:
         self._encode_all(rng)
 
     def _encode_all(self, rng: np.random.Generator) -> None:
+        if self.degradation.camera > 0:
+            cameras = CameraModel()
+            for source in self.sources[1:]:
+                _, h, w, _ = source.clean.shape
+                even = np.ascontiguousarray(source.clean[:, : h - h % 2, : w - w % 2])
+                source.camera = [damage(even, cameras.draw(rng), rng) for _ in range(CAMERA_DRAWS)]
         lo, hi = _H264_BITRATES
         # Encoding the 720p clip too would double the start-up time for little new: its half-size copy has it.
         for source in self.sources[1:]:
@@ -270,6 +283,15 @@ class TrainingData:
         window = (slice(t0, t0 + length), slice(y0, y0 + size), slice(x0, x0 + size))
         clean = source.clean[window]
         d = self.degradation
+        if source.camera and rng.random() < d.camera:
+            damaged = source.camera[int(rng.integers(len(source.camera)))]
+            _, dh, dw, _ = damaged.shape  # the even-sided part of the clip
+            side = min(size, dh, dw)
+            y0, x0 = min(y0, dh - side), min(x0, dw - side)
+            window = (slice(t0, t0 + length), slice(y0, y0 + side), slice(x0, x0 + side))
+            clean, degraded = source.clean[window], damaged[window].astype(np.float32)
+            clean, degraded = _augment(clean, degraded, rng)
+            return _padded(clean, degraded, side, crop)
         kind = rng.random()
         if not source.h264:
             kind = 1.0
@@ -287,10 +309,15 @@ class TrainingData:
             degraded = clean.astype(np.float32) + rng.normal(0.0, sigma, size=clean.shape).astype(np.float32)
         degraded = np.clip(np.rint(degraded), 0, 255)
         clean, degraded = _augment(clean, degraded, rng)
-        if size < crop:
-            pad = ((0, 0), (0, crop - size), (0, crop - size), (0, 0))
-            clean, degraded = np.pad(clean, pad, mode="reflect"), np.pad(degraded, pad, mode="reflect")
-        return clean, degraded
+        return _padded(clean, degraded, size, crop)
+
+
+def _padded(clean: Frames, degraded: np.ndarray, size: int, crop: int) -> tuple[Frames, np.ndarray]:
+    """A crop of a source smaller than ``crop``, reflected out to it."""
+    if size < crop:
+        pad = ((0, 0), (0, crop - size), (0, crop - size), (0, 0))
+        clean, degraded = np.pad(clean, pad, mode="reflect"), np.pad(degraded, pad, mode="reflect")
+    return clean, degraded
 
 
 def _augment(clean: Frames, noisy: np.ndarray, rng: np.random.Generator) -> tuple[Frames, np.ndarray]:

@@ -26,7 +26,7 @@ from torch import nn
 from tqdm import tqdm
 
 from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint, save_checkpoint
-from export.data import TrainingData, add_gaussian_noise, heldout_photo_clip
+from export.data import Degradation, TrainingData, add_gaussian_noise, heldout_photo_clip
 from export.distill import OnnxTeacher, init_weights, warm_start
 from export.objective import (
     LOSSES,
@@ -85,6 +85,9 @@ class TrainConfig:
     """Weight of the teacher term in the loss."""
     init: str | None = None
     """A checkpoint or exported Conv3d whose weights' leading slices start the model (warm start)."""
+    camera: float = 0.0
+    """Share of sequences damaged as a camera does (``export.camera``), the rest as ``export.data``'s
+    default degradations are shared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +207,12 @@ def train(
         history = list(payload.get("history", []))
     end = config.steps if stop_after is None else min(stop_after, config.steps)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = TrainingData(seed=config.seed, clip_frames=config.clip_frames, photo_frames=config.photo_frames)
+    data = TrainingData(
+        seed=config.seed,
+        degradation=Degradation(camera=config.camera),
+        clip_frames=config.clip_frames,
+        photo_frames=config.photo_frames,
+    )
     length = _sequence_length(module, config)
     module.train()
     bar = tqdm(total=config.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
@@ -274,6 +282,8 @@ def _check_config(config: TrainConfig) -> None:
             f"steps, batch and checkpoint_every must be >= 1 and crop >= 8; got steps={config.steps}, "
             f"batch={config.batch}, crop={config.crop}, checkpoint_every={config.checkpoint_every}"
         )
+    if not 0.0 <= config.camera <= 1.0:
+        raise ConfigError(f"camera is a share of the training sequences, 0..1; got {config.camera}")
     if not config.distill >= 0:
         raise ConfigError(f"distill must be >= 0, got {config.distill}")
     if not config.lr > 0:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from export.cli import main
-from export.data import HELDOUT_CLIP, TRAIN_CLIPS, TrainingData, heldout_clip
+from export.data import CAMERA_DRAWS, HELDOUT_CLIP, TRAIN_CLIPS, Degradation, TrainingData, heldout_clip
 from export.train import CHECKPOINT, TrainConfig, load_checkpoint, train
 from streamer.errors import ConfigError, ModelError
 
@@ -43,6 +43,16 @@ def test_batches_are_a_pure_function_of_seed_and_step() -> None:
     assert a.noisy.min() >= 0.0
     assert a.noisy.max() <= 1.0
     assert np.abs(a.noisy - a.clean).mean() > 0.005  # degraded, not a copy
+
+
+def test_camera_damaged_batches_are_seeded_and_come_from_each_clips_damaged_copies() -> None:
+    data = TrainingData(seed=3, degradation=Degradation(camera=1.0), clip_frames=8, photo_frames=8)
+    assert all(len(source.camera) == CAMERA_DRAWS for source in data.sources[1:])
+    a, b = data.batch(5, 4, 4, 24), data.batch(5, 4, 4, 24)
+    np.testing.assert_array_equal(a.noisy, b.noisy)
+    assert a.noisy.shape == (4, 4, 3, 24, 24)
+    # every sequence is one of the precomputed copies (a tenth of draws are clean: those equal the clip)
+    assert np.abs(a.noisy - a.clean).mean() > 0.0
 
 
 def test_the_heldout_clip_is_not_trained_on() -> None:
