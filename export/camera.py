@@ -13,15 +13,14 @@ high-order degradation model is the pattern; this is a first order of it, for vi
 
 from __future__ import annotations
 
-import io
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
-import av
 import cv2
 import numpy as np
 import numpy.typing as npt
 
+from streamer.bench.roundtrip import x264_roundtrip
 from streamer.errors import ConfigError
 
 __all__ = ["CameraDamage", "CameraModel", "damage"]
@@ -125,18 +124,5 @@ def damage(clip: Frames, how: CameraDamage, rng: np.random.Generator, fps: int =
 
 def _encode(clip: Frames, how: CameraDamage, fps: int) -> Frames:
     """The clip through libx264 at constant quality, decoded again."""
-    _, h, w, _ = clip.shape
     options = {"preset": "veryfast", "crf": str(how.crf), "g": str(how.gop), "bf": str(how.bframes)}
-    buffer = io.BytesIO()
-    with av.open(buffer, "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=fps, options=options)
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        for i, pixels in enumerate(clip):
-            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-            frame.pts, frame.time_base = i, Fraction(1, fps)
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
-    buffer.seek(0)
-    with av.open(buffer, "r") as reader:
-        decoded = [f.to_ndarray(format="rgb24") for f in reader.decode(video=0)]
-    return np.stack(decoded).astype(np.uint8)
+    return x264_roundtrip(clip, Fraction(fps), options)[0]

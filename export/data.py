@@ -14,7 +14,6 @@ uninterrupted run would have seen.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from export.camera import CameraModel, damage
+from streamer.bench.roundtrip import x264_roundtrip
 from streamer.errors import ConfigError
 from streamer.samples import sample_clip
 
@@ -155,24 +155,13 @@ def add_gaussian_noise(frames: Frames, sigma: float, rng: np.random.Generator) -
 
 
 def _h264_roundtrip(frames: Frames, bitrate: int) -> Frames:
-    """``frames`` through libx264 at ``bitrate`` (25 fps) and back: real blocking, ringing and smearing."""
+    """``frames`` through libx264 at ``bitrate`` (25 fps) and back: real blocking, ringing and smearing.
+    An odd last row or column is kept as it was (4:2:0 needs even sides)."""
     _n, h, w, _ = frames.shape
     eh, ew = h - h % 2, w - w % 2
-    buffer = io.BytesIO()
-    with av.open(buffer, "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=25, options={"preset": "veryfast", "bf": "0"})
-        stream.width, stream.height, stream.pix_fmt = ew, eh, "yuv420p"
-        stream.bit_rate = bitrate
-        for i, rgb in enumerate(frames[:, :eh, :ew]):
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-            frame.pts, frame.time_base = i, Fraction(1, 25)
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
-    buffer.seek(0)
     decoded = frames.copy()
-    with av.open(buffer, mode="r") as container:
-        for i, frame in enumerate(container.decode(video=0)):
-            decoded[i, :eh, :ew] = frame.to_ndarray(format="rgb24")
+    options = {"preset": "veryfast", "bf": "0"}
+    decoded[:, :eh, :ew] = x264_roundtrip(frames[:, :eh, :ew], Fraction(25), options, bit_rate=bitrate)[0]
     return decoded
 
 

@@ -15,7 +15,6 @@ h = 4 gained most and larger h lost detail. Template and search windows are Open
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
@@ -40,6 +39,7 @@ from streamer.backend.base import Backend, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name
 from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
+from streamer.bench.roundtrip import x264_roundtrip
 from streamer.core.features import FeatureCache
 from streamer.core.windower import EdgePolicy, Windower
 from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
@@ -289,22 +289,8 @@ def add_sensor_noise(clean: Clip, sigma: float, shot: float, seed: int) -> Clip:
 def crf_roundtrip(clip: Clip, fps: Fraction, crf: int) -> tuple[Clip, float]:
     """The clip through libx264 at constant quality ``crf`` (a camera's GOP of 2 s, no B-frames) and
     decoded again, and the kbit/s it took."""
-    n, h, w = clip.shape[:3]
-    buffer = io.BytesIO()
     options = {"preset": "veryfast", "bf": "0", "crf": str(crf), "g": str(max(1, round(2 * float(fps))))}
-    with av.open(buffer, "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=fps, options=options)
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        for i, pixels in enumerate(clip):
-            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-            frame.pts, frame.time_base = i, 1 / fps
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
-    kbps = len(buffer.getvalue()) * 8 / (n / float(fps)) / 1000
-    buffer.seek(0)
-    with av.open(buffer, "r") as container:
-        decoded = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)], dtype=np.uint8)
-    return decoded, kbps
+    return x264_roundtrip(clip, fps, options)
 
 
 def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
@@ -338,23 +324,10 @@ def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
 
 def h264_roundtrip(clean: Clip, fps: Fraction) -> tuple[Clip, float]:
     """The clip encoded by libx264 at the low bitrate and decoded again, and the kbit/s it really took."""
-    n, h, w = clean.shape[:3]
-    buffer = io.BytesIO()
-    with av.open(buffer, "w", format="mp4") as container:
-        # A live encoder's settings (no B-frames, a fast preset), as export.data trains on.
-        stream = container.add_stream("libx264", rate=fps, options={"preset": "veryfast", "bf": "0"})
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        stream.bit_rate = round(H264_BITS_PER_PIXEL * w * h * float(fps))
-        for i, pixels in enumerate(clean):
-            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-            frame.pts, frame.time_base = i, 1 / fps
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
-    kbps = len(buffer.getvalue()) * 8 / (n / float(fps)) / 1000
-    buffer.seek(0)
-    with av.open(buffer, "r") as container:
-        decoded = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)], dtype=np.uint8)
-    return decoded, kbps
+    _, h, w = clean.shape[:3]
+    # A live encoder's settings (no B-frames, a fast preset), as export.data trains on.
+    rate = round(H264_BITS_PER_PIXEL * w * h * float(fps))
+    return x264_roundtrip(clean, fps, {"preset": "veryfast", "bf": "0"}, bit_rate=rate)
 
 
 def _nlmeans(clip: Clip, h: float) -> Iterator[Pixels]:
