@@ -261,13 +261,13 @@ class OnnxBackend(Backend):
         return np.ascontiguousarray(out[top * s : bottom * s, left * s : right * s])
 
     def warm_up(self, width: int, height: int) -> None:
+        """With frames on the device, its graph too: tiles and probes still take the host path."""
+        super().warm_up(width, height)
         device = self._device
-        if device is None:
-            super().warm_up(width, height)
-            return
-        m = self._info.pad_multiple
-        frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
-        device.run([device.upload(frame)] * self._info.t)
+        if device is not None:
+            m = self._info.pad_multiple
+            frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
+            device.run([device.upload(frame)] * self._info.t)
 
     @property
     def device_frames(self) -> DeviceFrames | None:
