@@ -482,6 +482,7 @@ def test_the_control_api_confines_files_caps_streams_reaps_ended_ones_and_frees_
     (media / "clip.mp4").write_bytes(real_clip.read_bytes())
     (media / "taken.mp4").write_bytes(b"not mine")
     (models / "fast.onnx").write_bytes(Path(FAST_MODEL).read_bytes())
+    (tmp_path / "elsewhere.onnx").write_bytes(Path(FAST_MODEL).read_bytes())
     config = config_of(
         [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
         **{
@@ -534,7 +535,7 @@ def test_the_control_api_confines_files_caps_streams_reaps_ended_ones_and_frees_
                 {"source": {"kind": "file", "path": f"{media}/../media/../models/fast.onnx"}},
                 {"sink": {"kind": "file", "path": f"{tmp_path}/escaped.mp4"}},
                 {"sink": {"kind": "file", "path": f"{media}/taken.mp4"}},
-                {"model": {"path": FAST_MODEL}},
+                {"model": {"path": str(tmp_path / "elsewhere.onnx")}},
             ]
             for body in refused:
                 status, reason = await post(run, {"id": "bad", **body}, control)
