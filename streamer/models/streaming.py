@@ -26,6 +26,8 @@ from streamer.models.conv3d import Conv3dEnhancer, ResidualBlock, activation
 __all__ = ["StreamingEnhancer"]
 
 _MIXING = {"pointwise", "separable", "dense"}
+_SCALE_NAMES = {2: "half", 4: "quarter", 8: "eighth"}
+"""A cached map's name by its downscale: the graphs' tensor names and the runtime's cache entries."""
 
 
 def _mixer(kind: str, inputs: int, outputs: int) -> nn.Module:
@@ -44,20 +46,27 @@ def _mixer(kind: str, inputs: int, outputs: int) -> nn.Module:
 class StreamingEnhancer(nn.Module):
     """(B, T, 3, H, W) float in [0, 1], NTCHW -> (B, 3, H, W); ``encode`` + ``fuse`` for streaming.
 
-    Per frame (``encode``): a 2x2 stride-2 entry (space-to-depth and a 1x1 projection in one op) gives
-    linear maps at 1/2 resolution (``half`` channels kept); with ``quarter`` > 0, a 3x3 convolution, a
-    strided one and a residual block also give maps at 1/4 resolution (``quarter`` channels kept). Per
-    window (``fuse``): the T half maps are mixed densely by a 3x3 convolution (the early temporal
-    fusion that denoises), taken to 1/4 by a strided convolution and joined there by the mixed quarter
-    maps, through ``blocks`` residual blocks, brought up by depth-to-space, joined with the half-res
-    fusion by a skip, refined and turned into a residual on the target frame. With ``quarter=0`` this
-    is ``Conv3dEnhancer``'s function exactly (``from_conv3d``). H and W must be multiples of 4.
+    Per frame (``encode``): an ``entry`` x ``entry`` strided entry (space-to-depth and a 1x1 projection
+    in one op) gives linear maps at 1/``entry`` resolution (``half`` channels kept; 1/2 by default,
+    whence the name); with ``quarter`` > 0, a 3x3 convolution, a strided one and a residual block also
+    give maps at half that resolution (``quarter`` channels kept). Per window (``fuse``): the T entry
+    maps are mixed densely by a 3x3 convolution (the early temporal fusion that denoises), halved again
+    by a strided convolution and joined there by the mixed quarter maps, through ``blocks`` residual
+    blocks, brought up by depth-to-space, joined with the entry-resolution fusion by a skip, refined and
+    turned by depth-to-space into a residual on the target frame. ``entry=4`` runs all of that at a
+    quarter of the resolution (about a third of the multiply-adds per pixel): the 720p tier. Its cached
+    maps keep fewer numbers than a 4x4 cell of pixels holds, so the fusion also reads the target's own
+    cells (``target_entry``, joined to the mixed maps, and ``target_skip``, a linear map of each cell
+    into its residual, starting at zero): detail and noise the cache dropped are still there to act on.
+    With
+    ``entry=2, quarter=0`` this is ``Conv3dEnhancer``'s function exactly (``from_conv3d``). H and W
+    must be multiples of ``pad_multiple`` (2 * ``entry``).
     """
 
     layout: ClassVar[Layout] = Layout.NTCHW
     value_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     state_specs: ClassVar[tuple[()]] = ()
-    pad_multiple: ClassVar[int] = 4
+    pad_multiple: int
 
     def __init__(
         self,
@@ -69,6 +78,7 @@ class StreamingEnhancer(nn.Module):
         refine: int = 16,
         mixing: str = "separable",
         blocks: int = 1,
+        entry: int = 2,
     ) -> None:
         super().__init__()
         if mixing not in _MIXING:
@@ -78,6 +88,8 @@ class StreamingEnhancer(nn.Module):
                 f"StreamingEnhancer needs t, half, fused, refine >= 1 and quarter, blocks >= 0; got t={t}, "
                 f"half={half}, quarter={quarter}, fused={fused}, refine={refine}, blocks={blocks}"
             )
+        if entry not in _SCALE_NAMES or 2 * entry not in _SCALE_NAMES:
+            raise ConfigError(f"StreamingEnhancer entry (the entry stride) must be 2 or 4; got {entry!r}")
         self.t = t
         self.output_position = position
         self.slot = position.slot(t)
@@ -87,7 +99,9 @@ class StreamingEnhancer(nn.Module):
         self.refine_channels = refine
         self.mixing = mixing
         self.blocks = blocks
-        self.entry = nn.Conv2d(3, half, 2, stride=2)
+        self.entry_stride = entry
+        self.pad_multiple = 2 * entry
+        self.entry = nn.Conv2d(3, half, entry, stride=entry)
         if quarter:
             self.spatial = nn.Conv2d(half, half, 3, padding=1)
             self.down = nn.Conv2d(half, quarter, 3, stride=2, padding=1)
@@ -98,7 +112,14 @@ class StreamingEnhancer(nn.Module):
         self.window_blocks = nn.Sequential(*(ResidualBlock(fused) for _ in range(blocks)))
         self.up = nn.Conv2d(fused, 4 * refine, 1)
         self.refine = nn.Conv2d(refine, refine, 3, padding=1)
-        self.head = nn.Conv2d(refine, 12, 3, padding=1)
+        self.head = nn.Conv2d(refine, 3 * entry * entry, 3, padding=1)
+        self.target_entry: nn.Conv2d | None = None
+        self.target_skip: nn.Conv2d | None = None
+        if entry > 2:
+            self.target_entry = nn.Conv2d(3, refine, entry, stride=entry)
+            self.target_skip = nn.Conv2d(3, 3 * entry * entry, entry, stride=entry)
+            nn.init.zeros_(self.target_skip.weight)
+            nn.init.zeros_(cast(torch.Tensor, self.target_skip.bias))
         # A near-zero head makes the untrained model (almost) the identity on the target frame.
         nn.init.normal_(self.head.weight, std=1e-3)
         nn.init.zeros_(cast(torch.Tensor, self.head.bias))
@@ -136,12 +157,13 @@ class StreamingEnhancer(nn.Module):
     @property
     def feature_names(self) -> tuple[str, ...]:
         """The maps ``encode`` returns, in order: the graphs' tensor names and the runtime's cache entries."""
-        return ("half", "quarter") if self.quarter_channels else ("half",)
+        return tuple(_SCALE_NAMES[s] for s in self.feature_scales)
 
     @property
     def feature_scales(self) -> tuple[int, ...]:
         """Downscale of each map against the (padded) frame."""
-        return (2, 4) if self.quarter_channels else (2,)
+        s = self.entry_stride
+        return (s, 2 * s) if self.quarter_channels else (s,)
 
     @property
     def feature_channels(self) -> tuple[int, ...]:
@@ -161,11 +183,12 @@ class StreamingEnhancer(nn.Module):
             "refine": self.refine_channels,
             "mixing": self.mixing,
             "blocks": self.blocks,
+            "entry": self.entry_stride,
         }
 
     def encode(self, frames: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(N, 3, H, W) frames in [0, 1] -> their (N, half, H/2, W/2) features and, with ``quarter``,
-        their (N, quarter, H/4, W/4) ones."""
+        """(N, 3, H, W) frames in [0, 1] -> their (N, half, H/e, W/e) features (e = ``entry``) and,
+        with ``quarter``, their (N, quarter, H/2e, W/2e) ones."""
         h = self.entry(frames - 0.5)
         if not self.quarter_channels:
             return (h,)
@@ -174,17 +197,22 @@ class StreamingEnhancer(nn.Module):
 
     def fuse(self, *inputs: torch.Tensor) -> torch.Tensor:
         """A window's features, one tensor per map in ``feature_names`` order with the T slots stacked
-        on channels ((B, T*half, H/2, W/2), then (B, T*quarter, H/4, W/4)), and its target frame
+        on channels ((B, T*half, H/e, W/e), then (B, T*quarter, H/2e, W/2e)), and its target frame
         (B, 3, H, W) -> the enhanced target frame."""
         *maps, target = inputs
-        h = activation(self.mix_half(maps[0]))
+        h = self.mix_half(maps[0])
+        if self.target_entry is not None:
+            h = h + self.target_entry(target - 0.5)
+        h = activation(h)
         q = self.fused_down(h)
         if self.quarter_channels:
             q = q + self.mix_quarter(maps[1])
         q = self.window_blocks(activation(q))
         y = activation(h + F.pixel_shuffle(self.up(q), 2))
         y = self.head(activation(self.refine(y)))
-        return target + F.pixel_shuffle(y, 2)
+        if self.target_skip is not None:
+            y = y + self.target_skip(target - 0.5)
+        return target + F.pixel_shuffle(y, self.entry_stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, _, c, h, w = x.shape

@@ -121,6 +121,36 @@ def test_the_runtime_cache_encodes_each_frame_once_and_matches_pytorch(
     assert stats.resets == 1  # the discontinuity at frame 8 emptied it
 
 
+def test_a_quarter_resolution_entry_streams_at_quarter_and_eighth_scale(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = StreamingEnhancer(**TINY, entry=4)
+    with torch.no_grad():
+        model.head.weight.normal_(0.0, 0.05)
+    model = model.eval()
+    assert model.pad_multiple == 8
+    assert model.head.out_channels == 3 * 16  # depth-to-space by 4 back to full resolution
+    graphs = export_streaming(model, tmp_path / "quarter.onnx", name="quarter")
+    assert graphs.report.parity_max_abs_error <= PARITY_TOLERANCE
+    assert [(f["name"], f["scale"]) for f in graphs.features] == [("quarter", 4), ("eighth", 8)]
+    backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
+    assert backend.info.pad_multiple == 8
+    frames = _frames(7, 30, 42)  # padded to 32x48 and cropped back
+    windower = Windower(backend.info.t, position=backend.info.output_position)
+    cache: FeatureCache[FrameFeatures] = FeatureCache(backend.info.t)
+    for task in [t for f in frames for t in windower.push(f)] + windower.flush():
+        window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot)
+        cached = backend.enhance_cached(window, task.run, cache)
+        x = torch.from_numpy(window.pixels()[None].astype(np.float32) / 255.0)
+        padded = torch.nn.functional.pad(x[0], (0, 6, 0, 2), mode="reflect")[None]
+        with torch.no_grad():
+            expected = model(padded)[0, :, :30, :42].numpy().transpose(1, 2, 0)
+        reference = np.clip(np.rint(expected * 255.0), 0, 255)
+        assert np.max(np.abs(cached.astype(np.int16) - reference)) <= UINT8_TOLERANCE_LEVELS
+    assert cache.stats().encoded == len(frames)
+    with pytest.raises(ConfigError, match="entry"):
+        StreamingEnhancer(entry=3)
+
+
 def test_a_size_change_starts_an_empty_cache(exported: tuple[StreamingEnhancer, StreamingGraphs]) -> None:
     _, graphs = exported
     backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
