@@ -15,6 +15,7 @@ __all__ = [
     "STREAMING_INT8_MODEL",
     "STREAMING_LITE_MODEL",
     "STREAMING_MODEL",
+    "STREAMING_QUARTER_MODEL",
     "TEMPORAL_FILTER",
     "is_shipped",
     "resolve_shipped",
@@ -44,7 +45,17 @@ STREAMING_LITE_MODEL: Path = ASSETS / "stream_t5_lite.onnx"
 """The cheaper live tier (``stream_t5_lite.encoder.onnx`` beside it): half stream_t5's multiply-adds,
 distilled from conv3d_t5; 0.16 dB below it at sigma 25 on the held-out clip."""
 
-AUTO_TIERS: tuple[Path, ...] = (STREAMING_MODEL, STREAMING_INT8_MODEL, STREAMING_LITE_MODEL)
+STREAMING_QUARTER_MODEL: Path = ASSETS / "stream_t5_quarter.onnx"
+"""The 720p tier (``stream_t5_quarter.encoder.onnx`` beside it): the whole fusion at a quarter of the
+resolution (StreamingEnhancer entry=4), a fifth of stream_t5_lite's multiply-adds, distilled from
+conv3d_t5; its card says what that costs in quality."""
+
+AUTO_TIERS: tuple[Path, ...] = (
+    STREAMING_MODEL,
+    STREAMING_INT8_MODEL,
+    STREAMING_LITE_MODEL,
+    STREAMING_QUARTER_MODEL,
+)
 """What ``model.path: auto`` chooses from, best quality first (``streamer.tiers``)."""
 
 SHIPPED_PREFIX = "shipped:"

@@ -21,7 +21,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from streamer.assets import DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_LITE_MODEL, STREAMING_MODEL
+from streamer.assets import (
+    DEFAULT_MODEL,
+    STREAMING_INT8_MODEL,
+    STREAMING_LITE_MODEL,
+    STREAMING_MODEL,
+    STREAMING_QUARTER_MODEL,
+)
 from streamer.backend.onnx import CARD_BYTES_KEY
 from streamer.bench.harness import LoadWatch, Machine, emit, parse_size, wrapped
 from streamer.errors import ConfigError
@@ -95,6 +101,7 @@ def run_memory(args: argparse.Namespace) -> tuple[list[MemoryRow], Machine, floa
             STREAMING_MODEL,
             STREAMING_INT8_MODEL,
             STREAMING_LITE_MODEL,
+            STREAMING_QUARTER_MODEL,
         ]
     )
     for model in models:

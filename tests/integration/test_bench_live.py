@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamer.assets import TEMPORAL_FILTER
+from streamer.assets import AUTO_TIERS, TEMPORAL_FILTER
 from streamer.bench import rtsp_relay
 from streamer.bench.live import LiveRow, check_targets
 from streamer.errors import ConfigError
@@ -34,7 +34,7 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
     report = json.loads(json_path.read_text())
     window, auto = (r["model"] for r in report["rows"])
     assert window == "temporal_filter_t5"
-    assert auto in {"auto: stream_t5", "auto: stream_t5-int8", "auto: stream_t5_lite"}  # what keeps up here
+    assert auto in {f"auto: {p.stem.replace('.int8', '-int8')}" for p in AUTO_TIERS}  # what keeps up here
     assert report["machine"]["cpu"]
     assert isinstance(report["machine"]["isa"], list)
     for row in report["rows"]:

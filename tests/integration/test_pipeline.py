@@ -333,7 +333,12 @@ def test_model_auto_runs_a_shipped_tier_chosen_once_the_source_has_opened(
     finally:
         pipeline.backend.close()
     assert report.frames_in == report.frames_out == 20
-    assert pipeline.backend.info.name in {"stream_t5", "stream_t5-int8", "stream_t5_lite"}
+    assert pipeline.backend.info.name in {
+        "stream_t5",
+        "stream_t5-int8",
+        "stream_t5_lite",
+        "stream_t5_quarter",
+    }
     (line,) = [r.getMessage() for r in caplog.records if "model auto chose" in r.getMessage()]
     assert f"chose {pipeline.backend.info.name} for 128x72 @ 30 fps" in line
 

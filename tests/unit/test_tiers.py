@@ -60,7 +60,9 @@ def test_a_tier_further_down_is_taken_when_the_best_cannot_keep_up() -> None:
 
 
 def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> None:
-    timings = Timings({"stream_t5": 12.0, "stream_t5-int8": 9.0, "stream_t5_lite": 11.0})
+    timings = Timings(
+        {"stream_t5": 12.0, "stream_t5-int8": 9.0, "stream_t5_lite": 11.0, "stream_t5_quarter": 10.0}
+    )
     choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.5)
     assert (choice.path, choice.keeps_up) == (STREAMING_MODEL, False)
     line = choice.describe()
@@ -70,14 +72,16 @@ def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> 
 
 
 def test_probes_are_kept_per_size_and_settings() -> None:
-    timings = Timings({"stream_t5": 10.0, "stream_t5-int8": 20.0, "stream_t5_lite": 25.0})
+    timings = Timings(
+        {"stream_t5": 10.0, "stream_t5-int8": 20.0, "stream_t5_lite": 25.0, "stream_t5_quarter": 40.0}
+    )
     selector = TierSelector(measure=timings)
     selector.choose(load, "a", 640, 360, 30.0, 1.5)
     selector.choose(load, "a", 640, 360, 25.0, 1.0)
-    assert len(timings.timed) == 3  # the second stream of that size starts without a probe
+    assert len(timings.timed) == len(AUTO_TIERS)  # the second stream of that size starts without a probe
     selector.choose(load, "a", 320, 180, 30.0, 1.5)
     selector.choose(load, "b", 320, 180, 30.0, 1.5)
-    assert len(timings.timed) == 9
+    assert len(timings.timed) == 3 * len(AUTO_TIERS)
 
 
 def test_model_path_auto_is_a_setting_and_stands_in_with_the_first_tier() -> None:
