@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from export.triton_repo import InstanceKind, Precision, TritonOptions, check_target, write_repo
 from streamer.backend.base import ChannelOrder, Layout, StateSpec
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
@@ -274,7 +275,99 @@ def _add_export(subparsers: Any) -> None:
     )
     p.add_argument("--card", type=Path, help="model card path (default: next to --out, .json)")
     p.add_argument("--no-bench", action="store_true", help="skip the CPU speed measurement in the card")
+    _add_triton_flags(p)
     p.set_defaults(func=_run_export)
+
+
+def _add_triton_flags(parser: argparse.ArgumentParser) -> None:
+    """The ``--triton-*`` flags; each defaults to None so one given without --triton-repo is caught, the
+    defaults shown being TritonOptions'."""
+    default = TritonOptions()
+    triton = parser.add_argument_group(
+        "Triton model repository",
+        "also write the exported file as a Triton Inference Server model: DIR/NAME/config.pbtxt and "
+        "DIR/NAME/1/model.onnx (a streaming model adds DIR/NAME_encoder), NAME being --name",
+    )
+    triton.add_argument("--triton-repo", type=Path, metavar="DIR", help="the model repository to write into")
+    triton.add_argument(
+        "--triton-max-batch",
+        type=int,
+        metavar="N",
+        help=f"max_batch_size, the largest batch Triton forms ({default.max_batch_size})",
+    )
+    triton.add_argument(
+        "--triton-preferred-batch",
+        type=int,
+        action="append",
+        metavar="N",
+        help="a preferred batch size of the dynamic batcher, repeatable (default: --triton-max-batch)",
+    )
+    triton.add_argument(
+        "--triton-queue-delay-us",
+        type=int,
+        metavar="US",
+        help=f"how long a request may wait to be batched, in microseconds ({default.max_queue_delay_us})",
+    )
+    triton.add_argument(
+        "--triton-instances", type=int, metavar="N", help=f"model instances ({default.instances})"
+    )
+    triton.add_argument(
+        "--triton-kind",
+        choices=[kind.value for kind in InstanceKind],
+        help=f"where the instances run: gpu (KIND_GPU) or cpu (KIND_CPU) (default: {default.kind.value})",
+    )
+    triton.add_argument(
+        "--triton-tensorrt",
+        choices=[precision.value for precision in Precision],
+        help="run through ONNX Runtime's TensorRT provider at this precision_mode (GPU only; fp16 is "
+        "faster and slightly off the fp32 graph); default: no TensorRT (CUDA, or CPU)",
+    )
+    triton.add_argument(
+        "--triton-overwrite",
+        action="store_true",
+        default=None,
+        help="replace DIR/NAME where an earlier export wrote it (anything else there is still refused)",
+    )
+
+
+def _triton_options(args: argparse.Namespace) -> TritonOptions | None:
+    """The --triton-* flags as TritonOptions, None without --triton-repo; a knob given without it is an
+    error rather than silently ignored."""
+    knobs = {
+        "max_batch_size": args.triton_max_batch,
+        "preferred_batch_sizes": None
+        if args.triton_preferred_batch is None
+        else tuple(args.triton_preferred_batch),
+        "max_queue_delay_us": args.triton_queue_delay_us,
+        "instances": args.triton_instances,
+        "kind": None if args.triton_kind is None else InstanceKind(args.triton_kind),
+        "tensorrt": None if args.triton_tensorrt is None else Precision(args.triton_tensorrt),
+        "overwrite": args.triton_overwrite,
+    }
+    given = {key: value for key, value in knobs.items() if value is not None}
+    if args.triton_repo is None:
+        if given:
+            raise ConfigError(
+                "the --triton-* flags shape the model --triton-repo DIR writes; add --triton-repo"
+            )
+        return None
+    return TritonOptions(**given)
+
+
+def _write_triton(
+    args: argparse.Namespace, options: TritonOptions | None, model: Path, encoder: Path | None = None
+) -> None:
+    """Writes the Triton model(s) of an export just made, where --triton-repo asked for them."""
+    if options is None:
+        return
+    for path in write_repo(args.triton_repo, _model_name(args), model, options, encoder=encoder):
+        print(f"wrote {path}")
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    """One name for the metadata, the card and the Triton model."""
+    name: str = args.name or args.out.stem
+    return name
 
 
 def _load_factory(spec: str) -> Any:
@@ -299,6 +392,7 @@ def _load_factory(spec: str) -> Any:
 
 def _run_export(args: argparse.Namespace) -> int:
     _require_export_extra("export")
+    triton = _triton_options(args)
     # torch and everything importing it stay out of the runtime CLI.
     import torch
     from torch import nn
@@ -365,8 +459,10 @@ def _run_export(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
     if args.streaming:
         module = _as_streaming(module, card)
+    if triton is not None:
+        check_target(args.triton_repo, _model_name(args), triton, streaming=is_streaming(module))
     if is_streaming(module):
-        return _export_streaming(module, args, card, overrides)
+        return _export_streaming(module, args, card, overrides, triton)
     if args.int8:
         raise ConfigError(
             f"--int8 quantizes streaming models in this version; {type(module).__name__} is a window model "
@@ -375,7 +471,7 @@ def _run_export(args: argparse.Namespace) -> int:
     report, card_path = export_with_card(
         module,
         args.out,
-        name=args.name or args.out.stem,
+        name=_model_name(args),
         description=args.description,
         card_path=args.card,
         card=card,
@@ -395,6 +491,7 @@ def _run_export(args: argparse.Namespace) -> int:
     if report.uint8_io_max_levels is not None:
         print(f"  uint8 in and out, within {report.uint8_io_max_levels} level(s) of the float graph")
     print(f"wrote {card_path}")
+    _write_triton(args, triton, report.path)
     return 0
 
 
@@ -412,7 +509,11 @@ def _as_streaming(module: Any, card: dict[str, Any]) -> Any:
 
 
 def _export_streaming(
-    module: Any, args: argparse.Namespace, card: dict[str, Any], overrides: dict[str, Any]
+    module: Any,
+    args: argparse.Namespace,
+    card: dict[str, Any],
+    overrides: dict[str, Any],
+    triton: TritonOptions | None,
 ) -> int:
     from export.streaming_export import export_streaming_with_card
 
@@ -429,7 +530,7 @@ def _export_streaming(
     graphs, card_path = export_streaming_with_card(
         module,
         args.out,
-        name=args.name or args.out.stem,
+        name=_model_name(args),
         description=args.description,
         card_path=args.card,
         card=card,
@@ -473,6 +574,7 @@ def _export_streaming(
             f"{measured['sigma25']['int8_psnr']} dB vs fp32 {measured['sigma25']['fp32_psnr']} dB"
         )
     print(f"wrote {card_path}")
+    _write_triton(args, triton, report.path, graphs.encoder_path)
     return 0
 
 
