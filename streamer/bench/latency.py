@@ -969,7 +969,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     report = run_latency(settings)
     print(format_table(report))
     if args.json:
-        Path(args.json).write_text(json.dumps(asdict(report), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(asdict(report), indent=2, default=str) + "\n")
     if args.markdown:
         Path(args.markdown).write_text(format_markdown(report))
     return 0

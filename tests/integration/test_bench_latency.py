@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from streamer.assets import TEMPORAL_FILTER
 from streamer.bench import rtsp_relay
 from streamer.errors import ConfigError
 from tests.bench_cli import run_bench
@@ -60,16 +61,13 @@ def test_without_the_gate_every_measured_frame_is_enhanced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     json_path = tmp_path / "latency.json"
-    assert (
-        run_bench(
-            "latency",
-            ["--frames", "20", "--warmup", "5", "--paths", "webrtc", "--no-gate", "--json", str(json_path)],
-        )
-        == 0
-    )
+    argv = ["--frames", "20", "--warmup", "5", "--paths", "webrtc", "--no-gate", "--json", str(json_path)]
+    assert run_bench("latency", [*argv, "--model", str(TEMPORAL_FILTER)]) == 0
 
     assert "gate off" in capsys.readouterr().out
-    (row,) = json.loads(json_path.read_text())["rows"]
+    report = json.loads(json_path.read_text())
+    assert report["settings"]["model"] == str(TEMPORAL_FILTER)  # a model path is written as its text
+    (row,) = report["rows"]
     assert set(row["outcomes"]) == {"enhanced"}  # no window skipped, so no frame repeats another's number
     assert row["measured"] == row["received"]
 
