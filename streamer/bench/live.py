@@ -20,13 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from streamer.app import build_backend
-from streamer.assets import (
-    AUTO_TIERS,
-    STREAMING_INT8_MODEL,
-    STREAMING_LITE_MODEL,
-    STREAMING_MODEL,
-    STREAMING_QUARTER_MODEL,
-)
+from streamer.assets import AUTO_TIERS
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, parse_sizes, table_footer
 from streamer.bench.latency import Settings, parse_size, run_latency
 from streamer.config import ModelConfig
@@ -287,9 +281,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             f"{args.budget_ms}, {args.fps}"
         )
     models: list[Path | str] = (
-        [m if m == AUTO else Path(m) for m in args.model]
-        if args.model
-        else [STREAMING_MODEL, STREAMING_INT8_MODEL, STREAMING_LITE_MODEL, STREAMING_QUARTER_MODEL, AUTO]
+        [m if m == AUTO else Path(m) for m in args.model] if args.model else [*AUTO_TIERS, AUTO]
     )
     for model in models:
         if model != AUTO and not Path(model).is_file():

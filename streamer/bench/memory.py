@@ -21,13 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from streamer.assets import (
-    DEFAULT_MODEL,
-    STREAMING_INT8_MODEL,
-    STREAMING_LITE_MODEL,
-    STREAMING_MODEL,
-    STREAMING_QUARTER_MODEL,
-)
+from streamer.assets import AUTO_TIERS, DEFAULT_MODEL
 from streamer.backend.onnx import CARD_BYTES_KEY
 from streamer.bench.harness import LoadWatch, Machine, emit, parse_size, wrapped
 from streamer.errors import ConfigError
@@ -93,17 +87,7 @@ def _write_card(model: Path, value: float) -> str:
 
 def run_memory(args: argparse.Namespace) -> tuple[list[MemoryRow], Machine, float]:
     width, height = parse_size(args.size, "--size")
-    models = (
-        [Path(m) for m in args.model]
-        if args.model
-        else [
-            DEFAULT_MODEL,
-            STREAMING_MODEL,
-            STREAMING_INT8_MODEL,
-            STREAMING_LITE_MODEL,
-            STREAMING_QUARTER_MODEL,
-        ]
-    )
+    models = [Path(m) for m in args.model] if args.model else [DEFAULT_MODEL, *AUTO_TIERS]
     for model in models:
         if not model.is_file():
             raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model")

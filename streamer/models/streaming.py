@@ -58,9 +58,8 @@ class StreamingEnhancer(nn.Module):
     maps keep fewer numbers than a 4x4 cell of pixels holds, so the fusion also reads the target's own
     cells (``target_entry``, joined to the mixed maps, and ``target_skip``, a linear map of each cell
     into its residual, starting at zero): detail and noise the cache dropped are still there to act on.
-    With
-    ``entry=2, quarter=0`` this is ``Conv3dEnhancer``'s function exactly (``from_conv3d``). H and W
-    must be multiples of ``pad_multiple`` (2 * ``entry``).
+    With ``entry=2, quarter=0`` this is ``Conv3dEnhancer``'s function exactly (``from_conv3d``). H and
+    W must be multiples of ``pad_multiple`` (2 * ``entry``).
     """
 
     layout: ClassVar[Layout] = Layout.NTCHW
