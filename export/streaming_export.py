@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from export.onnx_export import (
@@ -95,9 +97,26 @@ class _Encoder(nn.Module):
         self.lo, self.scale = lo, (hi - lo) / 255.0
 
     def forward(self, frame: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        x = frame.permute(0, 3, 1, 2).float() * self.scale + self.lo
-        maps: tuple[torch.Tensor, ...] = tuple(cast(Any, self.module).encode(x))
+        levels = frame.permute(0, 3, 1, 2).float()
+        if hasattr(self.module, "encode_levels"):
+            return tuple(cast(Any, self.module).encode_levels(levels))
+        maps: tuple[torch.Tensor, ...] = tuple(cast(Any, self.module).encode(levels * self.scale + self.lo))
         return maps
+
+
+class _Levels(torch.autograd.Function):
+    """Float levels -> uint8, rounded half to even and saturated: one ONNX QuantizeLinear (scale 1, zero
+    point 0), where Round, Clip and Cast would each make a pass over the frame."""
+
+    @staticmethod
+    def forward(ctx: Any, levels: torch.Tensor) -> torch.Tensor:
+        return levels.round().clamp(0.0, 255.0).to(torch.uint8)
+
+    @staticmethod
+    def symbolic(g: Any, levels: Any) -> Any:
+        scale = g.op("Constant", value_t=torch.tensor(1.0))
+        zero = g.op("Constant", value_t=torch.tensor(0, dtype=torch.uint8))
+        return g.op("QuantizeLinear", levels, scale, zero)
 
 
 class _Fusion(nn.Module):
@@ -116,6 +135,10 @@ class _Fusion(nn.Module):
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         *maps, target = inputs
         stacked = [torch.cat(maps[k * self.t : (k + 1) * self.t], dim=1) for k in range(self.features)]
+        if self.pixels and hasattr(self.module, "fuse_cells"):
+            cells = cast(Any, self.module).fuse_cells(*stacked, target.permute(0, 3, 1, 2).float())
+            rounded = _Levels.apply(cells)  # type: ignore[no-untyped-call]
+            return F.pixel_shuffle(rounded, math.isqrt(cells.shape[1] // 3)).permute(0, 2, 3, 1)
         x = target.permute(0, 3, 1, 2).float() * self.scale + self.lo
         y: torch.Tensor = cast(Any, self.module).fuse(*stacked, x)
         if not self.pixels:

@@ -415,6 +415,14 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="N,...",
         help="the RTSP sink's libx264 threads to compare, 'default' for libx264's (default)",
     )
+    live.add_argument(
+        "--camera",
+        choices=("ahead", "live"),
+        default="ahead",
+        help="ahead: the camera encodes its frames before each run and only sends them during it, as an "
+        "IP camera encodes on its own chip, so the cores measured are streamer's (and the player's); "
+        "live: it encodes each frame on these cores as it sends it (ahead)",
+    )
     live.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     live.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     live.set_defaults(func=_live)

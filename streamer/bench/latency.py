@@ -54,6 +54,8 @@ import av.error
 import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
+from av.packet import Packet
+from av.stream import Stream
 from av.video.stream import VideoStream
 
 from streamer import framecode
@@ -103,6 +105,8 @@ STREAM = "bench"
 LOOPBACK = ["127.0.0.1"]
 _READER_OPTIONS = {"rtsp_transport": "tcp", "analyzeduration": "100000", "timeout": "10000000"}
 """The player's socket timeout (10 s) outlasts model auto's probe, during which the output is silent."""
+_CAMERA_X264 = {"preset": "ultrafast", "tune": "zerolatency", "bf": "0"}
+"""The bench camera's libx264 options, besides a keyframe a second."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +129,9 @@ class Settings:
     """The RTSP sink's libx264 threads; None: libx264's choice."""
     workers: int | None = None
     """model.workers (windows run at once); None: its default."""
+    camera_ahead: bool = False
+    """The RTSP camera encodes every frame before the run and only sends packets during it, as an IP
+    camera whose encoder is its own chip: the machine's cores are left to streamer (and the player)."""
 
     def config(self, **sections: Any) -> Config:
         """The pipeline's config for one path: its source and sink plus this run's model, gate, budget.
@@ -235,6 +242,23 @@ class Camera:
 
     def capture(self, index: int) -> None:
         self.captured[index] = time.monotonic()
+
+    def encode_all(self) -> list[Packet[Stream]]:
+        """Every frame of the run encoded now as the RTSP camera encodes them (blocking: seconds per
+        thousand frames), for :class:`RtspCamera` to send at the frame rate. No global header: the
+        parameter sets travel in band, before each keyframe."""
+        s = self.settings
+        codec = av.VideoCodecContext.create("libx264", "w")
+        codec.width, codec.height, codec.pix_fmt = s.width, s.height, "yuv420p"
+        codec.time_base, codec.framerate = Fraction(1, s.fps), Fraction(s.fps)
+        codec.options = _CAMERA_X264 | {"g": str(s.fps)}
+        packets: list[Packet[Stream]] = []
+        for index in range(s.total):
+            frame = self.frame(index)
+            frame.pts, frame.time_base = index, codec.time_base
+            packets += codec.encode(frame)
+        packets += codec.encode(None)
+        return packets
 
     def close(self) -> None:
         self._container.close()
@@ -406,10 +430,12 @@ class RtspCamera(threading.Thread):
     """Publishes the camera's frames to the relay in real time (libx264 ultrafast, zerolatency), then
     leaves (TEARDOWN), which ends the relay's stream for its players."""
 
-    def __init__(self, url: str, camera: Camera) -> None:
+    def __init__(self, url: str, camera: Camera, ahead: list[Packet[Stream]] | None = None) -> None:
+        """``ahead``: the frames already encoded (:meth:`Camera.encode_all`), sent at the frame rate."""
         super().__init__(name="bench-rtsp-camera", daemon=True)
         self.url = url
         self.camera = camera
+        self.ahead = ahead
         self.error: BaseException | None = None
         self._halt = threading.Event()
 
@@ -428,23 +454,39 @@ class RtspCamera(threading.Thread):
             self.url, "w", format="rtsp", options={"rtsp_transport": "tcp", "timeout": "5000000"}
         )
         try:
-            options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(s.fps), "bf": "0"}
-            stream = container.add_stream("libx264", rate=s.fps, options=options)
-            assert isinstance(stream, VideoStream)
-            stream.width, stream.height, stream.pix_fmt = s.width, s.height, "yuv420p"
+            encoder: VideoStream | None = None
+            stream: Stream
+            if self.ahead is None:
+                encoder = container.add_stream(
+                    "libx264", rate=s.fps, options=_CAMERA_X264 | {"g": str(s.fps)}
+                )
+                assert isinstance(encoder, VideoStream)
+                encoder.width, encoder.height, encoder.pix_fmt = s.width, s.height, "yuv420p"
+                stream = encoder
+            else:
+                stream = container.add_mux_stream("h264", rate=s.fps, width=s.width, height=s.height)
             container.start_encoding()
             peer = rtsp_peer(self.url)
             if peer is not None:
                 disable_nagle(*peer)  # as a camera's RTSP stack does; see streamer.nodelay
+            pending = collections.deque(self.ahead or ())
             start = time.monotonic()
             for index in range(s.total):
                 if self._halt.wait(max(0.0, start + index / s.fps - time.monotonic())):
                     return
-                frame = self.camera.frame(index)
-                frame.pts, frame.time_base = index, Fraction(1, s.fps)
+                if encoder is not None:
+                    frame = self.camera.frame(index)
+                    frame.pts, frame.time_base = index, Fraction(1, s.fps)
+                    self.camera.capture(index)
+                    container.mux(encoder.encode(frame))
+                    continue
                 self.camera.capture(index)
-                container.mux(stream.encode(frame))
-            container.mux(stream.encode(None))
+                while pending and (pending[0].pts or 0) <= index:  # pts counts frames
+                    packet = pending.popleft()
+                    packet.stream = stream
+                    container.mux(packet)
+            if encoder is not None:
+                container.mux(encoder.encode(None))
         finally:
             container.close()
 
@@ -492,10 +534,11 @@ async def _rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     missing = await asyncio.to_thread(rtsp_relay.unavailable)
     if missing is not None:
         return Skipped("rtsp", f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
+    camera = Camera(settings)
+    ahead = await asyncio.to_thread(camera.encode_all) if settings.camera_ahead else None
     deadline = time.monotonic() + settings.cap_s
     relay = Relay()
-    camera = Camera(settings)
-    sender = RtspCamera(relay.publish_url("cam"), camera)
+    sender = RtspCamera(relay.publish_url("cam"), camera, ahead)
     player = _RtspPlayer(relay.url("out"), settings.total * 2, open_timeout_s=SETUP_S)
     recorder = _Recorder(measured)
     config = settings.config(

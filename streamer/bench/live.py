@@ -55,6 +55,8 @@ class LiveRow:
     """The RTSP sink's libx264 threads; None: libx264's choice."""
     workers: int | None = None
     """model.workers; None: its default."""
+    camera: str = "ahead"
+    """``ahead``: the camera's frames were encoded before the run; ``live``: on these cores during it."""
 
     @property
     def thread_counts(self) -> str:
@@ -88,6 +90,7 @@ def _row(
     seconds: float,
     budget_ms: float,
     threads: tuple[int | None, int | None, int | None] = (None, None, None),
+    camera: str = "ahead",
 ) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
@@ -103,6 +106,7 @@ def _row(
         workers=threads[0],
         threads=threads[1],
         encoder_threads=threads[2],
+        camera_ahead=camera == "ahead",
     )
     cpu_start, wall_start = os.times(), time.monotonic()
     report = run_latency(settings)
@@ -130,6 +134,7 @@ def _row(
         workers=threads[0],
         threads=threads[1],
         encoder_threads=threads[2],
+        camera=camera,
     )
 
 
@@ -162,10 +167,19 @@ def check_targets(rows: list[LiveRow]) -> list[Target]:
     return targets
 
 
+def _camera(rows: list[LiveRow]) -> str:
+    kinds = {r.camera for r in rows}
+    if kinds == {"ahead"}:
+        return "camera frames encoded before each run (an IP camera's own encoder)"
+    if kinds == {"live"}:
+        return "camera encoding each frame on these cores"
+    return "camera encoding ahead or live, per row"
+
+
 def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float, wall_s: float) -> str:
     header = (
         f"streamer bench live: RTSP camera paced at {fps} fps -> GStreamer relay -> streamer -> relay -> "
-        f"player, {seconds:g} s measured per run, gate off; {machine.line()}"
+        f"player, {seconds:g} s measured per run, gate off, {_camera(rows)}; {machine.line()}"
     )
     names = (
         "size",
@@ -217,7 +231,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "
         "encodes one frame and fuses T cached maps), timed just after the run with default threads",
         "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
-        "is not counted",
+        "is not counted, nor a camera's encoding done before the run (--camera ahead)",
     ]
     return "\n".join(
         [header, "", line, "-" * len(line), *body, *table_footer(notes, check_targets(rows), wall_s)]
@@ -237,7 +251,7 @@ def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: fl
             f"| {_ms(r.p50_ms)} | {_ms(r.p99_ms)} | {r.budget_ms:g} | {r.model_fps:.1f} "
             f"| {r.cpu_percent:.0f} |"
         )
-    lines += ["", f"RTSP at {fps} fps, {seconds:g} s per run, gate off; {machine.line()}."]
+    lines += ["", f"RTSP at {fps} fps, {seconds:g} s per run, gate off, {_camera(rows)}; {machine.line()}."]
     lines += [f"- {t.verdict} {t.name}: {t.detail}" for t in check_targets(rows)]
     return "\n".join(lines) + "\n"
 
@@ -249,12 +263,15 @@ def run_live_bench(
     seconds: float,
     budget_ms: float,
     threads: list[tuple[int | None, int | None, int | None]] | None = None,
+    camera: str = "ahead",
 ) -> tuple[list[LiveRow], Machine, float]:
     """One row per size, model and (model workers, model threads, encoder threads), in that nesting."""
     watch = LoadWatch()
     started = time.monotonic()
     pairs = threads or [(None, None, None)]
-    rows = [_row(m, w, h, fps, seconds, budget_ms, t) for w, h in sizes for m in models for t in pairs]
+    rows = [
+        _row(m, w, h, fps, seconds, budget_ms, t, camera) for w, h in sizes for m in models for t in pairs
+    ]
     return rows, watch.machine(), time.monotonic() - started
 
 
@@ -292,7 +309,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         for t in _counts(args.threads, "--threads")
         for e in _counts(args.encoder_threads, "--encoder-threads")
     ]
-    rows, machine, wall = run_live_bench(sizes, models, args.fps, args.seconds, args.budget_ms, pairs)
+    rows, machine, wall = run_live_bench(
+        sizes, models, args.fps, args.seconds, args.budget_ms, pairs, args.camera
+    )
     data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
     return emit(
         format_table(rows, machine, args.fps, args.seconds, wall),

@@ -151,6 +151,45 @@ def test_a_quarter_resolution_entry_streams_at_quarter_and_eighth_scale(tmp_path
         StreamingEnhancer(entry=3)
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [{}, {"entry": 4}, {"entry": 4, "half_mixing": "separable", "head_kernel": 1}],
+    ids=["entry2", "entry4", "entry4-separable-1x1head"],
+)
+def test_the_uint8_graphs_fold_scaling_and_round_once_in_cells(
+    shape: dict[str, object], tmp_path: Path
+) -> None:
+    torch.manual_seed(1)
+    model = StreamingEnhancer(**{**TINY, **shape})  # type: ignore[arg-type]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.05)
+    model = model.eval()
+    e = model.entry_stride
+    x = torch.randint(0, 256, (2, model.t, 3, 8 * e, 12 * e)).float()
+    b, t, c, h, w = x.shape
+    with torch.no_grad():
+        expected = model(x / 255.0) * 255.0
+        maps = model.encode_levels(x.reshape(b * t, c, h, w))
+        stacked = [
+            m.reshape(b, t * k, h // s, w // s)
+            for m, k, s in zip(maps, model.feature_channels, model.feature_scales, strict=True)
+        ]
+        cells = model.fuse_cells(*stacked, x[:, model.slot])
+    assert cells.shape == (b, 3 * e * e, h // e, w // e)
+    assert torch.max(torch.abs(torch.nn.functional.pixel_shuffle(cells, e) - expected)) < 1e-3
+    graphs = export_streaming(model, tmp_path / "m.onnx", name="m")
+    assert graphs.uint8_max_levels <= UINT8_TOLERANCE_LEVELS
+    ops = [n.op_type for n in onnx.load(graphs.report.path).graph.node]
+    assert ops.count("QuantizeLinear") == 1  # rounding, clipping and the cast in one pass, in cells
+    assert not {"Round", "Clip", "Div"} & set(ops)
+    assert ops[-2:] == ["DepthToSpace", "Transpose"]  # on uint8 only
+    for path in (graphs.encoder_path, graphs.report.path):
+        nodes = onnx.load(path).graph.node
+        (frame,) = [n.output[0] for n in nodes if n.op_type == "Cast"]  # the full-resolution float frame
+        assert {n.op_type for n in nodes if frame in n.input} == {"Conv"}  # read by one strided conv
+
+
 def test_a_size_change_starts_an_empty_cache(exported: tuple[StreamingEnhancer, StreamingGraphs]) -> None:
     _, graphs = exported
     backend = OnnxBackend(graphs.report.path, providers=["CPUExecutionProvider"])
