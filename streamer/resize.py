@@ -4,9 +4,9 @@ opened for. swscale does it in C, outside the interpreter lock."""
 
 from __future__ import annotations
 
-import av
 import numpy as np
 
+from streamer.colour import rgb_frame
 from streamer.errors import FrameError
 from streamer.frame import Pixels
 
@@ -23,7 +23,6 @@ def upscale(pixels: Pixels, factor: int) -> Pixels:
     if factor == 1:
         return pixels
     h, w = pixels.shape[:2]
-    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
-    scaled = frame.reformat(width=w * factor, height=h * factor, interpolation="BICUBIC")
+    scaled = rgb_frame(pixels).reformat(width=w * factor, height=h * factor, interpolation="BICUBIC")
     out: Pixels = np.ascontiguousarray(scaled.to_ndarray(format="rgb24"), dtype=np.uint8)
     return out

@@ -27,6 +27,7 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.colour import rgb_frame
 from streamer.errors import EndOfStream
 from streamer.frame import Frame, Pixels
 
@@ -86,7 +87,7 @@ class RtpClock:
 
 def _video_frame(pixels: Pixels) -> av.VideoFrame:
     """RGB pixels as the yuv420p frame aiortc's encoders take; runs in a worker thread."""
-    return av.VideoFrame.from_ndarray(pixels, format="rgb24").reformat(format="yuv420p")
+    return rgb_frame(pixels).reformat(format="yuv420p")
 
 
 class PlayerTrack(MediaStreamTrack):

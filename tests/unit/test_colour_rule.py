@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from av.video.codeccontext import VideoCodecContext
 
-from streamer.colour import colour_of, from_rgb, resolve, tag, to_rgb
+from streamer.colour import colour_of, from_rgb, resolve, rgb_frame, tag, to_rgb
 from streamer.frame import Colour
 
 BT709_TV = Colour(matrix=1, range=1, primaries=1, transfer=1)
@@ -74,3 +74,12 @@ def test_tag_writes_what_an_untagged_stream_is_assumed_to_be() -> None:
     codec = encoder(1280, 720)
     tag(codec, Colour())
     assert (codec.colorspace, codec.color_range, codec.color_primaries, codec.color_trc) == (1, 1, 2, 2)
+
+
+def test_rgb_frame_reads_views_in_place_and_copies_only_what_it_cannot() -> None:
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (36, 66, 3), dtype=np.uint8)
+    pixels.flags.writeable = False  # as inside a Frame
+    for view in (pixels, pixels[:, :64], pixels[::2], pixels.transpose(1, 0, 2)):
+        got = rgb_frame(view).to_ndarray(format="rgb24")
+        np.testing.assert_array_equal(got, view)
