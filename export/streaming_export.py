@@ -97,9 +97,9 @@ class _Encoder(nn.Module):
         self.lo, self.scale = lo, (hi - lo) / 255.0
 
     def forward(self, frame: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        levels = frame.permute(0, 3, 1, 2).float()
         if hasattr(self.module, "encode_levels"):
-            return tuple(cast(Any, self.module).encode_levels(levels))
+            return tuple(cast(Any, self.module).encode_levels(frame.float()))
+        levels = frame.permute(0, 3, 1, 2).float()
         maps: tuple[torch.Tensor, ...] = tuple(cast(Any, self.module).encode(levels * self.scale + self.lo))
         return maps
 
@@ -136,7 +136,7 @@ class _Fusion(nn.Module):
         *maps, target = inputs
         stacked = [torch.cat(maps[k * self.t : (k + 1) * self.t], dim=1) for k in range(self.features)]
         if self.pixels and hasattr(self.module, "fuse_cells"):
-            cells = cast(Any, self.module).fuse_cells(*stacked, target.permute(0, 3, 1, 2).float())
+            cells = cast(Any, self.module).fuse_cells(*stacked, target.float())
             rounded = _Levels.apply(cells)  # type: ignore[no-untyped-call]
             return F.pixel_shuffle(rounded, math.isqrt(cells.shape[1] // 3)).permute(0, 2, 3, 1)
         x = target.permute(0, 3, 1, 2).float() * self.scale + self.lo

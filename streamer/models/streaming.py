@@ -12,6 +12,7 @@ same function.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar, cast
 
 import torch
@@ -49,6 +50,16 @@ def _on_levels(conv: nn.Conv2d) -> tuple[torch.Tensor, torch.Tensor]:
     weight = conv.weight
     bias = cast(torch.Tensor, conv.bias) - 0.5 * weight.sum(dim=(1, 2, 3))
     return weight / 255.0, bias
+
+
+def _strided_on_rows(pixels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``conv2d`` of (N, H, W, 3) pixels (NHWC) with an unpadded e x e stride-e ``weight``, without
+    transposing them: each row of an NHWC frame is one row of 3W samples, so an e x e cell of it is an
+    e x 3e patch of a one-channel image (a transpose of a 720p frame costs as much as the convolution)."""
+    out, _, e, _ = weight.shape
+    rows = pixels.flatten(2).unsqueeze(1)
+    packed = weight.permute(0, 2, 3, 1).reshape(out, 1, e, 3 * e)
+    return F.conv2d(rows, packed, bias, stride=(e, 3 * e))
 
 
 class StreamingEnhancer(nn.Module):
@@ -208,11 +219,12 @@ class StreamingEnhancer(nn.Module):
         with ``quarter``, their (N, quarter, H/2e, W/2e) ones."""
         return self._encoded(self.entry(frames - 0.5))
 
-    def encode_levels(self, levels: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``encode(levels / 255)`` for frames of 0..255 levels: the scale and the shift are folded into
-        the entry's weights, so an exported encoder does no arithmetic on the full-resolution frame."""
+    def encode_levels(self, pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``encode`` of (N, H, W, 3) frames as decoded (NHWC, 0..255 levels in float): the scale and the
+        shift are folded into the entry's weights and the entry reads the rows as they are, so an
+        exported encoder does no arithmetic on the full-resolution frame and does not transpose it."""
         weight, bias = _on_levels(self.entry)
-        return self._encoded(F.conv2d(levels, weight, bias, stride=self.entry_stride))
+        return self._encoded(_strided_on_rows(pixels, weight, bias))
 
     def _encoded(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if not self.quarter_channels:
@@ -226,14 +238,15 @@ class StreamingEnhancer(nn.Module):
         (B, 3, H, W) -> the enhanced target frame."""
         *maps, target = inputs
         entry = None if self.target_entry is None else self.target_entry(target - 0.5)
-        y = self.head(self._refined(maps, entry))
+        y = self.head(self._refined(maps, entry, lambda q: F.pixel_shuffle(self.up(q), 2)))
         if self.target_skip is not None:
             y = y + self.target_skip(target - 0.5)
         return target + F.pixel_shuffle(y, self.entry_stride)
 
     def fuse_cells(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """``fuse`` on a target of 0..255 levels -> the enhanced frame in levels, before rounding, as
-        e x e cells (B, 3*e*e, H/e, W/e): what ``pixel_shuffle`` by e turns into the frame.
+        """``fuse`` on a target as decoded ((B, H, W, 3) 0..255 levels in float) -> the enhanced frame in
+        levels, before rounding, as e x e cells (B, 3*e*e, H/e, W/e): what ``pixel_shuffle`` by e turns
+        into the frame.
 
         The target's strided convolutions (its cells' entry, the linear skip, and the identity that adds
         the target itself) become one, and the head is scaled to levels, so an exported fusion graph
@@ -256,17 +269,36 @@ class StreamingEnhancer(nn.Module):
         else:
             weights.append(identity)
             biases.append(torch.zeros(cells, dtype=target.dtype, device=target.device))
-        joint = F.conv2d(target, torch.cat(weights), torch.cat(biases), stride=e)
+        joint = _strided_on_rows(target, torch.cat(weights), torch.cat(biases))
         entry = None if self.target_entry is None else joint[:, : self.refine_channels]
         head = cast(torch.Tensor, self.head.bias)
         y = F.conv2d(
-            self._refined(maps, entry), 255.0 * self.head.weight, 255.0 * head, padding=self.head_kernel // 2
+            self._refined(maps, entry, self._up_transposed),
+            255.0 * self.head.weight,
+            255.0 * head,
+            padding=self.head_kernel // 2,
         )
         return y + joint[:, -cells:]
 
-    def _refined(self, maps: list[torch.Tensor], entry: torch.Tensor | None) -> torch.Tensor:
+    def _up_transposed(self, q: torch.Tensor) -> torch.Tensor:
+        """``pixel_shuffle(self.up(q), 2)`` as one transposed convolution, which onnxruntime runs 2-3x
+        faster than the 1x1 and the depth-to-space: the 1x1's four outputs per map are the 2x2 kernel's
+        taps, and its bias, which differs per tap, comes in through a channel of ones."""
+        c = self.refine_channels
+        weight = self.up.weight[:, :, 0, 0].reshape(c, 2, 2, -1).permute(3, 0, 1, 2)
+        bias = cast(torch.Tensor, self.up.bias).reshape(1, c, 2, 2)
+        ones = torch.ones_like(q[:, :1])
+        return F.conv_transpose2d(torch.cat([q, ones], dim=1), torch.cat([weight, bias]), stride=2)
+
+    def _refined(
+        self,
+        maps: list[torch.Tensor],
+        entry: torch.Tensor | None,
+        upsample: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
         """The fused and refined maps at entry resolution, the head's input; ``entry``: the target's
-        own cells' term (``entry`` > 2)."""
+        own cells' term (``entry`` > 2); ``upsample``: 1/2e resolution to 1/e, as ``up`` and
+        depth-to-space."""
         h = self.mix_half(maps[0])
         if entry is not None:
             h = h + entry
@@ -275,7 +307,7 @@ class StreamingEnhancer(nn.Module):
         if self.quarter_channels:
             q = q + self.mix_quarter(maps[1])
         q = self.window_blocks(activation(q))
-        y = activation(h + F.pixel_shuffle(self.up(q), 2))
+        y = activation(h + upsample(q))
         return activation(self.refine(y))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
