@@ -64,26 +64,54 @@ class OnnxTeacher:
 
 
 def init_weights(path: str | Path, student: nn.Module) -> dict[str, torch.Tensor]:
-    """The weights to warm-start ``student`` from: a training checkpoint's, or an exported Conv3d's
-    (rebuilt by ``export.recover``, split for streaming when the student is a streaming model)."""
-    from export.recover import conv3d_from_onnx
+    """The weights to warm-start ``student`` from: a training checkpoint's, or an exported model's
+    (rebuilt by ``export.recover``; a Conv3d is split for streaming when the student is a streaming
+    model)."""
+    from export.recover import rebuild
+    from streamer.models.conv3d import Conv3dEnhancer
     from streamer.models.streaming import StreamingEnhancer
 
     file = Path(path)
     if file.suffix == ".onnx":
-        teacher: nn.Module = conv3d_from_onnx(file)
-        if isinstance(student, StreamingEnhancer):
-            teacher = StreamingEnhancer.from_conv3d(teacher)  # type: ignore[arg-type]
+        teacher: nn.Module = rebuild(file)
+        if isinstance(student, StreamingEnhancer) and isinstance(teacher, Conv3dEnhancer):
+            teacher = StreamingEnhancer.from_conv3d(teacher)
         return dict(teacher.state_dict())
     state: dict[str, torch.Tensor] = load_checkpoint(file)["model"]
     return state
 
 
+def _separable(source: dict[str, torch.Tensor], student: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """For a student layer ``L`` that is a k x k depthwise convolution (``L.0``) then a 1x1 (``L.1``)
+    where the source has one dense k x k ``L``: the best rank-1 factors of each input map's filters
+    (a depthwise filter and its 1x1 weights, by SVD), the dense bias on the 1x1."""
+    out: dict[str, torch.Tensor] = {}
+    for name, dense in source.items():
+        if not name.endswith(".weight") or dense.dim() != 4:
+            continue
+        layer = name.removesuffix(".weight")
+        depthwise, pointwise = student.get(f"{layer}.0.weight"), student.get(f"{layer}.1.weight")
+        if depthwise is None or pointwise is None or depthwise.shape[1] != 1:
+            continue
+        outputs, inputs, kh, kw = dense.shape
+        if depthwise.shape != (inputs, 1, kh, kw) or pointwise.shape != (outputs, inputs, 1, 1):
+            continue
+        u, s, vh = torch.linalg.svd(dense.permute(1, 0, 2, 3).reshape(inputs, outputs, kh * kw))
+        out[f"{layer}.0.weight"] = vh[:, 0].reshape(inputs, 1, kh, kw)
+        out[f"{layer}.1.weight"] = (u[:, :, 0] * s[:, :1]).T.reshape(outputs, inputs, 1, 1)
+        out[f"{layer}.0.bias"] = torch.zeros(inputs)
+        if f"{layer}.bias" in source:
+            out[f"{layer}.1.bias"] = source[f"{layer}.bias"]
+    return out
+
+
 def warm_start(student: nn.Module, source: dict[str, torch.Tensor]) -> list[str]:
     """Copies into each student tensor the leading slice of the same-named source tensor when the source
     is at least as large on every axis; returns the names copied. Leading output channels of a layer
-    feeding depth-to-space are the first sub-pixel groups, so the slice stays consistent through it."""
+    feeding depth-to-space are the first sub-pixel groups, so the slice stays consistent through it. A
+    dense layer the student makes separable starts from its rank-1 factors (``_separable``)."""
     copied = []
+    source = {**_separable(source, student.state_dict()), **source}
     with torch.no_grad():
         for name, tensor in student.state_dict().items():
             given = source.get(name)

@@ -1,15 +1,19 @@
-"""Rebuilds a ``Conv3dEnhancer`` from its exported ONNX file (``python -m export.recover MODEL --out W.pt``).
+"""Rebuilds a model from its exported ONNX file (``python -m export.recover MODEL --out W.pt``).
 
 A shipped model whose training checkpoint was not kept can still be re-exported (as a streaming
-model, in INT8): the graph holds every weight, most under their PyTorch names; the embedding and the
-Conv3d were reshaped at export and are read back from the first two convolutions. The result is checked
-against the file with onnxruntime before it is written, so a graph of another shape is refused, not
-half-loaded.
+model, in INT8, in a newer graph form) or fine-tuned (``streamer train --init MODEL.onnx``).
+A ``Conv3dEnhancer``'s graph holds every weight, most under their PyTorch names; the embedding and the
+Conv3d were reshaped at export and are read back from the first two convolutions. A
+``StreamingEnhancer``'s two graphs hold every weight under its name; its constructor's arguments are in
+the fusion graph's ``streamer.architecture`` metadata, or in the model card beside files exported
+before that was written. The result is checked against the file with onnxruntime before it is used, so
+a graph of another shape is refused, not half-loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -24,8 +28,9 @@ from onnx import numpy_helper
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.models.conv3d import Conv3dEnhancer
+from streamer.models.streaming import StreamingEnhancer
 
-__all__ = ["PARITY_TOLERANCE", "conv3d_from_onnx", "main"]
+__all__ = ["PARITY_TOLERANCE", "conv3d_from_onnx", "main", "rebuild", "streaming_from_onnx"]
 
 PARITY_TOLERANCE = 1e-4
 """Largest |PyTorch - onnxruntime| accepted for the rebuilt module, on frames in [0, 1]."""
@@ -35,12 +40,7 @@ _BLOCK = re.compile(r"body\.(\d+)\.conv1\.weight")
 
 def conv3d_from_onnx(path: Path) -> Conv3dEnhancer:
     """The ``Conv3dEnhancer`` whose export is ``path``; raises ModelError if the graph is not one."""
-    if not path.is_file():
-        raise ConfigError(f"{str(path)!r} does not exist; pass an ONNX file written by streamer export")
-    try:
-        graph = onnx.load(str(path))
-    except Exception as err:
-        raise ModelError(f"{str(path)!r} is not a readable ONNX file: {err}") from err
+    graph = _load(path)
     meta = {p.key: p.value for p in graph.metadata_props}
     weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
     convs = [n for n in graph.graph.node if n.op_type == "Conv"]
@@ -73,6 +73,89 @@ def conv3d_from_onnx(path: Path) -> Conv3dEnhancer:
     return module
 
 
+def streaming_from_onnx(path: Path) -> StreamingEnhancer:
+    """The ``StreamingEnhancer`` whose fusion graph is ``path`` (its encoder beside it); raises
+    ModelError if the graphs are not one, or ConfigError when nothing says its shape."""
+    graphs = [_load(path)]
+    meta = {p.key: p.value for p in graphs[0].metadata_props}
+    if "streamer.encoder" not in meta:
+        raise ModelError(f"{str(path)!r} is not a streaming model (no streamer.encoder metadata)")
+    encoder = path.with_name(Path(meta["streamer.encoder"]).name)
+    graphs.append(_load(encoder))
+    card = path.with_suffix(".json")
+    if "streamer.architecture" in meta:
+        config = json.loads(meta["streamer.architecture"])
+    elif card.is_file():
+        config = json.loads(card.read_text()).get("parameters")
+    else:
+        config = None
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{str(path)!r} does not say its StreamingEnhancer arguments (streamer.architecture) and has no "
+            f"model card {card.name} with 'parameters' beside it"
+        )
+    state: dict[str, torch.Tensor] = {}
+    for graph in graphs:
+        weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+        for node in graph.graph.node:  # the exporter shares equal tensors through Identity
+            if node.op_type == "Identity" and node.input[0] in weights:
+                weights[node.output[0]] = weights[node.input[0]]
+        state |= {
+            name.removeprefix("module."): torch.from_numpy(value.copy())
+            for name, value in weights.items()
+            if name.startswith("module.")
+        }
+    try:
+        config["position"] = OutputPosition(config["position"])
+        module = StreamingEnhancer(**config)
+        module.load_state_dict(state, strict=True)
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise ModelError(
+            f"{str(path)!r} is not a StreamingEnhancer export that keeps its weights by name "
+            f"({type(err).__name__}: {err})"
+        ) from err
+    module.eval()
+    _check_streaming(module, path, encoder)
+    return module
+
+
+def rebuild(path: Path) -> Conv3dEnhancer | StreamingEnhancer:
+    """The module exported as ``path``: a streaming model's fusion graph, or a Conv3d's file."""
+    meta = {p.key: p.value for p in _load(path).metadata_props}
+    return streaming_from_onnx(path) if "streamer.encoder" in meta else conv3d_from_onnx(path)
+
+
+def _load(path: Path) -> onnx.ModelProto:
+    if not path.is_file():
+        raise ConfigError(f"{str(path)!r} does not exist; pass an ONNX file written by streamer export")
+    try:
+        return onnx.load(str(path))
+    except Exception as err:
+        raise ModelError(f"{str(path)!r} is not a readable ONNX file: {err}") from err
+
+
+def _check_streaming(module: StreamingEnhancer, path: Path, encoder_path: Path) -> None:
+    """The files' uint8 output on one random window within one level of the module's, rounded."""
+    m, t = module.pad_multiple, module.t
+    frames = np.random.default_rng(0).integers(0, 256, (t, 4 * m, 6 * m, 3), dtype=np.uint8)
+    encoder = ort.InferenceSession(str(encoder_path), providers=["CPUExecutionProvider"])
+    fusion = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    maps = encoder.run(list(module.feature_names), {"frame": frames})
+    feeds = {
+        f"{name}_{s}": maps[k][s : s + 1] for k, name in enumerate(module.feature_names) for s in range(t)
+    }
+    (got,) = fusion.run(None, feeds | {"target": frames[module.slot][None]})
+    window = torch.from_numpy(frames).permute(0, 3, 1, 2)[None].float() / 255.0
+    with torch.no_grad():
+        expected = (module(window)[0] * 255.0).round().clamp(0, 255).permute(1, 2, 0).numpy()
+    error = float(np.abs(got[0].astype(np.float32) - expected).max())
+    if error > 1:
+        raise ModelError(
+            f"the module rebuilt from {str(path)!r} differs from the files by {error:g} levels (> 1); "
+            "the graphs are not a plain StreamingEnhancer export"
+        )
+
+
 def _check(module: Conv3dEnhancer, path: Path) -> None:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     frames = np.random.default_rng(0).random((1, module.t, 3, 64, 96), dtype=np.float32)
@@ -90,20 +173,21 @@ def _check(module: Conv3dEnhancer, path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m export.recover",
-        description="Write the state_dict of the Conv3dEnhancer exported as MODEL (for export --weights).",
+        description="Write the state_dict of the Conv3dEnhancer or StreamingEnhancer exported as MODEL "
+        "(for export --weights).",
     )
-    parser.add_argument("model", type=Path, help="an ONNX file written by streamer export --arch conv3d")
+    parser.add_argument(
+        "model", type=Path, help="an ONNX file written by streamer export (a streaming model's fusion graph)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="the state_dict .pt to write")
     args = parser.parse_args(argv)
     try:
-        module = conv3d_from_onnx(args.model)
+        module = rebuild(args.model)
     except StreamerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     torch.save(module.state_dict(), args.out)
-    print(
-        f"wrote {args.out}: Conv3dEnhancer {module.config()}, equal to {args.model} within {PARITY_TOLERANCE}"
-    )
+    print(f"wrote {args.out}: {type(module).__name__} {module.config()}, equal to {args.model}")
     return 0
 
 

@@ -182,6 +182,10 @@ def _export(
                 cast(Any, buffer),  # the legacy exporter writes to file-like objects too
                 dynamo=False,
                 opset_version=MIN_OPSET,
+                # The weights stay as trained, under their names, with the folds (``encode_levels``,
+                # ``fuse_cells``) as graph arithmetic on them: onnxruntime computes it once at load, and
+                # the module can be rebuilt from the file (export.recover).
+                do_constant_folding=False,
                 input_names=inputs,
                 output_names=outputs,
                 dynamic_axes=dynamic,
@@ -308,6 +312,8 @@ def export_streaming(
     )
     meta["streamer.encoder"] = encoder_path.name
     meta["streamer.features"] = json.dumps(list(features))
+    if callable(getattr(module, "config", None)):  # what export.recover rebuilds the module from
+        meta["streamer.architecture"] = json.dumps(cast(Any, module).config())
     onnx.helper.set_model_props(fusion, meta)
     encoder_model = onnx.load_from_string(encoder_bytes)
     onnx.helper.set_model_props(encoder_model, {"streamer.name": f"{name}.encoder"})

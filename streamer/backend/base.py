@@ -237,7 +237,12 @@ class Backend(abc.ABC):
         with guard if guard is not None else contextlib.nullcontext():
             missing = cache.missing(frames, run)
             if missing:
-                stacked = np.stack([frames[i].pixels for i in missing])
+                # One new frame per window in a steady stream: a view of it, not a 1-frame copy.
+                stacked = (
+                    frames[missing[0]].pixels[None]
+                    if len(missing) == 1
+                    else np.stack([frames[i].pixels for i in missing])
+                )
                 encoded = self.encode(stacked) if tiles is None else self.encode_tiles(stacked, *tiles)
                 for index, features in zip(missing, encoded, strict=True):
                     cache.put(index, run, features)

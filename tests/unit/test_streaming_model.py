@@ -181,13 +181,13 @@ def test_the_uint8_graphs_fold_scaling_and_round_once_in_cells(
     assert torch.max(torch.abs(torch.nn.functional.pixel_shuffle(cells, e) - expected)) < 1e-3
     graphs = export_streaming(model, tmp_path / "m.onnx", name="m")
     assert graphs.uint8_max_levels <= UINT8_TOLERANCE_LEVELS
-    ops = [n.op_type for n in onnx.load(graphs.report.path).graph.node]
+    ran = {path: _as_run(path, tmp_path) for path in (graphs.encoder_path, graphs.report.path)}
+    ops = [n.op_type for n in ran[graphs.report.path]]
     assert ops.count("QuantizeLinear") == 1  # rounding, clipping and the cast in one pass, in cells
-    assert not {"Round", "Clip", "Div"} & set(ops)
+    assert not {"Round", "Clip", "Div", "Mul", "Sub"} & set(ops)  # the folds on weights were computed
     assert ops[-2:] == ["DepthToSpace", "Transpose"]  # on uint8 only
     assert ops.count("DepthToSpace") == 1  # the inner 2x upsampling is one transposed convolution
-    for path in (graphs.encoder_path, graphs.report.path):
-        nodes = list(onnx.load(path).graph.node)
+    for nodes in ran.values():
         (cast,) = [n for n in nodes if n.op_type == "Cast"]  # the full-resolution float frame
         views, readers = list(cast.output), set()
         for view in views:  # through reshapes (no copy, no arithmetic) to what reads the pixels
@@ -198,6 +198,18 @@ def test_the_uint8_graphs_fold_scaling_and_round_once_in_cells(
                     readers.add(node.op_type)
         assert readers == {"Conv"}  # one strided convolution, on the rows as decoded: no transpose
         assert "Transpose" not in {n.op_type for n in nodes[: nodes.index(cast)]}
+
+
+def _as_run(path: Path, tmp_path: Path) -> list[onnx.NodeProto]:
+    """The graph's nodes as onnxruntime runs them once its constant folding has computed what depends
+    on weights alone (basic optimisations: standard ops, no layout of its own)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(tmp_path / f"run-{path.name}")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return list(onnx.load(options.optimized_model_filepath).graph.node)
 
 
 def test_a_size_change_starts_an_empty_cache(exported: tuple[StreamingEnhancer, StreamingGraphs]) -> None:
@@ -349,6 +361,44 @@ def test_a_conv3d_export_is_rebuilt_from_its_onnx_file(tmp_path: Path) -> None:
     export_streaming(_tiny(), tmp_path / "s.onnx", name="s", real_frames=False)
     with pytest.raises(ModelError, match="not an exported Conv3dEnhancer"):
         conv3d_from_onnx(tmp_path / "s.onnx")
+
+
+def test_a_streaming_export_is_rebuilt_from_its_graphs_and_starts_a_separable_tier(tmp_path: Path) -> None:
+    from export.distill import init_weights, warm_start
+    from export.recover import main, rebuild, streaming_from_onnx
+    from streamer.assets import STREAMING_LITE_MODEL
+
+    model = _tiny()
+    graphs = export_streaming(model, tmp_path / "s.onnx", name="s", real_frames=False)
+    rebuilt = streaming_from_onnx(graphs.report.path)  # its arguments from the graph's metadata
+    assert rebuilt.config() == model.config()
+    for key, value in model.state_dict().items():
+        assert torch.equal(rebuilt.state_dict()[key], value), key  # the weights as trained, by name
+    assert main([str(graphs.report.path), "--out", str(tmp_path / "s.pt")]) == 0
+    # A file exported before the metadata: its card says the arguments.
+    shipped = rebuild(STREAMING_LITE_MODEL)
+    assert isinstance(shipped, StreamingEnhancer)
+    assert shipped.config()["fused"] == 48
+    (tmp_path / "bare.onnx").write_bytes(STREAMING_LITE_MODEL.read_bytes())
+    (tmp_path / "stream_t5_lite.encoder.onnx").write_bytes(
+        STREAMING_LITE_MODEL.with_name("stream_t5_lite.encoder.onnx").read_bytes()
+    )
+    with pytest.raises(ConfigError, match="does not say its StreamingEnhancer arguments"):
+        streaming_from_onnx(tmp_path / "bare.onnx")
+    with pytest.raises(ModelError, match="not a streaming model"):
+        streaming_from_onnx(STREAMING_LITE_MODEL.with_name("conv3d_t5.onnx"))
+
+    # A separable mix starts from the rank-1 factors of the dense one: exact where the dense is rank 1.
+    student = StreamingEnhancer(**{**TINY, "half_mixing": "separable"}).eval()
+    source = init_weights(graphs.report.path, student)
+    depthwise, pointwise = torch.randn(4 * model.t, 3, 3), torch.randn(4, 4 * model.t)
+    source["mix_half.weight"] = pointwise[:, :, None, None] * depthwise[None]
+    copied = warm_start(student, source)
+    assert {"mix_half.0.weight", "mix_half.1.weight", "mix_half.1.bias", "entry.weight"} <= set(copied)
+    maps = torch.randn(1, 4 * model.t, 6, 8)
+    dense = torch.nn.functional.conv2d(maps, source["mix_half.weight"], source["mix_half.bias"], padding=1)
+    with torch.no_grad():
+        assert torch.allclose(student.mix_half(maps), dense, atol=1e-4)
 
 
 def test_step_on_a_stateless_streaming_model_is_its_full_window_infer() -> None:
