@@ -46,7 +46,8 @@ def _mixer(kind: str, inputs: int, outputs: int) -> nn.Module:
 
 def _on_levels(conv: nn.Conv2d) -> tuple[torch.Tensor, torch.Tensor]:
     """The weight and bias of an unpadded ``conv`` applied to ``levels / 255 - 0.5``, as applied to
-    the levels themselves (computed from the parameters, so an export folds them into constants)."""
+    the levels themselves (computed from the parameters inside an exported graph, where onnxruntime
+    folds them once at load and the trained weights stay readable by name)."""
     weight = conv.weight
     bias = cast(torch.Tensor, conv.bias) - 0.5 * weight.sum(dim=(1, 2, 3))
     return weight / 255.0, bias
@@ -78,7 +79,8 @@ class StreamingEnhancer(nn.Module):
     cells (``target_entry``, joined to the mixed maps, and ``target_skip``, a linear map of each cell
     into its residual, starting at zero): detail and noise the cache dropped are still there to act on.
     With ``entry=2, quarter=0`` this is ``Conv3dEnhancer``'s function exactly (``from_conv3d``). H and
-    W must be multiples of ``pad_multiple`` (2 * ``entry``).
+    W must be multiples of ``pad_multiple`` (2 * ``entry``). ``half_mixing`` (dense by default) and
+    ``head_kernel`` (3 or 1) trade the two costliest convolutions of a cheap tier for speed.
     """
 
     layout: ClassVar[Layout] = Layout.NTCHW
