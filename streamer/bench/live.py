@@ -1,7 +1,9 @@
 """``streamer bench live``: can a model tier keep up with a live camera on this machine, and at what cost?
 
 For each frame size and each model (tier), a camera paced at its frame rate publishes through the real
-GStreamer RTSP relay; streamer reads it, enhances with a latency budget and pushes it back; a player
+GStreamer RTSP relay (its frames encoded before the run by default, as an IP camera encodes on its own
+chip, so the cores measured are the sidecar's; ``--camera live`` encodes on them during the run);
+streamer reads it, enhances with a latency budget and pushes it back; a player
 reads the result (the RTSP path of :mod:`streamer.bench.latency`, whose frame numbers in pixels give
 glass-to-glass latency). Per run: the share of measured frames enhanced, passed through unenhanced and
 lost, p50/p99 latency, the model's own frames per second on that size (timed alone just before, in the

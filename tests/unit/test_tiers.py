@@ -61,7 +61,13 @@ def test_a_tier_further_down_is_taken_when_the_best_cannot_keep_up() -> None:
 
 def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> None:
     timings = Timings(
-        {"stream_t5": 12.0, "stream_t5-int8": 9.0, "stream_t5_lite": 11.0, "stream_t5_quarter": 10.0}
+        {
+            "stream_t5": 12.0,
+            "stream_t5-int8": 9.0,
+            "stream_t5_lite": 11.0,
+            "stream_t5_lite_sep": 10.5,
+            "stream_t5_quarter": 10.0,
+        }
     )
     choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.5)
     assert (choice.path, choice.keeps_up) == (STREAMING_MODEL, False)
@@ -73,7 +79,13 @@ def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> 
 
 def test_probes_are_kept_per_size_and_settings() -> None:
     timings = Timings(
-        {"stream_t5": 10.0, "stream_t5-int8": 20.0, "stream_t5_lite": 25.0, "stream_t5_quarter": 40.0}
+        {
+            "stream_t5": 10.0,
+            "stream_t5-int8": 20.0,
+            "stream_t5_lite": 25.0,
+            "stream_t5_lite_sep": 30.0,
+            "stream_t5_quarter": 40.0,
+        }
     )
     selector = TierSelector(measure=timings)
     selector.choose(load, "a", 640, 360, 30.0, 1.5)
