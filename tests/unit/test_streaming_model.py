@@ -149,6 +149,10 @@ def test_a_quarter_resolution_entry_streams_at_quarter_and_eighth_scale(tmp_path
     assert cache.stats().encoded == len(frames)
     with pytest.raises(ConfigError, match="entry"):
         StreamingEnhancer(entry=3)
+    with pytest.raises(ConfigError, match="half_mixing must be one of"):
+        StreamingEnhancer(half_mixing="sparse")
+    with pytest.raises(ConfigError, match="head_kernel must be 1 or 3"):
+        StreamingEnhancer(head_kernel=5)
 
 
 @pytest.mark.parametrize(
