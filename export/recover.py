@@ -40,7 +40,10 @@ _BLOCK = re.compile(r"body\.(\d+)\.conv1\.weight")
 
 def conv3d_from_onnx(path: Path) -> Conv3dEnhancer:
     """The ``Conv3dEnhancer`` whose export is ``path``; raises ModelError if the graph is not one."""
-    graph = _load(path)
+    return _conv3d(path, _load(path))
+
+
+def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
     meta = {p.key: p.value for p in graph.metadata_props}
     weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
     convs = [n for n in graph.graph.node if n.op_type == "Conv"]
@@ -76,8 +79,12 @@ def conv3d_from_onnx(path: Path) -> Conv3dEnhancer:
 def streaming_from_onnx(path: Path) -> StreamingEnhancer:
     """The ``StreamingEnhancer`` whose fusion graph is ``path`` (its encoder beside it); raises
     ModelError if the graphs are not one, or ConfigError when nothing says its shape."""
-    graphs = [_load(path)]
-    meta = {p.key: p.value for p in graphs[0].metadata_props}
+    return _streaming(path, _load(path))
+
+
+def _streaming(path: Path, fusion: onnx.ModelProto) -> StreamingEnhancer:
+    graphs = [fusion]
+    meta = {p.key: p.value for p in fusion.metadata_props}
     if "streamer.encoder" not in meta:
         raise ModelError(f"{str(path)!r} is not a streaming model (no streamer.encoder metadata)")
     encoder = path.with_name(Path(meta["streamer.encoder"]).name)
@@ -121,8 +128,9 @@ def streaming_from_onnx(path: Path) -> StreamingEnhancer:
 
 def rebuild(path: Path) -> Conv3dEnhancer | StreamingEnhancer:
     """The module exported as ``path``: a streaming model's fusion graph, or a Conv3d's file."""
-    meta = {p.key: p.value for p in _load(path).metadata_props}
-    return streaming_from_onnx(path) if "streamer.encoder" in meta else conv3d_from_onnx(path)
+    graph = _load(path)
+    streaming = any(p.key == "streamer.encoder" for p in graph.metadata_props)
+    return _streaming(path, graph) if streaming else _conv3d(path, graph)
 
 
 def _load(path: Path) -> onnx.ModelProto:
