@@ -5,9 +5,11 @@ instruction sets (INT8 pays on VNNI/AMX far more than on AVX2), so no tier is ri
 stream's source has opened, ``TierSelector.choose`` times each shipped tier alone on frames of that size
 (the steady state the pipeline runs: a streaming tier encodes one new frame and fuses T cached maps per
 output frame) and takes the first, best quality first, that runs ``headroom`` times the source's frame
-rate; decode, encode and the event loop need the rest of the cores. Probes are kept per size and model
-settings, so the second stream of a size starts at once. Where no tier keeps up, the fastest is taken
-and the choice says so.
+rate; decode, encode and the event loop need the rest of the cores. A tier plainly too slow is timed only
+until that is plain (at 720p on two cores the best tiers run a tenth of a 30 fps need; timing them in
+full kept a stream waiting 6 s). Probes are kept per size and model settings, so the second stream of a
+size starts at once. Where no tier keeps up, the fastest is taken (the last, cheapest, tier where all
+were plainly too slow) and the choice says so.
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ import numpy as np
 from streamer.assets import AUTO_TIERS
 from streamer.backend.base import Backend
 
-__all__ = ["AUTO", "TierChoice", "TierProbe", "TierSelector", "model_fps"]
+__all__ = ["AUTO", "Rate", "TierChoice", "TierProbe", "TierSelector", "model_fps"]
 
 log = logging.getLogger(__name__)
 
 AUTO: Final = "auto"
 """``model.path: auto``."""
+
+SLOW: Final = 2.0
+"""A tier's probe stops once the tier plainly runs under 1/SLOW of what the stream needs. Tiers that
+run under the need but not that far under are timed in full, so that where none keeps up the fastest
+is known; the plainly slow ones are slower than any of those."""
 
 
 def model_fps(
@@ -41,6 +48,24 @@ def model_fps(
     output frame; any other model runs its whole window; as many calls at once as the backend has
     workers, as a pipeline runs them. After ``warmup`` frames; at least ``runs`` timed, for at least
     ``seconds``."""
+    return _timed(backend, width, height, seconds, warmup, runs, 0.0).fps
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A timing's figure; ``bound``: cut short once it could no longer reach the rate asked for, so
+    ``fps`` is the most it could have run (every call under way counted as done)."""
+
+    fps: float
+    bound: bool = False
+
+
+def _timed(
+    backend: Backend, width: int, height: int, seconds: float, warmup: int, runs: int, floor: float
+) -> Rate:
+    """``model_fps``, stopped early (a ``bound`` rate) once even finishing every call under way at
+    that instant would leave the rate below ``floor``: at 720p on two cores the best tiers run a
+    tenth of what a 30 fps source needs, and timing them in full kept a new stream waiting seconds."""
     rng = np.random.default_rng(0)
     t = backend.info.t
     if backend.info.streaming:
@@ -76,8 +101,13 @@ def model_fps(
     threads = [threading.Thread(target=calls, args=(k,), name=f"model-fps-{k}") for k in range(len(done))]
     for thread in threads:
         thread.start()
+    bound = 0.0
     try:
-        while not stop.is_set() and (time.perf_counter() - start < seconds or sum(done) < runs):
+        while not stop.is_set():
+            elapsed = time.perf_counter() - start
+            bound = (sum(done) + len(done)) / elapsed if elapsed > 0 else float("inf")
+            if bound < floor or (elapsed >= seconds and sum(done) >= runs):
+                break
             stop.wait(0.005)
     finally:
         stop.set()
@@ -85,7 +115,9 @@ def model_fps(
             thread.join()
     if failed:
         raise failed[0]
-    return sum(done) / (time.perf_counter() - start)
+    if bound < floor:
+        return Rate(bound, bound=True)
+    return Rate(sum(done) / (time.perf_counter() - start))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +127,12 @@ class TierProbe:
     name: str
     path: Path
     fps: float
+    bound: bool = False
+    """Timed only until it was plainly too slow: ``fps`` is the most it runs."""
+
+    @property
+    def figure(self) -> str:
+        return f"<={self.fps:.1f}" if self.bound else f"{self.fps:.1f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +151,7 @@ class TierChoice:
 
     def describe(self) -> str:
         """One log line's worth: the choice, the need, every tier's figure."""
-        figures = ", ".join(f"{p.name} {p.fps:.1f}" for p in self.probes)
+        figures = ", ".join(f"{p.name} {p.figure}" for p in self.probes)
         verdict = "" if self.keeps_up else "; no tier keeps up, took the fastest"
         return (
             f"model auto chose {self.name} for {self.width}x{self.height} @ {self.source_fps:g} fps "
@@ -128,21 +166,21 @@ class TierChoice:
             "source_fps": round(self.source_fps, 3),
             "needed_fps": round(self.needed_fps, 1),
             "keeps_up": self.keeps_up,
-            "probes": [{"model": p.name, "fps": round(p.fps, 1)} for p in self.probes],
+            "probes": [{"model": p.name, "fps": round(p.fps, 1), "cut_short": p.bound} for p in self.probes],
         }
 
 
 Loader = Callable[[Path], Backend]
 """Loads one tier with the stream's model settings (providers, threads)."""
 
-Measure = Callable[[Backend, int, int, float], float]
-"""Frames per second of a backend alone on (width, height) frames, timed for about the seconds given."""
+Measure = Callable[[Backend, int, int, float, float], Rate]
+"""A backend's rate alone on (width, height) frames, timed for about the seconds given, or cut short
+once it is plainly below the floor given (``_timed``)."""
 
 
-def _probe_fps(backend: Backend, width: int, height: int, seconds: float) -> float:
-    """``model_fps`` kept short: a new stream's output waits for the probe (about a second per tier at
-    720p on two cores)."""
-    return model_fps(backend, width, height, seconds, warmup=1, runs=3)
+def _probe_fps(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
+    """``model_fps`` kept short: a new stream's output waits for the probe."""
+    return _timed(backend, width, height, seconds, 1, 3, floor)
 
 
 class TierSelector:
@@ -168,23 +206,31 @@ class TierSelector:
         probes: list[TierProbe] = []
         with self._lock:
             for path in self.tiers:
-                probe = self._probe(load, settings, path, width, height)
+                probe = self._probe(load, settings, path, width, height, needed / SLOW)
                 probes.append(probe)
-                if probe.fps >= needed:
+                if probe.fps >= needed and not probe.bound:
                     break
-        keeps_up = probes[-1].fps >= needed
-        best = probes[-1] if keeps_up else max(probes, key=lambda p: p.fps)
+        keeps_up = probes[-1].fps >= needed and not probes[-1].bound
+        if keeps_up:
+            best = probes[-1]
+        elif all(p.bound for p in probes):
+            best = probes[-1]  # each plainly too slow, their bounds say nothing of which less so
+        else:
+            best = max((p for p in probes if not p.bound), key=lambda p: p.fps)
         return TierChoice(best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes))
 
-    def _probe(self, load: Loader, settings: str, path: Path, width: int, height: int) -> TierProbe:
+    def _probe(
+        self, load: Loader, settings: str, path: Path, width: int, height: int, floor: float
+    ) -> TierProbe:
+        """A kept probe serves unless it was cut short at a bound that does not settle this floor."""
         key = (path, width, height, settings)
         probe = self._probes.get(key)
-        if probe is None:
+        if probe is None or (probe.bound and probe.fps >= floor):
             backend = load(path)
             try:
-                fps = self._measure(backend, width, height, self.probe_s)
-                probe = self._probes[key] = TierProbe(backend.info.name, path, fps)
+                rate = self._measure(backend, width, height, self.probe_s, floor)
+                probe = self._probes[key] = TierProbe(backend.info.name, path, rate.fps, rate.bound)
             finally:
                 backend.close()
-            log.debug("model auto: %s runs %.1f fps alone at %dx%d", probe.name, fps, width, height)
+            log.debug("model auto: %s runs %s fps alone at %dx%d", probe.name, probe.figure, width, height)
         return probe

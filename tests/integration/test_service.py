@@ -30,7 +30,7 @@ from streamer.frame import Frame
 from streamer.metrics import METRICS
 from streamer.pipeline import Outcome, Pipeline
 from streamer.service import Service, StreamResult
-from streamer.tiers import TierSelector
+from streamer.tiers import Rate, TierSelector
 from tests.integration.rtsp_fixtures import RtspServer, free_port, until
 from tests.media import probe
 
@@ -642,9 +642,9 @@ def test_streams_added_and_removed_by_the_hundred_leave_no_threads_descriptors_o
 def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the_stand_in() -> None:
     timed: list[tuple[str, int, int]] = []
 
-    def measure(backend: Backend, width: int, height: int, seconds: float) -> float:
+    def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
         timed.append((backend.info.name, width, height))
-        return {"stream_t5": 20.0, "stream_t5-int8": 60.0}[backend.info.name]
+        return Rate({"stream_t5": 20.0, "stream_t5-int8": 60.0}[backend.info.name])
 
     seen: dict[str, list[int]] = {}
     source = {"kind": "synthetic", "frames": 30, "width": 160, "height": 96, "fps": 30}
@@ -666,9 +666,12 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
                     "chosen": "stream_t5-int8",
                     "size": "160x96",
                     "source_fps": 30.0,
-                    "needed_fps": 45.0,
+                    "needed_fps": 36.0,
                     "keeps_up": True,
-                    "probes": [{"model": "stream_t5", "fps": 20.0}, {"model": "stream_t5-int8", "fps": 60.0}],
+                    "probes": [
+                        {"model": "stream_t5", "fps": 20.0, "cut_short": False},
+                        {"model": "stream_t5-int8", "fps": 60.0, "cut_short": False},
+                    ],
                 }
             (scheduler,) = run.service.schedulers()  # the stand-in (stream_t5) was closed
             assert scheduler.backend.path == STREAMING_INT8_MODEL  # type: ignore[attr-defined]

@@ -17,19 +17,24 @@ from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import ModelConfig, load_config
 from streamer.errors import BackendError, ConfigError
-from streamer.tiers import TierSelector, model_fps
+from streamer.tiers import Rate, TierSelector, _timed, model_fps
 
 
 class Timings:
-    """Given fps per model name; records what was timed."""
+    """Given fps per model name, cut short as ``_timed`` cuts them (at the floor asked for, when below
+    it); records what was timed."""
 
     def __init__(self, fps: dict[str, float]) -> None:
         self.fps = fps
         self.timed: list[tuple[str, int, int]] = []
 
-    def __call__(self, backend: Backend, width: int, height: int, seconds: float) -> float:
+    def __call__(self, backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
         self.timed.append((backend.info.name, width, height))
-        return self.fps[backend.info.name]
+        fps = self.fps[backend.info.name]
+        return Rate(floor * 0.99, bound=True) if fps < floor else Rate(fps)
+
+
+TIER_NAMES = ("stream_t5", "stream_t5-int8", "stream_t5_lite", "stream_t5_lite_sep", "stream_t5_quarter")
 
 
 def load(path: Path) -> Backend:
@@ -54,36 +59,81 @@ def test_a_tier_further_down_is_taken_when_the_best_cannot_keep_up() -> None:
     assert (choice.path, choice.keeps_up) == (STREAMING_INT8_MODEL, True)
     assert [p.name for p in choice.probes] == ["stream_t5", "stream_t5-int8"]
     assert choice.as_dict()["probes"] == [
-        {"model": "stream_t5", "fps": 30.0},
-        {"model": "stream_t5-int8", "fps": 46.0},
+        {"model": "stream_t5", "fps": 30.0, "cut_short": False},
+        {"model": "stream_t5-int8", "fps": 46.0, "cut_short": False},
     ]
 
 
 def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> None:
     timings = Timings(
         {
-            "stream_t5": 12.0,
-            "stream_t5-int8": 9.0,
-            "stream_t5_lite": 11.0,
-            "stream_t5_lite_sep": 10.5,
-            "stream_t5_quarter": 10.0,
+            "stream_t5": 20.0,
+            "stream_t5-int8": 17.0,
+            "stream_t5_lite": 19.0,
+            "stream_t5_lite_sep": 18.5,
+            "stream_t5_quarter": 18.0,
         }
     )
-    choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.5)
+    choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.0)
     assert (choice.path, choice.keeps_up) == (STREAMING_MODEL, False)
     line = choice.describe()
     assert "no tier keeps up" in line
     assert "1280x720 @ 30 fps" in line
-    assert "stream_t5-int8 9.0" in line
+    assert "stream_t5-int8 17.0" in line
+
+
+def test_tiers_plainly_too_slow_are_cut_short_and_the_fastest_timed_in_full_is_taken() -> None:
+    timings = Timings(
+        {
+            "stream_t5": 4.0,
+            "stream_t5-int8": 5.0,
+            "stream_t5_lite": 30.0,
+            "stream_t5_lite_sep": 8.0,
+            "stream_t5_quarter": 36.0,
+        }
+    )
+    choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.3)
+    assert (choice.name, choice.keeps_up) == ("stream_t5_quarter", False)
+    assert [p.bound for p in choice.probes] == [True, True, False, True, False]
+    assert "stream_t5 <=19.3" in choice.describe()  # the floor is half the 39 fps needed
+
+
+def test_where_every_tier_is_plainly_too_slow_the_last_and_cheapest_is_taken() -> None:
+    timings = Timings({name: 1.0 + k for k, name in enumerate(TIER_NAMES)})
+    choice = TierSelector(measure=timings).choose(load, "", 3840, 2160, 30.0, 1.3)
+    assert (choice.path, choice.keeps_up) == (AUTO_TIERS[-1], False)
+    assert all(p.bound for p in choice.probes)
+
+
+def test_a_kept_probe_cut_short_is_timed_again_where_its_bound_does_not_settle_the_need() -> None:
+    timings = Timings({name: 12.0 for name in TIER_NAMES})
+    selector = TierSelector(measure=timings)
+    selector.choose(load, "", 640, 360, 30.0, 1.0)  # floor 15: each cut short at 14.85
+    assert len(timings.timed) == len(AUTO_TIERS)
+    choice = selector.choose(load, "", 640, 360, 10.0, 1.0)  # floor 5: a bound of 14.85 settles nothing
+    assert len(timings.timed) == len(AUTO_TIERS) + 1  # the best tier again, now timed in full: 12 fps
+    assert (choice.path, choice.keeps_up, choice.probes[0].bound) == (AUTO_TIERS[0], True, False)
+    selector.choose(load, "", 640, 360, 10.0, 1.0)
+    assert len(timings.timed) == len(AUTO_TIERS) + 1
+
+
+def test_a_timing_stops_once_the_rate_asked_for_is_out_of_reach() -> None:
+    backend = OnnxBackend(TEMPORAL_FILTER, threads=1, workers=1)
+    try:
+        rate = _timed(backend, 64, 48, seconds=3600.0, warmup=0, runs=1_000_000, floor=1e9)
+    finally:
+        backend.close()
+    assert rate.bound
+    assert 0 < rate.fps < 1e9
 
 
 def test_probes_are_kept_per_size_and_settings() -> None:
     timings = Timings(
         {
-            "stream_t5": 10.0,
-            "stream_t5-int8": 20.0,
-            "stream_t5_lite": 25.0,
-            "stream_t5_lite_sep": 30.0,
+            "stream_t5": 30.0,
+            "stream_t5-int8": 31.0,
+            "stream_t5_lite": 32.0,
+            "stream_t5_lite_sep": 33.0,
             "stream_t5_quarter": 40.0,
         }
     )
