@@ -216,7 +216,27 @@ enhanced 63% (``streamer bench live --workers 1,2``): a call's threads wait for 
 so a core lent to a codec stalls all of them, while two calls go on at their own pace."""
 
 
+TRITON_WORKERS = 2
+"""``model.workers`` where unset, for a model on a Triton server: one call on the wire while the next
+is prepared, and windows of two streams in flight for the server's dynamic batcher."""
+
+
 def build_backend(model: ModelConfig) -> Backend:
+    if model.triton is not None:
+        from streamer.backend.triton import TritonBackend
+
+        remote = model.triton
+        return TritonBackend(
+            remote.url,
+            remote.model,
+            transport=remote.transport,
+            deadline_ms=remote.deadline_ms,
+            failures=remote.failures,
+            cooldown_s=remote.cooldown_s,
+            access_token=remote.access_token(),
+            workers=model.workers or TRITON_WORKERS,
+            declared=model.declared(),
+        )
     path = model.file()
     threads = model.threads
     cores = os.cpu_count() or 1

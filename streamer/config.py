@@ -6,6 +6,8 @@ unknown keys, so a typo fails loudly instead of silently running on a default.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -292,6 +294,52 @@ class TensorRtConfig(_Strict):
         return options
 
 
+_TRITON_MODEL = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
+
+
+class TritonModelConfig(_Strict):
+    """``model.triton``: the model runs on a Triton Inference Server over gRPC (``streamer.backend.triton``),
+    its contract read from the server's model configuration."""
+
+    url: str
+    """The server's gRPC endpoint as host:port (127.0.0.1:8001; no scheme)."""
+    model: str
+    """The Triton model's name; a streaming model's encoder is found through its parameters."""
+    transport: Literal["grpc", "shm"] = "grpc"
+    """grpc: tensors in the requests; shm: inputs through system shared memory, for a server on this
+    host (its /dev/shm shared with this process)."""
+    deadline_ms: float = Field(1000.0, gt=0.0, le=60_000.0)
+    """A call not answered in this long fails and its frame passes through; keep it within
+    latency.budget_ms."""
+    failures: int = Field(3, ge=1, le=1000)
+    """Failed calls in a row that open the circuit breaker: calls are then refused at once."""
+    cooldown_s: float = Field(1.0, gt=0.0, le=60.0)
+    """How long the breaker stays open before one call tries the server again."""
+    access_token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The environment variable holding the token a server with restricted gRPC protocols (shared
+    memory) expects; the token itself never sits in a config file."""
+
+    @field_validator("url")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if not _HOST_PORT.fullmatch(value) or not 0 < int(value.rsplit(":", 1)[1]) < 65536:
+            raise ValueError(
+                f"model.triton.url must be host:port of the gRPC endpoint (no scheme); got {value!r}"
+            )
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        if not _TRITON_MODEL.fullmatch(value) or value.startswith("."):
+            raise ValueError(f"model.triton.model must be 1..128 of A-Z a-z 0-9 _ . - ; got {value!r}")
+        return value
+
+    def access_token(self) -> str | None:
+        return os.environ.get(self.access_token_env) if self.access_token_env else None
+
+
 class ModelConfig(_Strict):
     path: Literal["auto"] | Path | None = None
     """None: the model shipped inside the package. ``auto``: once the source has opened, the shipped
@@ -342,6 +390,17 @@ class ModelConfig(_Strict):
     scale: int | None = Field(None, ge=1, le=8)
     """How many times larger the model's output frames are (super-resolution), over its
     ``streamer.scale``; None: the metadata, else the static shapes' ratio, else 1."""
+
+    triton: TritonModelConfig | None = None
+    """The model runs on a Triton server instead of in this process; ``path`` stays unset."""
+
+    @model_validator(mode="after")
+    def _one_place_for_the_model(self) -> ModelConfig:
+        if self.triton is not None and self.path is not None:
+            raise ValueError(
+                "model.triton serves the model from a Triton server; remove model.path (or model.triton)"
+            )
+        return self
 
     @field_validator("path", mode="before")
     @classmethod

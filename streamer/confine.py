@@ -64,6 +64,11 @@ class ApiPolicy:
                 "model.tensorrt.cache_dir writes engine files where it points: only the config file may set "
                 "it; leave it out of the request"
             )
+        if isinstance(asked_model, dict) and asked_model.get("triton") is not None:
+            raise AccessError(
+                "model.triton connects this process to a model server: only the config file may set it; "
+                "leave it out of the request (a stream added through the API inherits the config's)"
+            )
         path = stream.model.path
         asked_path = isinstance(asked_model, dict) and "path" in asked_model
         if isinstance(path, Path) and asked_path and not is_shipped(path):

@@ -15,6 +15,7 @@ inherits the builtin a caller would naturally catch, so ``except ValueError`` an
     │   └── SourceNotFoundError (FileNotFoundError)
     ├── SinkError (OSError)               a sink cannot be opened or written
     ├── BackendError (RuntimeError)       the inference runtime failed on valid input
+    │   └── ModelUnavailableError (ConnectionError)  a model server cannot answer now: frames pass through
     └── EndOfStream                       a source has no more frames (not a failure)
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "LimitError",
     "ModelError",
     "ModelMismatchError",
+    "ModelUnavailableError",
     "OutOfMemoryError",
     "SinkError",
     "SourceError",
@@ -98,6 +100,11 @@ class SinkError(StreamerError, OSError):
 
 class BackendError(StreamerError, RuntimeError):
     """Raised when the inference runtime fails on input that passed validation."""
+
+
+class ModelUnavailableError(BackendError, ConnectionError):
+    """Raised when a remote model (a Triton server) is down, too slow or refusing calls for now: the
+    pipeline passes the window's frame through and counts it, rather than ending the stream."""
 
 
 class EndOfStream(StreamerError):

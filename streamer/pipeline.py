@@ -10,7 +10,8 @@ Three asyncio tasks joined by bounded channels:
   other, carrying this stream's hidden state) and resolves reused and passed-through frames in order;
 - *output* writes frames to the sink and records end-to-end latency.
 
-Every input frame leaves exactly once (enhanced, reused, passed through) unless the budget drops it,
+Every input frame leaves exactly once (enhanced, reused, passed through: by the gate, the budget, or a
+model server that cannot answer) unless the budget drops it,
 and leaves in order with its own PTS, because work never overtakes other work.
 """
 
@@ -44,7 +45,14 @@ from streamer.core.ring import RingBuffer
 from streamer.core.stats import DurationRecorder, RateMeter
 from streamer.core.tiling import plan_tiles
 from streamer.core.windower import Windower, WindowTask
-from streamer.errors import ConfigError, EndOfStream, ModelMismatchError, SourceError, StreamerError
+from streamer.errors import (
+    ConfigError,
+    EndOfStream,
+    ModelMismatchError,
+    ModelUnavailableError,
+    SourceError,
+    StreamerError,
+)
 from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
 from streamer.resize import upscale
 from streamer.scheduler import InferenceScheduler
@@ -82,6 +90,8 @@ class Outcome(enum.Enum):
     STRIDE_PASSTHROUGH = "stride_passthrough"
     BUDGET_PASSTHROUGH = "budget_passthrough"
     BUDGET_DROP = "budget_drop"
+    UNAVAILABLE_PASSTHROUGH = "unavailable_passthrough"
+    """The model server could not answer (down, slow, refusing): the frame went out unenhanced."""
 
 
 class _Plan(enum.Enum):
@@ -137,7 +147,7 @@ class PipelineReport:
         return self.frames_out / self.wall_s if self.wall_s > 0 else 0.0
 
 
-_Started = tuple[list["_Work"], int, asyncio.Task[tuple[dict[int, Frame], set[int]]]]
+_Started = tuple[list["_Work"], int, asyncio.Task[tuple[dict[int, Frame], set[int], bool]]]
 """A batch under way: its windows, the worker slots it holds, and its model call."""
 
 OutputHook = Callable[[Frame, Frame, Outcome], None]
@@ -254,6 +264,8 @@ class Pipeline:
         self._inference = DurationRecorder()
         self._run = -1
         self._state: tuple[int, State] | None = None
+        self._model_down = False
+        """The last model call found the model unavailable (a server's outage): logged once."""
         """A recurrent model's state and the run it belongs to; steps run one at a time."""
         self._misses = misses if misses is not None else MissWatch()
         """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
@@ -308,9 +320,10 @@ class Pipeline:
         self._features = self._feature_cache()
 
     def _feature_cache(self) -> FeatureCache[FrameFeatures]:
-        """Room for the frames of every window that may be in flight at once (the model's workers, and
-        a budget probe), so one window's new frame never evicts a frame another still needs."""
-        return FeatureCache(self.windower.t + self.scheduler.workers, self.source.stream_id)
+        """Room for the frames of every window that may be in flight at once (a batch of up to
+        ``max_batch`` windows on each of the model's workers, and a budget probe), so one window's new
+        frame never evicts a frame another still needs."""
+        return FeatureCache(self.windower.t + self.scheduler.workers * self.max_batch, self.source.stream_id)
 
     @property
     def stopping(self) -> bool:
@@ -329,7 +342,8 @@ class Pipeline:
             "out": self._frames_out,
             "calls": self._model_calls,
             "skipped": self.gate.stats().skipped,
-            "passthrough": self._outcomes[Outcome.BUDGET_PASSTHROUGH],
+            "passthrough": self._outcomes[Outcome.BUDGET_PASSTHROUGH]
+            + self._outcomes[Outcome.UNAVAILABLE_PASSTHROUGH],
             "dropped": self._outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
         }
 
@@ -567,12 +581,12 @@ class Pipeline:
             while (item := await started.get()) is not None:
                 batch, held, running = item
                 try:
-                    enhanced, dropped = await running
+                    enhanced, dropped, failed_open = await running
                 finally:
                     for _ in range(held):
                         slots.release()
                 for work in batch:
-                    out = self._resolve(work, enhanced, dropped, last)
+                    out = self._resolve(work, enhanced, dropped, last, failed_open)
                     if out is None:
                         continue
                     if out.outcome is Outcome.ENHANCED:
@@ -592,10 +606,12 @@ class Pipeline:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._probing
 
-    async def _enhance(self, batch: list[_Work]) -> tuple[dict[int, Frame], set[int]]:
+    async def _enhance(self, batch: list[_Work]) -> tuple[dict[int, Frame], set[int], bool]:
         """Runs the admitted windows of ``batch`` in one backend call.
 
-        Returns the enhanced frames by index, and the indices the budget dropped.
+        Returns the enhanced frames by index, the indices the budget dropped, and whether the model
+        was unavailable (a model server down or failing: the admitted frames pass through, and the
+        stream goes on).
         """
         now = time.monotonic()
         admitted: list[_Work] = []
@@ -611,27 +627,42 @@ class Pipeline:
                 if self.budget.on_miss is MissAction.DROP:
                     dropped.add(work.frame.index)
         if not admitted:
-            return {}, dropped
+            return {}, dropped, False
         t0 = time.monotonic()
-        if self._one_at_a_time(admitted[0].frame):
-            frames = await self.scheduler.call(lambda: [self._one(w) for w in admitted])
-            self._model_calls += len(admitted)
-            self._batches[1] += len(admitted)
-        else:
-            windows = [w.window for w in admitted if w.window is not None]
-            results = await self.scheduler.infer(self._key, windows)
-            frames = [w.frame.with_pixels(r.pixels) for w, r in zip(admitted, results, strict=True)]
-            for result in results:
-                if result.call != self._last_call:
-                    self._last_call = result.call
-                    self._model_calls += 1
-                    self._batches[result.batch_size] += 1
+        try:
+            if self._one_at_a_time(admitted[0].frame):
+                frames = await self.scheduler.call(lambda: [self._one(w) for w in admitted])
+                self._model_calls += len(admitted)
+                self._batches[1] += len(admitted)
+            else:
+                windows = [w.window for w in admitted if w.window is not None]
+                results = await self.scheduler.infer(self._key, windows)
+                frames = [w.frame.with_pixels(r.pixels) for w, r in zip(admitted, results, strict=True)]
+                for result in results:
+                    if result.call != self._last_call:
+                        self._last_call = result.call
+                        self._model_calls += 1
+                        self._batches[result.batch_size] += 1
+        except ModelUnavailableError as err:
+            self._unavailable(err)
+            return {}, dropped, True
         elapsed = time.monotonic() - t0
         self.budget.observe(elapsed)
         self._inference.record(elapsed)
         for _ in admitted:
             self._observe(Stage.INFERENCE, elapsed)
-        return {f.index: f for f in frames}, dropped
+        return {f.index: f for f in frames}, dropped, False
+
+    def _unavailable(self, err: ModelUnavailableError) -> None:
+        """One warning when an outage starts (and one line when it ends, in ``_resolve``), not one
+        per frame."""
+        if not self._model_down:
+            self._model_down = True
+            log.warning(
+                "stream %s: the model is unavailable, frames pass through until it answers: %s",
+                self.source.stream_id,
+                err,
+            )
 
     def _probe(self, work: _Work) -> None:
         """Time the model on a window whose frame has left unenhanced, so a stale estimate can recover;
@@ -728,19 +759,33 @@ class Pipeline:
             else:
                 target = window.target_frame
                 state = self.backend.initial_state(1, target.height, target.width)
-            out, state = self.backend.step(window.pixels()[None], state)
+            try:
+                out, state = self.backend.step(window.pixels()[None], state)
+            except ModelUnavailableError:
+                self._state = None  # the frames it missed break the recurrence: start again from zeros
+                raise
             self._state = (work.run, state)
         pixels: npt.NDArray[np.uint8] = np.ascontiguousarray(out[0].transpose(1, 2, 0))
         return work.frame.with_pixels(pixels)
 
     def _resolve(
-        self, work: _Work, enhanced: dict[int, Frame], dropped: set[int], last: tuple[int, Frame] | None
+        self,
+        work: _Work,
+        enhanced: dict[int, Frame],
+        dropped: set[int],
+        last: tuple[int, Frame] | None,
+        failed_open: bool = False,
     ) -> _Output | None:
         frame = work.frame
         if work.plan is _Plan.STRIDE:
             return self._count(_Output(frame, frame, Outcome.STRIDE_PASSTHROUGH))
+        if work.plan is _Plan.ENHANCE and failed_open and frame.index not in dropped:
+            return self._count(_Output(frame, frame, Outcome.UNAVAILABLE_PASSTHROUGH))
         if work.plan is _Plan.ENHANCE:
             done = enhanced.get(frame.index)
+            if done is not None and self._model_down:
+                self._model_down = False
+                log.warning("stream %s: the model answers again; frames are enhanced", self.source.stream_id)
             if self.budget.budget_ms is not None:
                 self._watch_misses(frame, missed=done is None)
             if done is not None and work.region is not None:

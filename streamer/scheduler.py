@@ -25,7 +25,7 @@ import numpy as np
 from streamer.backend.base import Backend
 from streamer.core.batching import FairBatcher
 from streamer.core.stats import DurationRecorder
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, ModelUnavailableError
 from streamer.frame import Hyperframe, Pixels
 
 __all__ = ["BatchResult", "CallObserver", "InferenceScheduler", "SchedulerStats"]
@@ -208,8 +208,10 @@ class InferenceScheduler:
             pixels = await loop.run_in_executor(self._executor, self._infer_blocking, requests)
         except Exception as err:
             self._failed += 1
-            if len(requests) == 1:
-                _settle(requests[0].future, error=err)
+            if len(requests) == 1 or isinstance(err, ModelUnavailableError):
+                # A server that cannot answer would not answer each window alone either.
+                for request in requests:
+                    _settle(request.future, error=err)
                 return
             log.warning(
                 "a batch of %d windows of model %s failed (%s); retrying each window alone",

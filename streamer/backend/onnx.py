@@ -38,9 +38,9 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar, cast, overload
+from typing import Any, Protocol, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -60,7 +60,7 @@ from streamer.backend.base import (
 from streamer.backend.device_frames import DeviceFrames, Transfers, device_of, graph_tools_missing
 from streamer.core.features import FeatureCache
 from streamer.core.windower import OutputPosition
-from streamer.errors import BackendError, ConfigError, FrameError, ModelError
+from streamer.errors import BackendError, ConfigError, FrameError, ModelError, ModelUnavailableError
 from streamer.frame import Hyperframe, Pixels
 from streamer.layout import from_model_channels, to_model_layout
 
@@ -69,11 +69,28 @@ __all__ = [
     "CPU_PROVIDER",
     "PROVIDER_PREFERENCE",
     "OnnxBackend",
+    "Session",
     "card_bytes_per_pixel",
     "resolve_providers",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class Session(Protocol):
+    """What the backend uses of an ``onnxruntime.InferenceSession``; a Triton server's model answers
+    the same (``streamer.backend.triton.TritonSession``)."""
+
+    def run(self, output_names: list[str], input_feed: Mapping[str, npt.NDArray[Any]]) -> list[Any]: ...
+
+    def get_inputs(self) -> list[Any]: ...
+
+    def get_outputs(self) -> list[Any]: ...
+
+    def get_modelmeta(self) -> Any: ...
+
+    def get_providers(self) -> list[str]: ...
+
 
 _E = TypeVar("_E", Layout, OutputPosition, ChannelOrder)
 
@@ -118,6 +135,11 @@ class OnnxBackend(Backend):
     be called from several threads at once, so a pool of workers can share one backend (and one copy
     of the weights on the device).
     """
+
+    _session: Session | None
+    _encoder: Session | None
+    _device: DeviceFrames | None
+    _info: ModelInfo
 
     def __init__(
         self,
@@ -164,29 +186,15 @@ class OnnxBackend(Backend):
             return made
 
         session = _load(self.path, options("model"), requested, provider_options or {})
-        self._session: ort.InferenceSession | None = session
-        self._encoder: ort.InferenceSession | None = None
-        meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
-        self.metadata = dict(meta)
-        """The model file's metadata_props, as written at export."""
-        declared = declared or Declared()
-        if _ENCODER in meta:
-            if declared.anything:
-                raise ConfigError(
-                    f"model {str(self.path)!r} is a streaming model, whose graphs fix their own layout, "
-                    "colour order, range and size; remove model.layout, model.channel_order, "
-                    "model.value_range and model.scale"
-                )
-            encoder_path = _encoder_path(self.path, meta[_ENCODER])
-            self._encoder = _load(encoder_path, options("encoder"), requested, provider_options or {})
-            self._info = _read_streaming_contract(session, self._encoder, self.path, encoder_path)
-            self._input, self._output = _TARGET, session.get_outputs()[0].name
-        else:
-            self._info, self._input, self._output = _read_contract(session, self.path, declared)
+
+        def open_encoder(name: str) -> tuple[Session, Path]:
+            encoder_path = _encoder_path(self.path, name)
+            return _load(encoder_path, options("encoder"), requested, provider_options or {}), encoder_path
+
+        self._adopt(session, open_encoder, declared)
         self._info = dataclasses.replace(
             self._info, activation_bytes_per_pixel=card_bytes_per_pixel(self.path)
         )
-        self._device: DeviceFrames | None = None
         wanted = device_frames if device_frames is not None else device_of(self._info.provider) != "cpu"
         if wanted and (self._info.state or self._info.streaming):
             if device_frames:
@@ -213,6 +221,35 @@ class OnnxBackend(Backend):
         logger.info(
             "model %s runs on %s (asked for %s)", self._info.name, self._info.provider, ", ".join(requested)
         )
+
+    def _adopt(
+        self,
+        session: Session,
+        open_encoder: Callable[[str], tuple[Session, Path]],
+        declared: Declared | None,
+    ) -> None:
+        """Reads the contract of the model ``session`` runs (and of its encoder, for a streaming model,
+        opened by the name its metadata gives) and takes the sessions on: whatever runs the graphs,
+        onnxruntime here or a Triton server (``streamer.backend.triton``), the same checks hold."""
+        self._session = session
+        self._encoder = None
+        self._device = None
+        meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
+        self.metadata = dict(meta)
+        """The model's metadata_props, as written at export."""
+        declared = declared or Declared()
+        if _ENCODER in meta:
+            if declared.anything:
+                raise ConfigError(
+                    f"model {str(self.path)!r} is a streaming model, whose graphs fix their own layout, "
+                    "colour order, range and size; remove model.layout, model.channel_order, "
+                    "model.value_range and model.scale"
+                )
+            self._encoder, encoder_path = open_encoder(meta[_ENCODER])
+            self._info = _read_streaming_contract(session, self._encoder, self.path, encoder_path)
+            self._input, self._output = _TARGET, session.get_outputs()[0].name
+        else:
+            self._info, self._input, self._output = _read_contract(session, self.path, declared)
         lo, hi = self._info.value_range
         self._lo = np.float32(lo)
         self._to_model = np.float32((hi - lo) / 255.0)
@@ -288,6 +325,8 @@ class OnnxBackend(Backend):
         hp, wp = padded.shape[1:3]
         try:
             maps = encoder.run([f.name for f in self._info.features], {_FRAME: padded})
+        except ModelUnavailableError:  # a remote model's outage: the pipeline passes frames through
+            raise
         except Exception as err:
             raise BackendError(
                 f"onnxruntime failed encoding {n} frames of {w}x{h} with {self._info.name}: {err}"
@@ -320,6 +359,8 @@ class OnnxBackend(Backend):
                 feeds[f"{spec.name}_{slot}"] = maps[0][None] if len(maps) == 1 else np.stack(maps)
         try:
             (out,) = session.run([self._output], feeds)
+        except ModelUnavailableError:  # a remote model's outage: the pipeline passes frames through
+            raise
         except Exception as err:
             raise BackendError(
                 f"onnxruntime failed fusing {len(windows)} windows of {w}x{h} with {self._info.name}: "
@@ -369,7 +410,7 @@ class OnnxBackend(Backend):
         """The model's onnxruntime session, for a caller that binds device memory itself (``bench gpu``)."""
         if self._session is None:
             raise BackendError(f"backend for {str(self.path)!r} is closed; create a new OnnxBackend")
-        return self._session
+        return cast(ort.InferenceSession, self._session)
 
     def model_input(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8] | npt.NDArray[np.float32]:
         """The model's input for a (B, T, C, H, W) uint8 batch: padded to the model's multiple, in its
@@ -402,6 +443,8 @@ class OnnxBackend(Backend):
         names = [self._output, *(s.output for s in info.state)]
         try:
             y, *next_state = session.run(names, feeds)
+        except ModelUnavailableError:  # a remote model's outage: the pipeline passes frames through
+            raise
         except Exception as err:
             raise BackendError(
                 f"onnxruntime failed running {info.name} on a batch of shape {x.shape}: {err}"
@@ -429,7 +472,11 @@ class OnnxBackend(Backend):
         """The profile files of a backend made with ``profile``, by graph (``model``, and ``encoder`` for
         a streaming model); profiling stops."""
         sessions = {"model": self._session, "encoder": self._encoder}
-        return {graph: Path(s.end_profiling()) for graph, s in sessions.items() if s is not None}
+        return {
+            graph: Path(cast(ort.InferenceSession, s).end_profiling())
+            for graph, s in sessions.items()
+            if s is not None
+        }
 
     def close(self) -> None:
         self._session = None
@@ -531,9 +578,7 @@ def _encoder_path(model: Path, name: str) -> Path:
     return path
 
 
-def _read_streaming_contract(
-    fusion: ort.InferenceSession, encoder: ort.InferenceSession, path: Path, encoder_path: Path
-) -> ModelInfo:
+def _read_streaming_contract(fusion: Session, encoder: Session, path: Path, encoder_path: Path) -> ModelInfo:
     """A streaming model's ModelInfo, or a ModelError naming the graph, tensor and rule it breaks."""
     meta: Mapping[str, str] = fusion.get_modelmeta().custom_metadata_map
     where = f"model {str(path)!r}"
@@ -611,9 +656,7 @@ _TENSOR_TYPES = {"tensor(float)": False, "tensor(uint8)": True}
 """The image tensor types the runtime feeds and reads, and whether each is uint8."""
 
 
-def _read_contract(
-    session: ort.InferenceSession, path: Path, declared: Declared
-) -> tuple[ModelInfo, str, str]:
+def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[ModelInfo, str, str]:
     """The model's ModelInfo and its input and output names, or a ModelError saying what breaks."""
     meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
     where = f"model {str(path)!r}"

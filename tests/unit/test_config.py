@@ -62,6 +62,34 @@ def test_bad_config_is_one_line_naming_the_field(tmp_path: Path, text: str, mess
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("triton", "message"),
+    [
+        ({"url": "http://127.0.0.1:8001", "model": "m"}, "host:port of the gRPC endpoint"),
+        ({"url": "127.0.0.1", "model": "m"}, "host:port of the gRPC endpoint"),
+        ({"url": "127.0.0.1:70000", "model": "m"}, "host:port of the gRPC endpoint"),
+        ({"url": "127.0.0.1:8001", "model": "../m"}, "model.triton.model must be"),
+        ({"url": "127.0.0.1:8001", "model": "m", "transport": "cuda"}, "transport"),
+        ({"url": "127.0.0.1:8001", "model": "m", "deadline_ms": 0}, "deadline_ms"),
+        ({"url": "127.0.0.1:8001", "model": "m", "access_token_env": "A-B"}, "access_token_env"),
+    ],
+)
+def test_model_triton_is_checked(triton: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, {"model.triton": triton})
+
+
+def test_model_triton_takes_the_place_of_a_model_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = load_config(
+        None, {"model.triton": {"url": "[::1]:8001", "model": "stream_t5", "access_token_env": "TOK"}}
+    )
+    assert config.model.triton is not None
+    monkeypatch.setenv("TOK", "secret")
+    assert config.model.triton.access_token() == "secret"
+    with pytest.raises(ConfigError, match=re.escape("remove model.path")):
+        load_config(None, {"model.triton": {"url": "127.0.0.1:8001", "model": "m"}, "model.path": "auto"})
+
+
 def test_missing_config_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml does not exist"):
         load_config(tmp_path / "nope.yaml")

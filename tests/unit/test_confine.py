@@ -84,6 +84,7 @@ def test_files_under_the_roots_are_allowed(roots: dict[str, Path]) -> None:
         ({"model": {"path": "{outside}/m.onnx"}}, "outside http.model_roots"),
         ({"model": {"path": "{media}/clip.mp4"}}, "outside http.model_roots"),
         ({"model": {"tensorrt": {"cache_dir": "{media}/engines"}}}, "only the config file may set it"),
+        ({"model": {"triton": {"url": "10.0.0.9:8001", "model": "m"}}}, "model.triton connects this process"),
     ],
 )
 def test_anything_else_is_refused_naming_the_field(
