@@ -13,7 +13,7 @@ deploy/triton/README.md says how to make one); tests and ``streamer bench triton
     STREAMER_TRITON_TOKEN=... .triton-venv/bin/python deploy/triton/pytriton_serve.py --repo DIR \
         --grpc-port 8001 --http-port 8000 --metrics-port 8002
 
-It prints ``ready`` once every model is loaded and serves until SIGTERM or SIGINT.
+It prints ``streamer-triton-ready`` once every model is loaded and serves until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ _DTYPES = {
     model_config_pb2.TYPE_INT64: np.int64,
 }
 
+
+READY = "streamer-triton-ready"
+"""Printed once every model is loaded."""
 
 _PARAMETERS: dict[str, dict[str, str]] = {}
 """Each model's config.pbtxt ``parameters``, by model name, filled before it is bound."""
@@ -134,7 +137,7 @@ def main() -> int:
             ),
             strict=True,
         )
-    print("ready", flush=True)
+    print(READY, flush=True)  # one write: whole, even amid the server's log lines
     signal.signal(signal.SIGTERM, _exit)
     try:
         triton.serve()

@@ -22,7 +22,8 @@ __all__ = ["register"]
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload``, ``soak``,
-    ``batching``, ``live`` and ``gpu`` to a CLI's subcommands; the handler is ``args.func(args) -> int``."""
+    ``batching``, ``live``, ``gpu`` and ``triton`` to a CLI's subcommands; the handler is
+    ``args.func(args) -> int``."""
     bench = subparsers.add_parser(
         "bench", help="measure enhancement quality and speed", description="Benchmarks of streamer."
     )
@@ -74,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_batching(kinds)
     _register_live(kinds)
     _register_gpu(kinds)
+    _register_triton(kinds)
 
 
 def _register_gpu(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,6 +119,40 @@ def _register_gpu(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     gpu.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
     gpu.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     gpu.set_defaults(func=_gpu)
+
+
+def _register_triton(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    triton = kinds.add_parser(
+        "triton",
+        help="what a model on a Triton server adds per window over the same model local (gRPC, shm)",
+        description=(
+            "Starts the stand-in Triton server (deploy/triton: PyTriton's tritonserver, its interpreter "
+            "at .triton-venv or $STREAMER_TRITON_PYTHON) with each model folded to uint8 in and out, and "
+            "times one window's call locally, through Triton over gRPC and with shared memory, in "
+            "alternating rounds; then stops and restarts the server under a 30 fps stream of calls."
+        ),
+    )
+    triton.add_argument("--sizes", default="640x360,1280x720", metavar="WxH,...", help="(640x360,1280x720)")
+    triton.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="a shipped window model, repeatable (default: temporal_filter_t5, conv3d_t5)",
+    )
+    triton.add_argument("--rounds", type=int, default=4, help="alternating rounds (4)")
+    triton.add_argument("--calls", type=int, default=5, help="calls per path per round (5)")
+    triton.add_argument(
+        "--threads", type=int, default=2, help="onnxruntime threads, local and in the server (2)"
+    )
+    triton.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    triton.add_argument("--markdown", metavar="PATH", help="also write the table here")
+    triton.set_defaults(func=_triton)
+
+
+def _triton(args: argparse.Namespace) -> int:
+    from streamer.bench.triton import run_from_args
+
+    return run_from_args(args)
 
 
 def _gpu(args: argparse.Namespace) -> int:
