@@ -12,8 +12,9 @@ same ``OnnxBackend`` code prepares the tensors and reads the results, only ``run
   lose the state with it on a restart, where here a restart costs a reset the runtime already does.
   A streaming model's encoder is the Triton model named by ``streamer.encoder_model``.
 - **Transfers.** Tensors travel as gRPC binary data, or (``transport: shm``, a server on the same
-  host) the inputs are written into a system shared-memory region registered with the server, one per
-  calling thread, grown as frames grow and freed on ``close``. Uint8 tensors where the model takes them.
+  host) through a system shared-memory region registered with the server, one per calling thread,
+  grown as frames grow and freed on ``close``: the inputs always, the outputs once a call of the same
+  shapes has shown their sizes. Uint8 tensors where the model takes them.
 - **Failures fail open.** A call refused, timed out (``deadline_ms``) or failing raises
   ``ModelUnavailableError``: the pipeline passes the frame through, counted. After ``failures`` in a row
   a circuit breaker refuses calls at once for ``cooldown_s``, then lets one through to find whether the
@@ -60,6 +61,10 @@ _CHANNEL = {
     "grpc.max_send_message_length": 256 * 1024 * 1024,
     "grpc.max_receive_message_length": 256 * 1024 * 1024,
 }
+_NUMPY = {"FP32": np.float32, "UINT8": np.uint8, "FP16": np.float16}
+_SHAPES_KEPT = 64
+"""Output sizes learned per model and input shapes (shared-memory outputs); a stream's shapes change
+only with its frame size, so this many is plenty, and more start the learning again."""
 _regions = itertools.count()
 
 
@@ -118,6 +123,7 @@ class TritonConnection:
         self._regions: list[_Region] = []
         self._generation = 0
         """Bumped on every failure: a restarted server has forgotten the regions registered with it."""
+        self._output_sizes: dict[tuple[object, ...], tuple[int, ...]] = {}
         self._closed = False
         # Regions are freed with the connection even where no one calls close (a pipeline's backend left
         # to the collector, the interpreter's exit): the server would otherwise keep them registered.
@@ -161,13 +167,7 @@ class TritonConnection:
                 f"failures; trying again every {self.breaker.cooldown_s:g} s): the frame passes through"
             )
         try:
-            inputs = self._inputs(feeds)
-            requested = [self._grpc.InferRequestedOutput(name) for name in outputs]
-            result = self._client.infer(
-                model, inputs, outputs=requested, client_timeout=self.deadline_s, headers=self._headers
-            )
-            # Views of the response's bytes are read-only; the backend scales float outputs in place.
-            values = [np.array(result.as_numpy(name)) for name in outputs]
+            values = self._call(model, outputs, feeds)
         except Exception as err:
             self.failed += 1
             with self._lock:
@@ -180,24 +180,58 @@ class TritonConnection:
         self.breaker.success()
         return values
 
-    def _inputs(self, feeds: Mapping[str, npt.NDArray[Any]]) -> list[Any]:
-        made = []
+    def _call(self, model: str, outputs: list[str], feeds: Mapping[str, npt.NDArray[Any]]) -> list[Any]:
         arrays = [np.ascontiguousarray(a) for a in feeds.values()]
-        for name, array in zip(feeds, arrays, strict=True):
-            made.append(self._grpc.InferInput(name, list(array.shape), _datatype(array)))
+        inputs = [
+            self._grpc.InferInput(name, list(a.shape), _datatype(a))
+            for name, a in zip(feeds, arrays, strict=True)
+        ]
+        requested = [self._grpc.InferRequestedOutput(name) for name in outputs]
         if self.transport == "grpc":
-            for tensor, array in zip(made, arrays, strict=True):
+            for tensor, array in zip(inputs, arrays, strict=True):
                 tensor.set_data_from_numpy(array)
-            return made
+            result = self._client.infer(
+                model, inputs, outputs=requested, client_timeout=self.deadline_s, headers=self._headers
+            )
+            # Views of the response's bytes are read-only; the backend scales float outputs in place.
+            return [np.array(result.as_numpy(name)) for name in outputs]
         import tritonclient.utils.shared_memory as shm
 
-        region = self._region(shm, sum(a.nbytes for a in arrays))
+        # The outputs go through the region too once a call of these shapes has shown their sizes.
+        key = (
+            model,
+            tuple(outputs),
+            tuple((name, a.shape, a.dtype.str) for name, a in zip(feeds, arrays, strict=True)),
+        )
+        sizes = self._output_sizes.get(key)
+        region = self._region(shm, sum(a.nbytes for a in arrays) + sum(sizes or ()))
         shm.set_shared_memory_region(region.handle, arrays)
         offset = 0
-        for tensor, array in zip(made, arrays, strict=True):
+        for tensor, array in zip(inputs, arrays, strict=True):
             tensor.set_shared_memory(region.name, array.nbytes, offset)
             offset += array.nbytes
-        return made
+        starts = []
+        for tensor, size in zip(requested, sizes or (), strict=False):
+            tensor.set_shared_memory(region.name, size, offset)
+            starts.append(offset)
+            offset += size
+        result = self._client.infer(
+            model, inputs, outputs=requested, client_timeout=self.deadline_s, headers=self._headers
+        )
+        if sizes is None:
+            values = [np.array(result.as_numpy(name)) for name in outputs]
+            if len(self._output_sizes) >= _SHAPES_KEPT:
+                self._output_sizes.clear()
+            self._output_sizes[key] = tuple(v.nbytes for v in values)
+            return values
+        values = []
+        for name, start in zip(outputs, starts, strict=True):
+            made = result.get_output(name)
+            dtype = _NUMPY[made.datatype]
+            shape = [int(d) for d in made.shape]
+            # The region is this thread's next call's too: the values are copied out.
+            values.append(np.array(shm.get_contents_as_numpy(region.handle, dtype, shape, start)))
+        return values
 
     def _region(self, shm: Any, size: int) -> _Region:
         """This thread's region, at least ``size`` bytes and registered with the server as it is now."""
