@@ -41,7 +41,7 @@ METRICS = {
     "streamer_frames_dropped_total": "counter {stream, reason}: frames that never left (source: the live "
     "hand-off was full; budget: latency.on_miss drop; sink: the RTSP sink was reconnecting)",
     "streamer_frames_passed_through_total": "counter {stream, reason}: frames written unenhanced "
-    "(budget, gate, stride)",
+    "(budget, gate, stride, unavailable: a model server that could not answer)",
     "streamer_frames_enhanced_total": "counter {stream}: frames written as the model enhanced them; with "
     "reused and passed through, the frames written",
     "streamer_frames_reused_total": "counter {stream}: frames of a skipped window that reused the last "
@@ -188,7 +188,7 @@ class _ServiceCollector(Collector):
             dropped.add_metric([sid, "budget"], outcomes["budget_drop"])
             sink_dropped = _sink_dropped(p.sink)
             dropped.add_metric([sid, "sink"], sink_dropped)
-            for reason in ("budget", "gate", "stride"):
+            for reason in ("budget", "gate", "stride", "unavailable"):
                 passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
             enhanced_frames.add_metric([sid], outcomes["enhanced"])
             reused.add_metric([sid], outcomes["reused"])

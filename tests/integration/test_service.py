@@ -808,7 +808,7 @@ def test_a_stream_has_one_name_waits_for_its_publisher_and_streams_shows_live_fi
     )
     parts += sum(
         sample(families, "streamer_frames_passed_through_total", stream="synth", reason=r)
-        for r in ("budget", "gate", "stride")
+        for r in ("budget", "gate", "stride", "unavailable")
     )
     assert parts == out
     assert [o["name"] for o in status["outputs"]] == ["0:null", "1:null"]
