@@ -310,8 +310,8 @@ class TritonModelConfig(_Strict):
     """grpc: tensors in the requests; shm: inputs through system shared memory, for a server on this
     host (its /dev/shm shared with this process)."""
     deadline_ms: float = Field(1000.0, gt=0.0, le=60_000.0)
-    """A call not answered in this long fails and its frame passes through; keep it within
-    latency.budget_ms."""
+    """A call not answered in this long fails and its frame passes through; left out, the stream's
+    latency.budget_ms (1000 without one)."""
     failures: int = Field(3, ge=1, le=1000)
     """Failed calls in a row that open the circuit breaker: calls are then refused at once."""
     cooldown_s: float = Field(1.0, gt=0.0, le=60.0)
@@ -672,6 +672,23 @@ class _Stream(_Strict):
     gate: GateConfig = Field(default_factory=GateConfig)
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
     keepalive: KeepAliveConfig = Field(default_factory=KeepAliveConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deadline_from_budget(cls, data: Any) -> Any:
+        """``model.triton.deadline_ms`` left out: the stream's ``latency.budget_ms`` where it has one, so a
+        call that would miss the budget fails into a pass-through rather than arriving late."""
+        if not isinstance(data, dict):
+            return data
+        model, latency = data.get("model"), data.get("latency")
+        triton = model.get("triton") if isinstance(model, dict) else None
+        budget = (
+            latency.get("budget_ms") if isinstance(latency, dict) else getattr(latency, "budget_ms", None)
+        )
+        if isinstance(triton, dict) and triton.get("deadline_ms") is None and budget is not None:
+            assert isinstance(model, dict)
+            data = {**data, "model": {**model, "triton": {**triton, "deadline_ms": budget}}}
+        return data
 
     @model_validator(mode="before")
     @classmethod

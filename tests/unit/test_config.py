@@ -90,6 +90,26 @@ def test_model_triton_takes_the_place_of_a_model_file(monkeypatch: pytest.Monkey
         load_config(None, {"model.triton": {"url": "127.0.0.1:8001", "model": "m"}, "model.path": "auto"})
 
 
+def test_model_triton_deadline_is_the_streams_budget_unless_given() -> None:
+    remote = {"url": "127.0.0.1:8001", "model": "m"}
+    assert load_config(None, {"model.triton": remote}).model.triton.deadline_ms == 1000.0  # type: ignore[union-attr]
+    budget = load_config(None, {"model.triton": remote, "latency.budget_ms": 250})
+    assert budget.model.triton.deadline_ms == 250.0  # type: ignore[union-attr]
+    own = load_config(None, {"model.triton": {**remote, "deadline_ms": 120}, "latency.budget_ms": 250})
+    assert own.model.triton.deadline_ms == 120.0  # type: ignore[union-attr]
+    streams = load_config(
+        None,
+        {
+            "model.triton": remote,
+            "latency.budget_ms": 250,
+            "http.port": 0,
+            "streams": [{"id": "a", "latency": {"budget_ms": 400}}, {"id": "b"}],
+        },
+    )
+    deadlines = [s.model.triton.deadline_ms for s in streams.stream_configs()]  # type: ignore[union-attr]
+    assert deadlines == [400.0, 250.0]
+
+
 def test_missing_config_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml does not exist"):
         load_config(tmp_path / "nope.yaml")
