@@ -103,8 +103,13 @@ class BackendError(StreamerError, RuntimeError):
 
 
 class ModelUnavailableError(BackendError, ConnectionError):
-    """Raised when a remote model (a Triton server) is down, too slow or refusing calls for now: the
-    pipeline passes the window's frame through and counts it, rather than ending the stream."""
+    """Raised when a model cannot answer for now (a Triton server down, too slow or refusing calls; a
+    device out of memory): the pipeline passes the window's frame through and counts it, rather than
+    ending the stream."""
+
+    batch_bound = False
+    """True where a smaller batch may get through (an allocation that failed), so a batch of windows
+    that failed is tried window by window; a server that is down would fail each of them too."""
 
 
 class EndOfStream(StreamerError):

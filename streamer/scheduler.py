@@ -208,7 +208,7 @@ class InferenceScheduler:
             pixels = await loop.run_in_executor(self._executor, self._infer_blocking, requests)
         except Exception as err:
             self._failed += 1
-            if len(requests) == 1 or isinstance(err, ModelUnavailableError):
+            if len(requests) == 1 or (isinstance(err, ModelUnavailableError) and not err.batch_bound):
                 # A server that cannot answer would not answer each window alone either.
                 for request in requests:
                     _settle(request.future, error=err)

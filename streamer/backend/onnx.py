@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast, overload
@@ -75,6 +76,14 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+_OUT_OF_MEMORY = re.compile(
+    r"out of memory|Failed to allocate memory|cudaErrorMemoryAllocation|CUDNN_STATUS_ALLOC_FAILED"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|bad_alloc",
+    re.IGNORECASE,
+)
+"""How onnxruntime's CPU, CUDA and TensorRT providers word an allocation that failed."""
 
 
 class Session(Protocol):
@@ -328,6 +337,7 @@ class OnnxBackend(Backend):
         except ModelUnavailableError:  # a remote model's outage: the pipeline passes frames through
             raise
         except Exception as err:
+            self._raise_if_out_of_memory(err, f"encoding {n} frames of {w}x{h}")
             raise BackendError(
                 f"onnxruntime failed encoding {n} frames of {w}x{h} with {self._info.name}: {err}"
             ) from err
@@ -362,6 +372,7 @@ class OnnxBackend(Backend):
         except ModelUnavailableError:  # a remote model's outage: the pipeline passes frames through
             raise
         except Exception as err:
+            self._raise_if_out_of_memory(err, f"fusing {len(windows)} windows of {w}x{h}")
             raise BackendError(
                 f"onnxruntime failed fusing {len(windows)} windows of {w}x{h} with {self._info.name}: "
                 f"{err}; were the features encoded from frames of this size?"
@@ -446,6 +457,7 @@ class OnnxBackend(Backend):
         except ModelUnavailableError:  # a remote model's outage: the pipeline passes frames through
             raise
         except Exception as err:
+            self._raise_if_out_of_memory(err, f"a batch of shape {x.shape}")
             raise BackendError(
                 f"onnxruntime failed running {info.name} on a batch of shape {x.shape}: {err}"
             ) from err
@@ -467,6 +479,19 @@ class OnnxBackend(Backend):
         np.clip(out, 0.0, 255.0, out=out)
         np.rint(out, out=out)
         return out.astype(np.uint8), tuple(next_state)
+
+    def _raise_if_out_of_memory(self, err: Exception, what: str) -> None:
+        """A call the device (or host) had no memory for fails alone: ModelUnavailableError, so the
+        pipeline passes the frame through and this stream and the others go on; where memory frees up
+        (another stream ends, a smaller batch) later calls succeed again."""
+        if _OUT_OF_MEMORY.search(str(err)):
+            starved = ModelUnavailableError(
+                f"{self._info.provider} ran out of memory for {self._info.name} on {what}: the frame passes "
+                "through; lower the stream's resolution, runtime.max_batch or the streams on this device "
+                f"({str(err).strip().splitlines()[0][:200]})"
+            )
+            starved.batch_bound = True
+            raise starved from err
 
     def end_profiling(self) -> dict[str, Path]:
         """The profile files of a backend made with ``profile``, by graph (``model``, and ``encoder`` for

@@ -319,6 +319,42 @@ def test_runtime_failure_is_a_backend_error_with_the_reason(tmp_path: Path) -> N
         backend.infer(_batch(h=10, w=10))
 
 
+_OUT_OF_MEMORY = """
+import json, resource, numpy as np
+from streamer.assets import STREAMING_QUARTER_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.errors import ModelUnavailableError
+backend = OnnxBackend(STREAMING_QUARTER_MODEL, threads=1)
+backend.encode(np.zeros((1, 64, 64, 3), np.uint8))
+frame = np.zeros((1, 2160, 3840, 3), np.uint8)
+used = int(open("/proc/self/statm").read().split()[0]) * 4096
+resource.setrlimit(resource.RLIMIT_AS, (used + 150 * 2**20, resource.RLIM_INFINITY))
+try:
+    backend.encode(frame)
+    starved = "no error"
+except ModelUnavailableError as err:
+    starved = str(err) if err.batch_bound else "not batch-bound"
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(json.dumps({"starved": starved, "after": len(backend.encode(frame))}))
+"""
+
+
+def test_a_call_the_allocator_cannot_serve_fails_alone_into_a_pass_through() -> None:
+    """A real allocation failure (the process's address space capped under a 4K frame's needs): the
+    BFC arena that fails here is the one the CUDA provider fails in when a GPU is out of memory."""
+    result = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_MEMORY], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (
+        "CPUExecutionProvider ran out of memory for stream_t5_quarter on encoding 1 frames of 3840x2160"
+        in (report["starved"])
+    )
+    assert "the frame passes through" in report["starved"]
+    assert report["after"] == 1  # memory back: the same backend serves again
+
+
 def test_closed_backend_refuses_to_infer(tmp_path: Path) -> None:
     backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", meta=_meta()))
     backend.close()
