@@ -22,7 +22,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from streamer.config import load_config
+from streamer.config import load_config, stream_config
+from streamer.metrics import METRICS
 from streamer.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,11 @@ K8S = ROOT / "deploy" / "k8s"
 DOCKERFILES = {"cpu": ROOT / "Dockerfile", "cuda": ROOT / "Dockerfile.cuda"}
 RUNTIME_REQUIREMENTS = ROOT / "deploy" / "requirements-runtime.txt"
 DEPLOYMENTS = {"cpu": K8S / "cpu" / "deployment.yaml", "gpu": K8S / "gpu" / "deployment.yaml"}
+# The triton variant: streamer sidecars (no model) calling a shared Triton pool.
+TRITON = K8S / "triton"
+SIDECAR = TRITON / "deployment.yaml"
+# Every Deployment whose pod runs streamer beside the relay, by kustomization directory.
+STREAMER_PODS = {**DEPLOYMENTS, "triton": SIDECAR}
 
 # The Kubernetes release whose API schemas the manifests must satisfy (strict: unknown fields refused).
 KUBERNETES_VERSION = "1.33.0"
@@ -54,8 +60,10 @@ def _one(path: Path, kind: str) -> dict[str, Any]:
     return docs[0]
 
 
-def _streamer_config() -> dict[str, Any]:
-    config_map = _one(K8S / "base" / "configmap.yaml", "ConfigMap")
+def _streamer_config(variant: str = "cpu") -> dict[str, Any]:
+    """The streamer.yaml a variant's pods run: the base ConfigMap's, or the triton variant's patch of it."""
+    source = TRITON / "configmap-patch.yaml" if variant == "triton" else K8S / "base" / "configmap.yaml"
+    config_map = _one(source, "ConfigMap")
     loaded = yaml.safe_load(config_map["data"]["streamer.yaml"])
     assert isinstance(loaded, dict)
     return loaded
@@ -110,9 +118,10 @@ def test_the_validator_rejects_what_a_cluster_would() -> None:
 
 def test_kustomizations_name_every_manifest_once() -> None:
     listed: list[Path] = []
-    for variant in ("base", "cpu", "gpu"):
+    for variant in ("base", *sorted(STREAMER_PODS)):
         kustomization = yaml.safe_load((K8S / variant / "kustomization.yaml").read_text())
-        for entry in kustomization["resources"]:
+        patches = [patch["path"] for patch in kustomization.get("patches", [])]
+        for entry in kustomization["resources"] + patches:
             target = (K8S / variant / entry).resolve()
             assert target.exists(), f"{variant}/kustomization.yaml names {entry}, which does not exist"
             if target.is_file():
@@ -122,7 +131,21 @@ def test_kustomizations_name_every_manifest_once() -> None:
     assert sorted(listed) == _manifest_files()
 
 
-@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+RENDERED = {
+    "cpu": ["Deployment/streamer"],
+    "gpu": ["Deployment/streamer"],
+    "triton": [
+        "Deployment/streamer-sidecar",
+        "Deployment/streamer-triton",
+        "HorizontalPodAutoscaler/streamer-sidecar",
+        "PersistentVolumeClaim/streamer-triton-models",
+        "Service/streamer-triton",
+    ],
+}
+"""What each variant adds to the base's two ConfigMaps and Service."""
+
+
+@pytest.mark.parametrize("variant", sorted(STREAMER_PODS))
 def test_kustomize_renders_each_variant_into_valid_resources(variant: str) -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (the dev extra) is absent")
     kubectl = shutil.which("kubectl")
@@ -133,21 +156,20 @@ def test_kustomize_renders_each_variant_into_valid_resources(variant: str) -> No
     ).stdout
     resources = [doc for doc in yaml.safe_load_all(rendered) if doc]
     kinds = sorted(f"{doc['kind']}/{doc['metadata']['name']}" for doc in resources)
-    assert kinds == [
-        "ConfigMap/streamer-config",
-        "ConfigMap/streamer-relay-config",
-        "Deployment/streamer",
-        "Service/streamer",
-    ]
+    base = ["ConfigMap/streamer-config", "ConfigMap/streamer-relay-config", "Service/streamer"]
+    assert kinds == sorted(base + RENDERED[variant])
     for doc in resources:
         kv.validate(doc, KUBERNETES_VERSION, strict=True)
+    # The config the variant's pods read is the one the tests below check (the triton patch applied).
+    (config_map,) = [d for d in resources if d["metadata"]["name"] == "streamer-config"]
+    assert yaml.safe_load(config_map["data"]["streamer.yaml"]) == _streamer_config(variant)
 
 
-@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+@pytest.mark.parametrize("variant", sorted(STREAMER_PODS))
 def test_probes_hit_health_endpoints_on_the_configured_http_port(variant: str) -> None:
-    http = _streamer_config()["http"]
+    http = _streamer_config(variant)["http"]
     assert http["host"] == "0.0.0.0", "the kubelet probes the pod IP: http.host must not be loopback"
-    container = _container(_one(DEPLOYMENTS[variant], "Deployment"), "streamer")
+    container = _container(_one(STREAMER_PODS[variant], "Deployment"), "streamer")
     paths = {kind: container[kind]["httpGet"]["path"] for kind in ("startupProbe", "livenessProbe")}
     assert paths == {"startupProbe": "/healthz", "livenessProbe": "/healthz"}
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -167,18 +189,18 @@ def test_streamer_reads_the_config_map_at_etc_streamer(variant: str) -> None:
     assert "streamer.yaml" in config_map["data"]
 
 
-@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+@pytest.mark.parametrize("variant", sorted(STREAMER_PODS))
 def test_the_pod_outlives_streamers_drain(variant: str) -> None:
-    spec = _one(DEPLOYMENTS[variant], "Deployment")["spec"]["template"]["spec"]
-    drain_s = _streamer_config()["runtime"]["drain_timeout_s"]
+    spec = _one(STREAMER_PODS[variant], "Deployment")["spec"]["template"]["spec"]
+    drain_s = _streamer_config(variant)["runtime"]["drain_timeout_s"]
     assert spec["terminationGracePeriodSeconds"] > drain_s
 
 
-@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+@pytest.mark.parametrize("variant", sorted(STREAMER_PODS))
 def test_prometheus_scrapes_the_metrics_port(variant: str) -> None:
-    port = str(_streamer_config()["http"]["port"])
+    port = str(_streamer_config(variant)["http"]["port"])
     annotations = [
-        _one(DEPLOYMENTS[variant], "Deployment")["spec"]["template"]["metadata"]["annotations"],
+        _one(STREAMER_PODS[variant], "Deployment")["spec"]["template"]["metadata"]["annotations"],
         _one(K8S / "base" / "service.yaml", "Service")["metadata"]["annotations"],
     ]
     for found in annotations:
@@ -201,14 +223,15 @@ def test_service_exposes_rtsp_and_metrics_of_the_pod() -> None:
             assert stream[end]["url"].startswith(f"rtsp://127.0.0.1:{named['rtsp']}/")
 
 
-@pytest.mark.parametrize("variant", sorted(DEPLOYMENTS))
+@pytest.mark.parametrize("variant", sorted(STREAMER_PODS))
 def test_the_relay_starts_before_streamer_and_stops_after_it(variant: str) -> None:
     # A native sidecar: streamer's first connection finds the relay up, and its drain on SIGTERM can
-    # still publish to it.
-    spec = _one(DEPLOYMENTS[variant], "Deployment")["spec"]["template"]["spec"]
-    (relay,) = spec["initContainers"]
-    assert relay["name"] == "relay"
+    # still publish to it. Other init containers (the triton variant's `config`) run once, to completion.
+    spec = _one(STREAMER_PODS[variant], "Deployment")["spec"]["template"]["spec"]
+    (relay,) = [c for c in spec["initContainers"] if c["name"] == "relay"]
     assert relay["restartPolicy"] == "Always"
+    others = [c for c in spec["initContainers"] if c["name"] != "relay"]
+    assert all("restartPolicy" not in c for c in others)
     assert [c["name"] for c in spec["containers"]] == ["streamer"]
 
 
@@ -231,9 +254,179 @@ def test_gpu_variant_differs_from_the_cpu_one_only_in_gpu_matters() -> None:
 def test_no_secret_value_in_the_manifests() -> None:
     text = "\n".join(p.read_text() for p in _manifest_files())
     assert not re.search(r"rtsps?://[^/\s\"]*:[^@/\s\"]*@", text), "credentials in an RTSP URL"
-    assert _streamer_config()["http"]["token"] is None
+    for variant in STREAMER_PODS:
+        http = _streamer_config(variant)["http"]
+        assert http.get("token") is None, variant
+        assert http.get("read_token") is None, variant
+        assert "access_token_env" not in _streamer_config(variant).get("model", {}).get("triton", {})
     for path in _manifest_files():
         assert all(doc["kind"] != "Secret" for doc in _docs(path)), f"{path}: a Secret belongs elsewhere"
+        for doc in _docs(path):
+            if doc["kind"] != "Deployment":
+                continue
+            for container in _all_containers(doc):
+                for env in container.get("env", []):  # values only by reference to a Secret
+                    assert "value" not in env, env["name"]
+                    assert set(env["valueFrom"]) == {"secretKeyRef"}, env["name"]
+
+
+# --- The triton variant: sidecars and a shared Triton pool ----------------------------------------------
+
+
+def _triton_parts() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The Triton Deployment, its Service and the model repository's claim."""
+    path = TRITON / "triton.yaml"
+    return _one(path, "Deployment"), _one(path, "Service"), _one(path, "PersistentVolumeClaim")
+
+
+def _flags(container: dict[str, Any]) -> dict[str, str]:
+    """tritonserver's --name=value arguments (a bare --flag reads as "")."""
+    assert container["command"] == ["tritonserver"]
+    return {name: value for name, _, value in (arg.partition("=") for arg in container["args"])}
+
+
+def test_the_sidecars_call_the_triton_service_on_its_grpc_port() -> None:
+    triton, service, _ = _triton_parts()
+    host, port = _streamer_config("triton")["model"]["triton"]["url"].rsplit(":", 1)
+    assert host == service["metadata"]["name"]
+    (grpc,) = [p for p in service["spec"]["ports"] if p["name"] == "grpc"]
+    assert grpc["port"] == int(port)
+    container = _container(triton, "triton")
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert named[grpc["targetPort"]] == int(_flags(container)["--grpc-port"]) == 8001
+    assert service["spec"]["selector"].items() <= triton["spec"]["template"]["metadata"]["labels"].items()
+    assert {p["name"] for p in service["spec"]["ports"]} == {"grpc", "metrics"}
+
+
+def test_triton_probes_hit_v2_health_on_its_http_port() -> None:
+    triton, _, _ = _triton_parts()
+    container = _container(triton, "triton")
+    paths = {kind: container[kind]["httpGet"]["path"] for kind in ("startupProbe", "livenessProbe")}
+    assert paths == {"startupProbe": "/v2/health/live", "livenessProbe": "/v2/health/live"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert _probe_port(container, container[kind]) == int(_flags(container)["--http-port"]) == 8000
+
+
+def test_triton_serves_the_model_repository_on_one_gpu_as_non_root() -> None:
+    triton, _, claim = _triton_parts()
+    container = _container(triton, "triton")
+    assert re.fullmatch(r"nvcr\.io/nvidia/tritonserver:[0-9]{2}\.[0-9]{2}-py3", container["image"])
+    flags = _flags(container)
+    assert flags["--model-repository"] == "/models"
+    assert "--disable-auto-complete-config" in flags  # what --strict-model-config=true was
+    for requested in ("requests", "limits"):
+        assert container["resources"][requested]["nvidia.com/gpu"] == 1
+    spec = triton["spec"]["template"]["spec"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 1000  # the image's triton-server user
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/models"]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["persistentVolumeClaim"] == {"claimName": claim["metadata"]["name"], "readOnly": True}
+    assert claim["metadata"]["name"] == "streamer-triton-models"
+    # The model the sidecars ask for is a directory of that repository (streamer export --triton-repo).
+    assert _streamer_config("triton")["model"]["triton"]["model"] == "conv3d_t5"
+
+
+def test_the_base_service_selects_the_sidecars_and_not_triton() -> None:
+    selector = _one(K8S / "base" / "service.yaml", "Service")["spec"]["selector"]
+    sidecar = _one(SIDECAR, "Deployment")
+    labels = sidecar["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()  # same ports as the cpu/gpu pods: RTSP and HTTP
+    assert sidecar["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert not selector.items() <= _triton_parts()[0]["spec"]["template"]["metadata"]["labels"].items()
+    assert sidecar["metadata"]["name"] not in {
+        _one(p, "Deployment")["metadata"]["name"] for p in DEPLOYMENTS.values()
+    }
+    assert _container(sidecar, "streamer")["resources"]["limits"].keys() == {"cpu", "memory"}  # no GPU
+
+
+def test_the_hpa_scales_the_sidecars_on_a_gauge_streamer_exports() -> None:
+    hpa = _one(TRITON / "hpa.yaml", "HorizontalPodAutoscaler")
+    sidecar = _one(SIDECAR, "Deployment")
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"]) == ("apps/v1", "Deployment")
+    assert target["name"] == sidecar["metadata"]["name"]
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    name = metric["pods"]["metric"]["name"]
+    assert name == "streamer_streams"
+    assert METRICS[name].startswith("gauge")  # a level, not a counter: averaged over pods as it is
+    assert metric["pods"]["target"]["type"] == "AverageValue"
+    spec = hpa["spec"]
+    assert spec["minReplicas"] <= sidecar["spec"]["replicas"] <= spec["maxReplicas"]
+    assert int(metric["pods"]["target"]["averageValue"]) <= _streamer_config("triton")["http"]["max_streams"]
+    # Scaling down ends the streams of the pod removed: not on a dip (the default window is 300 s).
+    assert spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] > 300
+
+
+def _config_init(deployment: dict[str, Any]) -> dict[str, Any]:
+    (init,) = [c for c in deployment["spec"]["template"]["spec"]["initContainers"] if c["name"] == "config"]
+    return init
+
+
+def test_the_sidecar_reads_its_config_rendered_from_the_config_map() -> None:
+    deployment = _one(SIDECAR, "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    init, streamer = _config_init(deployment), _container(deployment, "streamer")
+    assert streamer["args"] == ["run", "--config", "/etc/streamer/streamer.yaml"]
+    assert init["image"] == streamer["image"]  # Python and PyYAML: the streamer image has both
+    _, source, target = init["args"]
+    mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+    assert volumes[mounts[str(Path(source).parent)]]["configMap"]["name"] == "streamer-config"
+    assert mounts[str(Path(target).parent)] == "config"
+    (mount,) = [m for m in streamer["volumeMounts"] if m["mountPath"] == "/etc/streamer"]
+    assert (mount["name"], mount["readOnly"]) == ("config", True)
+    assert target == "/etc/streamer/streamer.yaml"
+    assert volumes["config"]["emptyDir"]["medium"] == "Memory"  # the tokens never reach the node's disk
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"]}
+    assert {r["name"] for r in refs.values()} == {"streamer-sidecar-tokens"}
+    assert "env" not in streamer
+    assert "envFrom" not in streamer
+
+
+def test_the_config_init_container_fills_in_the_tokens_from_the_secret(tmp_path: Path) -> None:
+    init = _config_init(_one(SIDECAR, "Deployment"))
+    assert init["command"] == ["python", "-c"]
+    script = init["args"][0]
+    source, target = tmp_path / "streamer.yaml", tmp_path / "out" / "streamer.yaml"
+    source.write_text(_one(TRITON / "configmap-patch.yaml", "ConfigMap")["data"]["streamer.yaml"])
+    target.parent.mkdir()
+    names = [e["name"] for e in init["env"]]
+    assert names == ["STREAMER_HTTP_TOKEN", "STREAMER_HTTP_READ_TOKEN"]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STREAMER_HTTP_TOKEN": "control-0123\n",
+        "STREAMER_HTTP_READ_TOKEN": "read-4567",
+    }
+    run = [sys.executable, "-c", script, str(source), str(target)]
+    done = subprocess.run(run, env=env, capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for secret in ("0123", "4567"):
+        assert secret not in done.stdout + done.stderr
+    assert target.stat().st_mode & 0o777 == 0o600
+    config = load_config(target)
+    assert config.http.token == "control-0123"  # a trailing newline (a Secret made --from-file) is cut
+    assert config.http.read_token == "read-4567"
+    assert config.model_dump(exclude={"http"}) == load_config(source).model_dump(exclude={"http"})
+    # Twice (a restarted pod runs its init containers again over the same volume): the same file.
+    assert subprocess.run(run, env=env, capture_output=True, check=False, timeout=60).returncode == 0
+    assert load_config(target).http.token == "control-0123"
+    # An empty key fails the pod's start, naming the variable, rather than serving without a token.
+    done = subprocess.run(
+        run,
+        env={**env, "STREAMER_HTTP_READ_TOKEN": ""},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "STREAMER_HTTP_READ_TOKEN" in done.stderr
+    assert "0123" not in done.stderr
 
 
 # --- Images ---------------------------------------------------------------------------------------------
@@ -396,3 +589,35 @@ def test_the_config_maps_streamer_yaml_loads_and_builds_every_stream(tmp_path: P
     service.prepare()  # models load, T agrees, every source and sink can be made; nothing is opened
     assert set(service.runners) == {"cam1", "cam2"}
     assert len(service.schedulers()) == 1  # one model, shared: their windows batch together
+
+
+def test_the_sidecars_streamer_yaml_loads_with_no_stream_and_streams_added_inherit_triton(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "streamer.yaml"
+    path.write_text(yaml.safe_dump(_streamer_config("triton")))
+    config = load_config(path)
+    assert config.streams == []  # none: POST /streams adds them
+    assert config.stream_configs() == []
+    assert config.http.port is not None  # which is what makes an empty streams list valid
+    triton = config.model.triton
+    assert triton is not None
+    assert config.model.path is None
+    assert (triton.transport, triton.deadline_ms, triton.failures, triton.cooldown_s) == ("grpc", 200, 3, 1.0)
+    assert config.latency.budget_ms == 250
+    assert triton.deadline_ms < config.latency.budget_ms
+    assert _streamer_config("triton")["runtime"] == _streamer_config()["runtime"]  # the base's keys
+    service = Service(config)
+    service.prepare()  # nothing to build: Triton is asked only when a stream is added
+    assert service.runners == {}
+    # What the orchestrator posts: a camera in, the pod's relay out; the model comes from the file.
+    added = stream_config(
+        {
+            "id": "cam7",
+            "source": {"kind": "rtsp", "url": "rtsp://camera-7.example/stream1"},
+            "sink": {"kind": "rtsp", "url": "rtsp://127.0.0.1:8554/cam7-enhanced"},
+        },
+        config,
+    )
+    assert added.model.triton == triton
+    assert added.latency.budget_ms == 250
