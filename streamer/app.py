@@ -320,6 +320,7 @@ def build_stream(
         tile_overlap=stream.model.tile_overlap,
         keepalive=stream.keepalive.build if stream.keepalive.enabled else None,
         warm_up=stream.model.warm_up,
+        strength=stream.model.strength,
     )
     for whep in _wheps(sink):
         whep.server.declare_figures(whep.stream_id, _figures_of(stream.id, pipeline))

@@ -393,6 +393,11 @@ class ModelConfig(_Strict):
 
     triton: TritonModelConfig | None = None
     """The model runs on a Triton server instead of in this process; ``path`` stays unset."""
+    strength: Annotated[float, Field(ge=0.0, le=255.0)] | Literal["auto"] = "auto"
+    """For a model that takes a strength (an input ``strength``): the noise sigma, in 0..255 levels,
+    it removes; ``auto``: the stream's own noise estimate (``streamer.core.noise``, shown in /streams as
+    noise_sigma), the model's default until the first. Changed live with PATCH /streams/{id}. Models
+    without the input ignore it."""
 
     @model_validator(mode="after")
     def _one_place_for_the_model(self) -> ModelConfig:
@@ -448,8 +453,8 @@ class ModelConfig(_Strict):
 
     def session_key(self) -> str:
         """The settings a loaded model depends on (file, providers, threads, spin), as one string; how a
-        stream uses it (tiles, auto's headroom) aside."""
-        return self.model_dump_json(exclude={"tile", "tile_overlap", "headroom"})
+        stream uses it (tiles, auto's headroom, its strength) aside."""
+        return self.model_dump_json(exclude={"tile", "tile_overlap", "headroom", "strength"})
 
     def with_file(self, path: Path) -> ModelConfig:
         """These settings with the model file ``path`` (a tier ``auto`` chose)."""

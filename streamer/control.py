@@ -7,6 +7,8 @@
 - ``GET /streams``: JSON status of every stream; ``GET /streams/{id}``: one.
 - ``POST /streams``: add a stream (JSON, one item of the config's ``streams:``) -> 201; 400 for a bad
   stream, 409 for a taken id. ``DELETE /streams/{id}``: drain and remove it -> 200 with its summary.
+- ``PATCH /streams/{id}``: change a running stream's ``strength`` (JSON ``{"strength": 12}`` or
+  ``"auto"``) without a restart -> 200 with its status; 400 for anything else.
 
 With ``http.token`` set, every route needs ``Authorization: Bearer <token>`` (the probes too when
 ``http.public_probes`` is false); ``http.read_token`` opens the GET routes only, for monitoring. Without a
@@ -23,10 +25,11 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import Field, TypeAdapter, ValidationError
 
 from streamer.config import HttpConfig, stream_config
 from streamer.confine import ApiPolicy
@@ -49,6 +52,10 @@ __all__ = ["ControlServer"]
 log = logging.getLogger(__name__)
 
 _MAX_BODY = 64 * 1024
+_STRENGTH: TypeAdapter[float | Literal["auto"]] = TypeAdapter(
+    Annotated[float, Field(ge=0.0, le=255.0, allow_inf_nan=False, strict=False)] | Literal["auto"]
+)
+"""``model.strength``'s values, as PATCH /streams/{id} takes them."""
 _OPEN, _READ, _CONTROL = "open", "read", "control"
 """Route access: anyone; a read or control token where one is set; the control token (or trusted loopback)."""
 
@@ -74,6 +81,7 @@ class ControlServer:
             ("POST", "/streams", self._add, _CONTROL),
             ("GET", "/streams/{id}", self._one, _READ),
             ("DELETE", "/streams/{id}", self._remove, _CONTROL),
+            ("PATCH", "/streams/{id}", self._change, _CONTROL),
         ):
             app.router.add_route(method, path, self._guarded(handler, access))
         self.app = app
@@ -145,9 +153,35 @@ class ControlServer:
             return web.json_response(runner.status(time.monotonic()))
         raise _error(web.HTTPNotFound, f"no stream {sid!r}; running: {sorted(self.service.runners)}")
 
-    async def _add(self, request: web.Request) -> web.Response:
+    async def _change(self, request: web.Request) -> web.Response:
+        """Settings a running stream takes without a restart: ``strength`` (a number or "auto")."""
+        sid = request.match_info["id"]
+        runner = self.service.runners.get(sid)
+        if runner is None:
+            raise _error(web.HTTPNotFound, f"no stream {sid!r}; running: {sorted(self.service.runners)}")
+        data = await self._json_body(request, "the change")
+        unknown = sorted(set(data) - {"strength"})
+        if unknown or not data:
+            raise _error(
+                web.HTTPBadRequest,
+                f"a running stream changes only 'strength' (a noise sigma 0..255 or \"auto\"); got keys "
+                f"{unknown or sorted(data)}",
+            )
+        try:
+            strength = _STRENGTH.validate_python(data["strength"])
+        except ValidationError as err:
+            first = err.errors()[0]
+            raise _error(
+                web.HTTPBadRequest, f'strength: {first["msg"]}; give a number 0..255 or "auto"'
+            ) from None
+        runner.pipeline.strength = strength
+        log.info("stream %s: strength set to %s through the control API", sid, strength)
+        return web.json_response(runner.status(time.monotonic()))
+
+    async def _json_body(self, request: web.Request, what: str) -> dict[str, Any]:
+        """The request's JSON object, bounded in size and time; one-line 4xx errors otherwise."""
         if request.content_type != "application/json":
-            raise _error(web.HTTPUnsupportedMediaType, "send the stream as Content-Type: application/json")
+            raise _error(web.HTTPUnsupportedMediaType, f"send {what} as Content-Type: application/json")
         too_large = web.HTTPRequestEntityTooLarge(
             _MAX_BODY,
             request.content_length or _MAX_BODY + 1,
@@ -169,9 +203,11 @@ class ControlServer:
         except (ValueError, UnicodeDecodeError) as err:
             raise _error(web.HTTPBadRequest, f"the body is not JSON: {err}") from None
         if not isinstance(data, dict):
-            raise _error(
-                web.HTTPBadRequest, "the body must be a JSON object: one item of the config's streams"
-            )
+            raise _error(web.HTTPBadRequest, f"the body must be a JSON object: {what}")
+        return data
+
+    async def _add(self, request: web.Request) -> web.Response:
+        data = await self._json_body(request, "the stream, one item of the config's streams,")
         try:
             stream = stream_config(data, self.service.config)
             self.policy.check(stream, data)

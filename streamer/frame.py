@@ -113,6 +113,9 @@ class Hyperframe:
     """Slot in ``frames`` whose enhanced version the model outputs (T//2 for center, T-1 for last)."""
     fps: Fraction | None = None
     """The source's frame rate, for models or policies that care about time between slots."""
+    strength: float | None = None
+    """The noise sigma (0..255 levels) a model that takes a strength gets for this window; None: its
+    default."""
 
     def __post_init__(self) -> None:
         if not self.frames:

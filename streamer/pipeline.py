@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -190,8 +190,12 @@ class Pipeline:
         tile_overlap: int = 32,
         keepalive: Callable[[float], KeepAlive] | None = None,
         warm_up: bool | None = None,
+        strength: float | Literal["auto"] = "auto",
     ) -> None:
         self.source = source
+        self.strength = strength
+        """A model that takes a strength gets this per window: a noise sigma, or ``auto`` (the
+        stream's noise estimate, the model's default until there is one); the control API sets it live."""
         self.sink = sink
         self.backend = backend
         self.windower = windower
@@ -374,7 +378,23 @@ class Pipeline:
             "enhanced_share": round(self._outcomes[Outcome.ENHANCED] / out, 4) if out else None,
             "missed_fps": round(self._rate_missed.rate(now) or 0.0, 2),
             "noise_sigma": None if self.noise.sigma is None else round(self.noise.sigma, 1),
+            "strength": self.strength_status(),
         }
+
+    def strength_now(self) -> float | None:
+        """The strength windows get now: the set one, or (auto) the noise estimate; None: the model's
+        default (auto before the first estimate)."""
+        if self.strength == "auto":
+            return self.noise.sigma
+        return float(self.strength)
+
+    def strength_status(self) -> dict[str, object] | None:
+        """What ``/streams`` shows of the strength; None for a model that takes none."""
+        if not self.backend.info.strength:
+            return None
+        now = self.strength_now()
+        value = self.backend.info.strength_default if now is None else now
+        return {"setting": self.strength, "value": round(value, 1)}
 
     def miss_stats(self) -> MissWatchStats:
         """How often this stream was warned about for passing over 5% of its frames through in a minute."""
@@ -527,7 +547,8 @@ class Pipeline:
             self.gate.reset()
         if not task.enhance:
             return _Work(frame, _Plan.STRIDE, task.run)
-        window = Hyperframe(tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps)
+        strength = self.strength_now() if self.backend.info.strength else None
+        window = Hyperframe(tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps, strength)
         started = time.monotonic()
         self._observe(Stage.WINDOW_WAIT, started - frame.arrival)
         now = frame.time if frame.time is not None else frame.index / float(info.fps)
@@ -546,6 +567,7 @@ class Pipeline:
                 tuple(f.with_pixels(f.pixels[top:bottom, left:right]) for f in window.frames),
                 window.target,
                 window.fps,
+                window.strength,
             )
         if decision.run_model:
             self._pixels_enhanced += region.crop_pixels if region is not None else frame.width * frame.height
@@ -732,7 +754,9 @@ class Pipeline:
                 )
             else:
                 crops = np.stack([f.pixels[top:bottom, left:right] for f in window.frames])
-                pixels = self.backend.infer(crops.transpose(0, 3, 1, 2)[None])[0].transpose(1, 2, 0)
+                pixels = self.backend.infer(crops.transpose(0, 3, 1, 2)[None], [window.strength])[
+                    0
+                ].transpose(1, 2, 0)
             pt, pb, pl, pr = tile.paste
             out[pt * s : pb * s, pl * s : pr * s] = pixels[
                 (pt - top) * s : (pb - top) * s, (pl - left) * s : (pr - left) * s
@@ -760,7 +784,7 @@ class Pipeline:
                 target = window.target_frame
                 state = self.backend.initial_state(1, target.height, target.width)
             try:
-                out, state = self.backend.step(window.pixels()[None], state)
+                out, state = self.backend.step(window.pixels()[None], state, [window.strength])
             except ModelUnavailableError:
                 self._state = None  # the frames it missed break the recurrence: start again from zeros
                 raise

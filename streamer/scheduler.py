@@ -236,7 +236,8 @@ class InferenceScheduler:
 
     def _infer_blocking(self, requests: list[_Request]) -> list[Pixels]:
         batch = np.stack([r.window.pixels() for r in requests])
-        return [np.ascontiguousarray(out.transpose(1, 2, 0)) for out in self.backend.infer(batch)]
+        strength = [r.window.strength for r in requests]
+        return [np.ascontiguousarray(out.transpose(1, 2, 0)) for out in self.backend.infer(batch, strength)]
 
 
 def _settle(

@@ -53,6 +53,41 @@ def ema_model(path: Path, decay: float = 0.5) -> Path:
     return path
 
 
+def strength_model(path: Path, default: float | None = None, t: int = 3) -> Path:
+    """A window model that takes a strength: the target (centre) frame plus the strength, in 0..255
+    levels (frames in 0..1), so the strength each window got reads off its output."""
+    frames = helper.make_tensor_value_info("frames", TensorProto.FLOAT, ["B", t, 3, "H", "W"])
+    strength = helper.make_tensor_value_info("strength", TensorProto.FLOAT, ["B", 1])
+    nodes = [
+        helper.make_node("Gather", ["frames", "slot"], ["frame"], axis=1),
+        helper.make_node("Div", ["strength", "levels"], ["lift"]),
+        helper.make_node("Reshape", ["lift", "per_window"], ["lift4"]),
+        helper.make_node("Add", ["frame", "lift4"], ["enhanced"]),
+    ]
+    initializers = [
+        helper.make_tensor("slot", TensorProto.INT64, [], [t // 2]),
+        helper.make_tensor("levels", TensorProto.FLOAT, [], [255.0]),
+        helper.make_tensor("per_window", TensorProto.INT64, [4], [-1, 1, 1, 1]),
+    ]
+    out = helper.make_tensor_value_info("enhanced", TensorProto.FLOAT, ["B", 3, "H", "W"])
+    graph = helper.make_graph(nodes, "strength", [frames, strength], [out], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    props = {
+        "streamer.name": "strength",
+        "streamer.t": str(t),
+        "streamer.layout": "NTCHW",
+        "streamer.output_position": "center",
+        "streamer.value_range": "0,1",
+    }
+    if default is not None:
+        props["streamer.strength_default"] = str(default)
+    helper.set_model_props(model, props)
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
 def kind_model(
     path: Path,
     *,

@@ -33,6 +33,7 @@ __all__ = [
     "ModelInfo",
     "State",
     "StateSpec",
+    "Strengths",
 ]
 
 State = tuple[npt.NDArray[np.float32], ...]
@@ -135,6 +136,11 @@ class ModelInfo:
     """A window model whose frames are uploaded once and kept on the device, windows made there
     (``streamer.backend.device_frames``): windows go through ``enhance_cached`` like a streaming
     model's, with the frames in the cache."""
+    strength: bool = False
+    """The model takes a ``strength`` input: per window, the noise sigma (0..255 levels) to remove
+    (``model.strength`` sets it per stream: a number, or auto from the stream's noise estimate)."""
+    strength_default: float = 25.0
+    """What a window without a strength of its own gets (``streamer.strength_default``)."""
     activation_bytes_per_pixel: int | None = None
     """Peak memory one call takes per pixel of its frames, measured once (``streamer bench memory``)
     and kept in the model's card; None: not measured (memory admission assumes a default)."""
@@ -146,6 +152,10 @@ class ModelInfo:
     @property
     def on_cpu(self) -> bool:
         return self.provider == "CPUExecutionProvider"
+
+
+Strengths = Sequence[float | None] | None
+"""Per window of a batch, the strength a model that takes one gets (None: its default)."""
 
 
 class Backend(abc.ABC):
@@ -160,11 +170,13 @@ class Backend(abc.ABC):
     def info(self) -> ModelInfo: ...
 
     @abc.abstractmethod
-    def infer(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    def infer(self, batch: npt.NDArray[np.uint8], strength: Strengths = None) -> npt.NDArray[np.uint8]:
         """(B, T, C, H, W) uint8 RGB hyperframes -> (B, C, H*scale, W*scale) uint8 enhanced target frames.
 
-        Blocking: call it from a worker thread. Raises FrameError for a batch of the wrong shape or
-        dtype, BackendError when the runtime fails on a valid batch.
+        ``strength``: per window, for a model that takes one (``ModelInfo.strength``; None, or a None
+        among them: its default); ignored by others. Blocking: call it from a worker thread. Raises
+        FrameError for a batch of the wrong shape or dtype, BackendError when the runtime fails on a
+        valid batch.
         """
 
     def initial_state(self, batch: int, height: int, width: int) -> State:
@@ -180,15 +192,22 @@ class Backend(abc.ABC):
         else:
             self.infer(window)
 
-    def step(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
+    def step(
+        self, batch: npt.NDArray[np.uint8], state: State, strength: Strengths = None
+    ) -> tuple[npt.NDArray[np.uint8], State]:
         """Like ``infer``, carrying a recurrent model's state: returns the frames and the next state."""
-        return self.infer(batch), state
+        return self.infer(batch, strength), state
 
     def encode(self, frames: npt.NDArray[np.uint8]) -> list[FrameFeatures]:
         """(N, H, W, 3) uint8 RGB frames of one size -> each frame's feature maps (streaming models)."""
         raise ModelError(f"model {self.info.name!r} is not a streaming model; it has no encoder")
 
-    def fuse(self, windows: Sequence[Sequence[FrameFeatures]], targets: npt.NDArray[np.uint8]) -> Pixels:
+    def fuse(
+        self,
+        windows: Sequence[Sequence[FrameFeatures]],
+        targets: npt.NDArray[np.uint8],
+        strength: Strengths = None,
+    ) -> Pixels:
         """B windows of T frames' features, in slot order, and their (B, H, W, 3) target frames -> the
         (B, H, W, 3) enhanced target frames (streaming models)."""
         raise ModelError(f"model {self.info.name!r} is not a streaming model; it cannot fuse features")
@@ -264,7 +283,7 @@ class Backend(abc.ABC):
         window_features = [
             tuple(f.astype(np.float32, copy=False) for f in features) for features in window_features
         ]
-        enhanced: Pixels = self.fuse([window_features], target[None])[0]
+        enhanced: Pixels = self.fuse([window_features], target[None], [window.strength])[0]
         return enhanced
 
     @abc.abstractmethod

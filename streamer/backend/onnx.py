@@ -57,6 +57,7 @@ from streamer.backend.base import (
     ModelInfo,
     State,
     StateSpec,
+    Strengths,
 )
 from streamer.backend.device_frames import DeviceFrames, Transfers, device_of, graph_tools_missing
 from streamer.core.features import FeatureCache
@@ -69,6 +70,7 @@ __all__ = [
     "CARD_BYTES_KEY",
     "CPU_PROVIDER",
     "PROVIDER_PREFERENCE",
+    "STRENGTH",
     "OnnxBackend",
     "Session",
     "card_bytes_per_pixel",
@@ -113,6 +115,8 @@ _ENCODER = "streamer.encoder"
 _FEATURES = "streamer.features"
 _FRAME = "frame"
 _TARGET = "target"
+STRENGTH = "strength"
+"""The optional input of a model that takes a strength: (B, 1) float32, the noise sigma in 0..255."""
 
 
 def resolve_providers(providers: str | Sequence[str]) -> list[str]:
@@ -205,11 +209,18 @@ class OnnxBackend(Backend):
             self._info, activation_bytes_per_pixel=card_bytes_per_pixel(self.path)
         )
         wanted = device_frames if device_frames is not None else device_of(self._info.provider) != "cpu"
-        if wanted and (self._info.state or self._info.streaming):
+        if wanted and (self._info.state or self._info.streaming or self._info.strength):
             if device_frames:
+                kind = (
+                    "recurrent"
+                    if self._info.state
+                    else "a streaming model"
+                    if self._info.streaming
+                    else "a model that takes a strength"
+                )
                 raise ConfigError(
-                    f"model {self._info.name} is {'recurrent' if self._info.state else 'a streaming model'}: "
-                    "model.device_frames is for window models; remove it"
+                    f"model {self._info.name} is {kind}: model.device_frames is for window models without "
+                    "one; remove it"
                 )
         elif wanted and graph_tools_missing():
             if device_frames:
@@ -268,7 +279,7 @@ class OnnxBackend(Backend):
     def info(self) -> ModelInfo:
         return self._info
 
-    def infer(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    def infer(self, batch: npt.NDArray[np.uint8], strength: Strengths = None) -> npt.NDArray[np.uint8]:
         """Stateless models as they are; a recurrent one starts from zeros (a one-window stream); a
         streaming one encodes every frame of every window (no cache: the full-window computation)."""
         self._check_batch(batch)
@@ -278,8 +289,18 @@ class OnnxBackend(Backend):
             features = self.encode(frames)
             windows = [features[i * t : (i + 1) * t] for i in range(b)]
             targets = frames[self._info.output_position.slot(t) :: t]
-            return self.fuse(windows, targets).transpose(0, 3, 1, 2)
-        return self._run(batch, self.initial_state(b, h, w))[0]
+            return self.fuse(windows, targets, strength).transpose(0, 3, 1, 2)
+        return self._run(batch, self.initial_state(b, h, w), strength)[0]
+
+    def _strength(self, rows: int, strength: Strengths) -> dict[str, npt.NDArray[np.float32]]:
+        """The ``strength`` feed of a model that takes one, (B, 1) float32; nothing for others."""
+        if not self._info.strength:
+            return {}
+        default = self._info.strength_default
+        values = [default] * rows if strength is None else [default if v is None else v for v in strength]
+        if len(values) != rows:
+            raise FrameError(f"model {self._info.name}: {len(values)} strengths for a batch of {rows}")
+        return {STRENGTH: np.asarray(values, dtype=np.float32).reshape(rows, 1)}
 
     def enhance_cached(
         self,
@@ -350,10 +371,15 @@ class OnnxBackend(Backend):
                 )
         return [tuple(m[i] for m in maps) for i in range(n)]
 
-    def fuse(self, windows: Sequence[Sequence[FrameFeatures]], targets: npt.NDArray[np.uint8]) -> Pixels:
+    def fuse(
+        self,
+        windows: Sequence[Sequence[FrameFeatures]],
+        targets: npt.NDArray[np.uint8],
+        strength: Strengths = None,
+    ) -> Pixels:
         session = self._session
         if self._encoder is None or session is None:
-            return super().fuse(windows, targets)
+            return super().fuse(windows, targets, strength)
         _check_frames(targets, self._info.name, "fuse")
         t = self._info.t
         if len(windows) != targets.shape[0] or any(len(window) != t for window in windows):
@@ -362,7 +388,10 @@ class OnnxBackend(Backend):
                 f"got {[len(window) for window in windows]} for {targets.shape[0]} targets"
             )
         _, h, w, _ = targets.shape
-        feeds: dict[str, npt.NDArray[np.generic]] = {_TARGET: self._pad_frames(targets)}
+        feeds: dict[str, npt.NDArray[np.generic]] = {
+            _TARGET: self._pad_frames(targets),
+            **self._strength(len(windows), strength),
+        }
         for k, spec in enumerate(self._info.features):
             for slot in range(t):
                 maps = [window[slot][k] for window in windows]
@@ -397,7 +426,9 @@ class OnnxBackend(Backend):
             for s in self._info.state
         )
 
-    def step(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
+    def step(
+        self, batch: npt.NDArray[np.uint8], state: State, strength: Strengths = None
+    ) -> tuple[npt.NDArray[np.uint8], State]:
         self._check_batch(batch)
         b, _, _, h, w = batch.shape
         expected = self.initial_state(b, h, w)
@@ -413,8 +444,8 @@ class OnnxBackend(Backend):
                 "start from initial_state()"
             )
         if not self._info.state:  # stateless, a streaming model included: ``infer``, as the port says
-            return self.infer(batch), state
-        return self._run(batch, state)
+            return self.infer(batch, strength), state
+        return self._run(batch, state, strength)
 
     @property
     def session(self) -> ort.InferenceSession:
@@ -441,7 +472,9 @@ class OnnxBackend(Backend):
             scaled += self._lo
         return scaled
 
-    def _run(self, batch: npt.NDArray[np.uint8], state: State) -> tuple[npt.NDArray[np.uint8], State]:
+    def _run(
+        self, batch: npt.NDArray[np.uint8], state: State, strength: Strengths = None
+    ) -> tuple[npt.NDArray[np.uint8], State]:
         session = self._session
         if session is None:
             raise BackendError(f"backend for {str(self.path)!r} is closed; create a new OnnxBackend")
@@ -450,7 +483,11 @@ class OnnxBackend(Backend):
         m = info.pad_multiple
         ph, pw = -h % m, -w % m
         x = self.model_input(batch)
-        feeds = {self._input: x, **{s.input: v for s, v in zip(info.state, state, strict=True)}}
+        feeds = {
+            self._input: x,
+            **{s.input: v for s, v in zip(info.state, state, strict=True)},
+            **self._strength(b, strength),
+        }
         names = [self._output, *(s.output for s in info.state)]
         try:
             y, *next_state = session.run(names, feeds)
@@ -633,7 +670,8 @@ def _read_streaming_contract(fusion: Session, encoder: Session, path: Path, enco
         check(enc_outputs[spec.name], "tensor(float)", 4, enc_where)
 
     wanted = {_TARGET} | {f"{s.name}_{slot}" for s in features for slot in range(t)}
-    inputs = {i.name: i for i in fusion.get_inputs()}
+    strength = _strength_input(fusion.get_inputs(), where)
+    inputs = {i.name: i for i in fusion.get_inputs() if i.name != STRENGTH}
     if set(inputs) != wanted:
         raise ModelError(
             f"{where} takes inputs {sorted(inputs)}; a streaming model of T={t} with features "
@@ -656,6 +694,8 @@ def _read_streaming_contract(fusion: Session, encoder: Session, path: Path, enco
         pad_multiple=_int(meta, "streamer.pad_multiple", where) if "streamer.pad_multiple" in meta else 1,
         provider=fusion.get_providers()[0],
         features=features,
+        strength=strength,
+        strength_default=_strength_default(meta, where),
     )
 
 
@@ -688,7 +728,8 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
     position = _enum(meta, "streamer.output_position", OutputPosition, OutputPosition.CENTER, where)
     state = _state(meta, where)
     inputs = session.get_inputs()
-    images = [i for i in inputs if i.name not in {s.input for s in state}]
+    strength = _strength_input(inputs, where)
+    images = [i for i in inputs if i.name not in {s.input for s in state} | {STRENGTH}]
     if len(images) != 1:
         raise ModelError(
             f"{where} has inputs {[i.name for i in images]} besides those metadata streamer.state declares; "
@@ -740,8 +781,37 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
         pad_multiple=_int(meta, "streamer.pad_multiple", where) if "streamer.pad_multiple" in meta else 1,
         provider=session.get_providers()[0],
         state=state,
+        strength=strength,
+        strength_default=_strength_default(meta, where),
     )
     return info, image.name, out.name
+
+
+def _strength_input(inputs: Sequence[Any], where: str) -> bool:
+    """Whether the model takes ``strength``; a ModelError where it is not a (B, 1) float32 tensor."""
+    given = [i for i in inputs if i.name == STRENGTH]
+    if not given:
+        return False
+    shape = list(given[0].shape)
+    if given[0].type != "tensor(float)" or len(shape) != 2 or shape[1] != 1:
+        raise ModelError(
+            f"{where} input {STRENGTH!r} is {given[0].type} {shape}; a strength is float32 (B, 1): per "
+            "window, the noise sigma in 0..255 levels"
+        )
+    return True
+
+
+def _strength_default(meta: Mapping[str, str], where: str) -> float:
+    raw = meta.get("streamer.strength_default")
+    if raw is None:
+        return 25.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 255.0:
+        raise ModelError(f"{where} has streamer.strength_default={raw!r}; it must be a number in 0..255")
+    return value
 
 
 def _infer_layout(shape: list[int | str | None], name: str, where: str) -> Layout:

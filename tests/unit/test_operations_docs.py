@@ -32,5 +32,6 @@ def test_every_route_is_in_the_readme() -> None:
         "POST /streams",
         "GET /streams/{id}",
         "DELETE /streams/{id}",
+        "PATCH /streams/{id}",
     }
     assert all(f"`{route.split()[0]} {route.split()[1]}" in README or route in README for route in routes)

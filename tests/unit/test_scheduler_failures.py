@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamer.assets import TEMPORAL_FILTER
+from streamer.backend.base import Strengths
 from streamer.backend.onnx import OnnxBackend
 from streamer.errors import ModelUnavailableError
 from streamer.frame import Hyperframe
@@ -26,13 +27,13 @@ class Starved(OnnxBackend):
         self.batch_bound = batch_bound
         self.batches: list[int] = []
 
-    def infer(self, batch: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    def infer(self, batch: npt.NDArray[np.uint8], strength: Strengths = None) -> npt.NDArray[np.uint8]:
         self.batches.append(len(batch))
         if len(batch) > 1 or not self.batch_bound:
             failure = ModelUnavailableError(f"cannot run a batch of {len(batch)}")
             failure.batch_bound = self.batch_bound
             raise failure
-        return super().infer(batch)
+        return super().infer(batch, strength)
 
 
 def _window(stream: int) -> Hyperframe:
