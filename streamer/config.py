@@ -870,7 +870,9 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
     for key in keys[:-1]:
-        child = node.setdefault(key, {})
+        if node.get(key) is None:  # an absent section, or one the file left null (model.triton: null)
+            node[key] = {}
+        child = node[key]
         if not isinstance(child, dict):
             raise ConfigError(f"override {dotted!r}: {key!r} is a value, not a section")
         node = child

@@ -90,6 +90,14 @@ def test_model_triton_takes_the_place_of_a_model_file(monkeypatch: pytest.Monkey
         load_config(None, {"model.triton": {"url": "127.0.0.1:8001", "model": "m"}, "model.path": "auto"})
 
 
+def test_overrides_fill_a_section_the_file_leaves_null() -> None:
+    config = load_config(
+        CONFIGS / "default.yaml", {"model.triton.url": "127.0.0.1:8001", "model.triton.model": "conv3d_t5"}
+    )
+    assert config.model.triton is not None
+    assert (config.model.triton.url, config.model.triton.model) == ("127.0.0.1:8001", "conv3d_t5")
+
+
 def test_model_triton_deadline_is_the_streams_budget_unless_given() -> None:
     remote = {"url": "127.0.0.1:8001", "model": "m"}
     assert load_config(None, {"model.triton": remote}).model.triton.deadline_ms == 1000.0  # type: ignore[union-attr]
