@@ -644,7 +644,9 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
 
     def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
         timed.append((backend.info.name, width, height))
-        return Rate({"stream_t5": 20.0, "stream_t5-int8": 60.0}[backend.info.name])
+        return Rate(
+            {"stream_t5": 20.0, "stream_t5-int8": 60.0, "stream_t5_quarter": 200.0}[backend.info.name]
+        )
 
     seen: dict[str, list[int]] = {}
     source = {"kind": "synthetic", "frames": 30, "width": 160, "height": 96, "fps": 30}
@@ -657,7 +659,9 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
         seen.setdefault(source.stream_id, []).append(source.index)
 
     async def scenario() -> None:
-        async with serving(config, on_output=record, tiers=TierSelector(measure=measure)) as run:
+        async with serving(
+            config, on_output=record, tiers=TierSelector(measure=measure, cards=lambda *_: None)
+        ) as run:
             await run.wait_states({"a": "ended", "b": "ended"}, timeout=60)
             _, streams = await run.get("/streams")
             for status in streams["streams"]:
@@ -669,15 +673,16 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
                     "needed_fps": 36.0,
                     "keeps_up": True,
                     "probes": [
-                        {"model": "stream_t5", "fps": 20.0, "cut_short": False},
-                        {"model": "stream_t5-int8", "fps": 60.0, "cut_short": False},
+                        {"model": "stream_t5", "fps": 20.0, "cut_short": False, "estimated": False},
+                        {"model": "stream_t5-int8", "fps": 60.0, "cut_short": False, "estimated": False},
                     ],
                 }
             (scheduler,) = run.service.schedulers()  # the stand-in (stream_t5) was closed
             assert scheduler.backend.path == STREAMING_INT8_MODEL  # type: ignore[attr-defined]
 
     asyncio.run(scenario())
-    assert timed == [("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]  # the second stream reused them
+    # The cheapest tier first, then from the best; the second stream reused them.
+    assert timed == [("stream_t5_quarter", 160, 96), ("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]
     assert seen == {"a": list(range(30)), "b": list(range(30))}
 
 

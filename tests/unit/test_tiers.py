@@ -12,12 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, STREAMING_INT8_MODEL, STREAMING_MODEL, TEMPORAL_FILTER
+from streamer.assets import (
+    AUTO_TIERS,
+    DEFAULT_MODEL,
+    STREAMING_INT8_MODEL,
+    STREAMING_MODEL,
+    STREAMING_QUARTER_MODEL,
+    TEMPORAL_FILTER,
+)
 from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import ModelConfig, load_config
 from streamer.errors import BackendError, ConfigError
-from streamer.tiers import Rate, TierSelector, _timed, model_fps
+from streamer.tiers import Rate, TierSelector, _timed, card_fps, model_fps
 
 
 class Timings:
@@ -37,30 +44,35 @@ class Timings:
 TIER_NAMES = ("stream_t5", "stream_t5-int8", "stream_t5_lite", "stream_t5_lite_sep", "stream_t5_quarter")
 
 
+def no_cards(path: Path, width: int, height: int) -> float | None:
+    """No card figures: every tier is timed (the estimates have tests of their own)."""
+    return None
+
+
 def load(path: Path) -> Backend:
     return OnnxBackend(path, threads=1)
 
 
 def test_the_best_quality_tier_that_runs_the_headroom_is_taken_and_slower_tiers_are_not_timed() -> None:
-    timings = Timings({"stream_t5": 50.0, "stream_t5-int8": 80.0})
-    choice = TierSelector(measure=timings).choose(load, "", 640, 360, 30.0, 1.5)
+    timings = Timings({"stream_t5": 60.0, "stream_t5-int8": 80.0, "stream_t5_quarter": 200.0})
+    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
     assert (choice.path, choice.name, choice.keeps_up, choice.needed_fps) == (
         STREAMING_MODEL,
         "stream_t5",
         True,
         45.0,
     )
-    assert timings.timed == [("stream_t5", 640, 360)]
+    assert timings.timed == [("stream_t5_quarter", 640, 360), ("stream_t5", 640, 360)]  # the cheapest first
 
 
 def test_a_tier_further_down_is_taken_when_the_best_cannot_keep_up() -> None:
-    timings = Timings({"stream_t5": 30.0, "stream_t5-int8": 46.0})
-    choice = TierSelector(measure=timings).choose(load, "", 640, 360, 30.0, 1.5)
+    timings = Timings({"stream_t5": 30.0, "stream_t5-int8": 46.0, "stream_t5_quarter": 200.0})
+    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
     assert (choice.path, choice.keeps_up) == (STREAMING_INT8_MODEL, True)
     assert [p.name for p in choice.probes] == ["stream_t5", "stream_t5-int8"]
     assert choice.as_dict()["probes"] == [
-        {"model": "stream_t5", "fps": 30.0, "cut_short": False},
-        {"model": "stream_t5-int8", "fps": 46.0, "cut_short": False},
+        {"model": "stream_t5", "fps": 30.0, "cut_short": False, "estimated": False},
+        {"model": "stream_t5-int8", "fps": 46.0, "cut_short": False, "estimated": False},
     ]
 
 
@@ -74,7 +86,7 @@ def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> 
             "stream_t5_quarter": 18.0,
         }
     )
-    choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.0)
+    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.0)
     assert (choice.path, choice.keeps_up) == (STREAMING_MODEL, False)
     line = choice.describe()
     assert "no tier keeps up" in line
@@ -92,7 +104,7 @@ def test_tiers_plainly_too_slow_are_cut_short_and_the_fastest_timed_in_full_is_t
             "stream_t5_quarter": 36.0,
         }
     )
-    choice = TierSelector(measure=timings).choose(load, "", 1280, 720, 30.0, 1.3)
+    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.3)
     assert (choice.name, choice.keeps_up) == ("stream_t5_quarter", False)
     assert [p.bound for p in choice.probes] == [True, True, False, True, False]
     assert "stream_t5 <=19.3" in choice.describe()  # the floor is half the 39 fps needed
@@ -100,21 +112,22 @@ def test_tiers_plainly_too_slow_are_cut_short_and_the_fastest_timed_in_full_is_t
 
 def test_where_every_tier_is_plainly_too_slow_the_last_and_cheapest_is_taken() -> None:
     timings = Timings({name: 1.0 + k for k, name in enumerate(TIER_NAMES)})
-    choice = TierSelector(measure=timings).choose(load, "", 3840, 2160, 30.0, 1.3)
+    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 3840, 2160, 30.0, 1.3)
     assert (choice.path, choice.keeps_up) == (AUTO_TIERS[-1], False)
     assert all(p.bound for p in choice.probes)
 
 
 def test_a_kept_probe_cut_short_is_timed_again_where_its_bound_does_not_settle_the_need() -> None:
     timings = Timings({name: 12.0 for name in TIER_NAMES})
-    selector = TierSelector(measure=timings)
+    selector = TierSelector(measure=timings, cards=no_cards)
     selector.choose(load, "", 640, 360, 30.0, 1.0)  # floor 15: each cut short at 14.85
     assert len(timings.timed) == len(AUTO_TIERS)
     choice = selector.choose(load, "", 640, 360, 10.0, 1.0)  # floor 5: a bound of 14.85 settles nothing
-    assert len(timings.timed) == len(AUTO_TIERS) + 1  # the best tier again, now timed in full: 12 fps
+    # The cheapest and the best tier again, now timed in full: 12 fps.
+    assert len(timings.timed) == len(AUTO_TIERS) + 2
     assert (choice.path, choice.keeps_up, choice.probes[0].bound) == (AUTO_TIERS[0], True, False)
     selector.choose(load, "", 640, 360, 10.0, 1.0)
-    assert len(timings.timed) == len(AUTO_TIERS) + 1
+    assert len(timings.timed) == len(AUTO_TIERS) + 2
 
 
 def test_a_timing_stops_once_the_rate_asked_for_is_out_of_reach() -> None:
@@ -137,7 +150,7 @@ def test_probes_are_kept_per_size_and_settings() -> None:
             "stream_t5_quarter": 40.0,
         }
     )
-    selector = TierSelector(measure=timings)
+    selector = TierSelector(measure=timings, cards=no_cards)
     selector.choose(load, "a", 640, 360, 30.0, 1.5)
     selector.choose(load, "a", 640, 360, 25.0, 1.0)
     assert len(timings.timed) == len(AUTO_TIERS)  # the second stream of that size starts without a probe
@@ -186,3 +199,67 @@ def test_model_fps_raises_what_a_call_raised() -> None:
             model_fps(backend, 64, 48, seconds=10.0, warmup=0)
     finally:
         backend.close()
+
+
+CARDS_720P = {
+    "stream_t5": 5.4,
+    "stream_t5.int8": 5.8,
+    "stream_t5_lite": 6.7,
+    "stream_t5_lite_sep": 8.8,
+    "stream_t5_quarter": 35.6,
+}
+
+
+def test_tiers_their_cards_put_far_under_the_need_here_are_not_timed() -> None:
+    timings = Timings({"stream_t5_quarter": 37.0})  # this machine: 1.04x the cards' at 720p
+
+    def cards(path: Path, width: int, height: int) -> float | None:
+        return CARDS_720P[path.name.removesuffix(".onnx")]
+
+    choice = TierSelector(measure=timings, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
+    assert timings.timed == [("stream_t5_quarter", 1280, 720)]
+    assert (choice.name, choice.keeps_up) == ("stream_t5_quarter", True)
+    assert [p.estimated for p in choice.probes] == [True, True, True, True, False]
+    assert "stream_t5 ~5.6" in choice.describe()
+    assert choice.as_dict()["probes"][0] == {
+        "model": "stream_t5",
+        "fps": 5.6,
+        "cut_short": False,
+        "estimated": True,
+    }
+
+
+def test_a_tier_whose_card_puts_it_near_the_need_is_timed() -> None:
+    timings = Timings({"stream_t5_quarter": 148.0, "stream_t5": 45.0})  # 4.1x the cards': a fast machine
+
+    def cards(path: Path, width: int, height: int) -> float | None:
+        return CARDS_720P[path.name.removesuffix(".onnx")]
+
+    choice = TierSelector(measure=timings, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
+    assert timings.timed == [("stream_t5_quarter", 1280, 720), ("stream_t5", 1280, 720)]
+    assert (choice.name, choice.keeps_up) == ("stream_t5", True)
+
+
+def test_card_fps_reads_the_shipped_cards_at_the_nearest_size_scaled_by_pixels() -> None:
+    assert card_fps(STREAMING_QUARTER_MODEL, 1280, 720) == 35.6
+    assert card_fps(STREAMING_QUARTER_MODEL, 1920, 1080) == pytest.approx(35.6 * 1280 * 720 / (1920 * 1080))
+    assert card_fps(STREAMING_INT8_MODEL, 640, 360) == 23.4  # the INT8 pair's figure in its source's card
+    assert card_fps(TEMPORAL_FILTER.with_name("missing.onnx"), 640, 360) is None  # no card
+
+
+def test_a_tier_timed_near_the_need_is_timed_again_for_longer_and_that_figure_decides() -> None:
+    class Settling(Timings):
+        def __call__(self, backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
+            rate = super().__call__(backend, width, height, seconds, floor)
+            if backend.info.name == "stream_t5" and seconds > 0.3:
+                return Rate(40.0)  # the longer timing: above the 36 needed
+            return rate
+
+    timings = Settling({"stream_t5": 34.0, "stream_t5_quarter": 200.0})
+    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.2)
+    assert timings.timed == [
+        ("stream_t5_quarter", 640, 360),
+        ("stream_t5", 640, 360),
+        ("stream_t5", 640, 360),
+    ]
+    assert (choice.name, choice.keeps_up, choice.probes[0].fps) == ("stream_t5", True, 40.0)
