@@ -41,7 +41,7 @@ METRICS = {
     "streamer_frames_dropped_total": "counter {stream, reason}: frames that never left (source: the live "
     "hand-off was full; budget: latency.on_miss drop; sink: the RTSP sink was reconnecting)",
     "streamer_frames_passed_through_total": "counter {stream, reason}: frames written unenhanced "
-    "(budget, gate, stride, unavailable: a model server that could not answer)",
+    "(budget, gate, stride, unavailable: a model server that could not answer, a device out of memory)",
     "streamer_frames_enhanced_total": "counter {stream}: frames written as the model enhanced them; with "
     "reused and passed through, the frames written",
     "streamer_frames_reused_total": "counter {stream}: frames of a skipped window that reused the last "

@@ -280,7 +280,9 @@ class TierSelector:
         floor = needed / SLOW
         probes: list[TierProbe] = []
         with self._lock:
-            anchor = self._probe(load, settings, self.tiers[-1], width, height, floor)
+            # Timed in full (no floor): every estimate is scaled by it, and a cold session's first
+            # calls at a size are slow enough to look plainly too slow.
+            anchor = self._probe(load, settings, self.tiers[-1], width, height, 0.0)
             recorded = self._cards(anchor.path, width, height)
             speed = anchor.fps / recorded if recorded and not anchor.bound else None
             for path in self.tiers:

@@ -124,7 +124,8 @@ def _row(
         model=f"auto: {row.model}" if model == AUTO else row.model,
         sent=row.sent,
         enhanced=row.outcomes.get("enhanced", 0),
-        passed_through=row.outcomes.get("budget_passthrough", 0),
+        passed_through=row.outcomes.get("budget_passthrough", 0)
+        + row.outcomes.get("unavailable_passthrough", 0),
         lost=row.lost + row.outcomes.get("budget_drop", 0),
         source_dropped=row.source_dropped,
         p50_ms=row.p50_ms,
@@ -226,7 +227,8 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
     ]
     notes = [
         "enhanced / passed / lost: of the measured frames the camera sent; passed = left unenhanced because "
-        "the model would have missed the budget; lost = never reached the player or dropped by the budget",
+        "the model would have missed the budget (or could not answer); lost = never reached the player or "
+        "dropped by the budget",
         "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
         "w/threads: model.workers / model.threads / the RTSP sink's libx264 threads (d = the default: "
         "for threads, the library's choice)",
