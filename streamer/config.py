@@ -598,6 +598,11 @@ class HttpConfig(_Strict):
     and only trusted loopback clients may add and remove streams."""
     read_token: str | None = Field(None, min_length=1, max_length=4096)
     """A second bearer token that reads (GET /streams, /metrics) but cannot add or remove: for monitoring."""
+    token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The environment variable ``token`` is read from at start (a Kubernetes Secret given as env),
+    so the token never sits in a config file; unset or empty there is an error, not an open endpoint."""
+    read_token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    """The same for ``read_token``."""
     public_probes: bool = True
     """/healthz and /readyz answer without a token (Kubernetes probes); false: they need one too."""
     trust_loopback: bool | None = None
@@ -616,6 +621,26 @@ class HttpConfig(_Strict):
     """An ended stream's status stays in /streams this long, then it is removed with its metrics."""
     body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
     """A request body not received in this time gets 408."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tokens_from_the_environment(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for key in ("token", "read_token"):
+            variable = data.get(f"{key}_env")
+            if variable is None:
+                continue
+            if data.get(key) is not None:
+                raise ValueError(f"http.{key} and http.{key}_env are both set; keep one")
+            value = os.environ.get(str(variable), "").strip()
+            if not value:
+                raise ValueError(
+                    f"http.{key}_env names {variable}, which is unset or empty in this environment; set it "
+                    f"(a Secret's key), or remove http.{key}_env"
+                )
+            data = {**data, key: value}
+        return data
 
     def trusts_loopback(self) -> bool:
         if self.trust_loopback is not None:

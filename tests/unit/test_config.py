@@ -90,6 +90,24 @@ def test_model_triton_takes_the_place_of_a_model_file(monkeypatch: pytest.Monkey
         load_config(None, {"model.triton": {"url": "127.0.0.1:8001", "model": "m"}, "model.path": "auto"})
 
 
+def test_http_tokens_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONTROL", "control-0123\n")  # a Secret made --from-file keeps its newline
+    monkeypatch.setenv("READ", "read-4567")
+    http = load_config(
+        None, {"http.port": 0, "http.token_env": "CONTROL", "http.read_token_env": "READ"}
+    ).http
+    assert (http.token, http.read_token) == ("control-0123", "read-4567")
+    monkeypatch.setenv("EMPTY", " ")
+    for overrides, reason in (
+        ({"http.token_env": "EMPTY"}, "http.token_env names EMPTY, which is unset or empty"),
+        ({"http.read_token_env": "MISSING"}, "http.read_token_env names MISSING, which is unset or empty"),
+        ({"http.token_env": "CONTROL", "http.token": "x"}, "http.token and http.token_env are both set"),
+        ({"http.token_env": "bad-name"}, "http.token_env"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(reason)):
+            load_config(None, overrides)
+
+
 def test_overrides_fill_a_section_the_file_leaves_null() -> None:
     config = load_config(
         CONFIGS / "default.yaml", {"model.triton.url": "127.0.0.1:8001", "model.triton.model": "conv3d_t5"}

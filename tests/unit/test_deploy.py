@@ -23,6 +23,7 @@ import yaml
 from packaging.requirements import Requirement
 
 from streamer.config import load_config, stream_config
+from streamer.errors import ConfigError
 from streamer.metrics import METRICS
 from streamer.service import Service
 
@@ -226,7 +227,7 @@ def test_service_exposes_rtsp_and_metrics_of_the_pod() -> None:
 @pytest.mark.parametrize("variant", sorted(STREAMER_PODS))
 def test_the_relay_starts_before_streamer_and_stops_after_it(variant: str) -> None:
     # A native sidecar: streamer's first connection finds the relay up, and its drain on SIGTERM can
-    # still publish to it. Other init containers (the triton variant's `config`) run once, to completion.
+    # still publish to it.
     spec = _one(STREAMER_PODS[variant], "Deployment")["spec"]["template"]["spec"]
     (relay,) = [c for c in spec["initContainers"] if c["name"] == "relay"]
     assert relay["restartPolicy"] == "Always"
@@ -362,71 +363,36 @@ def test_the_hpa_scales_the_sidecars_on_a_gauge_streamer_exports() -> None:
     assert spec["behavior"]["scaleDown"]["stabilizationWindowSeconds"] > 300
 
 
-def _config_init(deployment: dict[str, Any]) -> dict[str, Any]:
-    (init,) = [c for c in deployment["spec"]["template"]["spec"]["initContainers"] if c["name"] == "config"]
-    return init
-
-
-def test_the_sidecar_reads_its_config_rendered_from_the_config_map() -> None:
+def test_the_sidecar_reads_its_config_from_the_config_map_and_its_tokens_from_the_secret() -> None:
     deployment = _one(SIDECAR, "Deployment")
     spec = deployment["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
-    init, streamer = _config_init(deployment), _container(deployment, "streamer")
+    streamer = _container(deployment, "streamer")
     assert streamer["args"] == ["run", "--config", "/etc/streamer/streamer.yaml"]
-    assert init["image"] == streamer["image"]  # Python and PyYAML: the streamer image has both
-    _, source, target = init["args"]
-    mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
-    assert volumes[mounts[str(Path(source).parent)]]["configMap"]["name"] == "streamer-config"
-    assert mounts[str(Path(target).parent)] == "config"
     (mount,) = [m for m in streamer["volumeMounts"] if m["mountPath"] == "/etc/streamer"]
-    assert (mount["name"], mount["readOnly"]) == ("config", True)
-    assert target == "/etc/streamer/streamer.yaml"
-    assert volumes["config"]["emptyDir"]["medium"] == "Memory"  # the tokens never reach the node's disk
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in init["env"]}
+    assert (volumes[mount["name"]]["configMap"]["name"], mount["readOnly"]) == ("streamer-config", True)
+    assert [c["name"] for c in spec["initContainers"]] == ["relay"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in streamer["env"]}
     assert {r["name"] for r in refs.values()} == {"streamer-sidecar-tokens"}
-    assert "env" not in streamer
-    assert "envFrom" not in streamer
+    http = _streamer_config("triton")["http"]
+    assert set(refs) == {http["token_env"], http["read_token_env"]}
+    assert {refs[http["token_env"]]["key"], refs[http["read_token_env"]]["key"]} == {"control", "read"}
 
 
-def test_the_config_init_container_fills_in_the_tokens_from_the_secret(tmp_path: Path) -> None:
-    init = _config_init(_one(SIDECAR, "Deployment"))
-    assert init["command"] == ["python", "-c"]
-    script = init["args"][0]
-    source, target = tmp_path / "streamer.yaml", tmp_path / "out" / "streamer.yaml"
-    source.write_text(_one(TRITON / "configmap-patch.yaml", "ConfigMap")["data"]["streamer.yaml"])
-    target.parent.mkdir()
-    names = [e["name"] for e in init["env"]]
-    assert names == ["STREAMER_HTTP_TOKEN", "STREAMER_HTTP_READ_TOKEN"]
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "STREAMER_HTTP_TOKEN": "control-0123\n",
-        "STREAMER_HTTP_READ_TOKEN": "read-4567",
-    }
-    run = [sys.executable, "-c", script, str(source), str(target)]
-    done = subprocess.run(run, env=env, capture_output=True, text=True, check=False, timeout=60)
-    assert done.returncode == 0, done.stderr
-    for secret in ("0123", "4567"):
-        assert secret not in done.stdout + done.stderr
-    assert target.stat().st_mode & 0o777 == 0o600
-    config = load_config(target)
-    assert config.http.token == "control-0123"  # a trailing newline (a Secret made --from-file) is cut
-    assert config.http.read_token == "read-4567"
-    assert config.model_dump(exclude={"http"}) == load_config(source).model_dump(exclude={"http"})
-    # Twice (a restarted pod runs its init containers again over the same volume): the same file.
-    assert subprocess.run(run, env=env, capture_output=True, check=False, timeout=60).returncode == 0
-    assert load_config(target).http.token == "control-0123"
-    # An empty key fails the pod's start, naming the variable, rather than serving without a token.
-    done = subprocess.run(
-        run,
-        env={**env, "STREAMER_HTTP_READ_TOKEN": ""},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert done.returncode != 0
-    assert "STREAMER_HTTP_READ_TOKEN" in done.stderr
-    assert "0123" not in done.stderr
+def test_the_sidecars_tokens_come_from_the_environment_and_are_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "streamer.yaml"
+    path.write_text(yaml.safe_dump(_streamer_config("triton")))
+    monkeypatch.setenv("STREAMER_HTTP_TOKEN", "control-0123\n")  # a Secret made --from-file
+    monkeypatch.setenv("STREAMER_HTTP_READ_TOKEN", "read-4567")
+    config = load_config(path)
+    assert (config.http.token, config.http.read_token) == ("control-0123", "read-4567")
+    # An empty key stops the start, naming the variable, rather than serving without a token.
+    monkeypatch.setenv("STREAMER_HTTP_READ_TOKEN", "")
+    with pytest.raises(ConfigError, match="STREAMER_HTTP_READ_TOKEN") as refused:
+        load_config(path)
+    assert "0123" not in str(refused.value)
 
 
 # --- Images ---------------------------------------------------------------------------------------------
@@ -592,10 +558,12 @@ def test_the_config_maps_streamer_yaml_loads_and_builds_every_stream(tmp_path: P
 
 
 def test_the_sidecars_streamer_yaml_loads_with_no_stream_and_streams_added_inherit_triton(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "streamer.yaml"
     path.write_text(yaml.safe_dump(_streamer_config("triton")))
+    monkeypatch.setenv("STREAMER_HTTP_TOKEN", "control")
+    monkeypatch.setenv("STREAMER_HTTP_READ_TOKEN", "read")
     config = load_config(path)
     assert config.streams == []  # none: POST /streams adds them
     assert config.stream_configs() == []
