@@ -222,6 +222,19 @@ def _add_export(subparsers: Any) -> None:
         "input NAME, output NAME_next, (B, CHANNELS, H/SCALE, W/SCALE) float32, zeros at a stream's start "
         "(the module's state_specs, for a module without them)",
     )
+    declare.add_argument(
+        "--strength",
+        action="store_true",
+        default=None,
+        help="forward takes a strength after the frames and states: (B, 1) float32, the noise sigma in "
+        "0..255 the runtime's model.strength sets (the module's takes_strength, for a module without it)",
+    )
+    declare.add_argument(
+        "--strength-default",
+        type=float,
+        metavar="SIGMA",
+        help="with --strength: what a window without a strength gets (25; the module's strength_default)",
+    )
     p.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
     p.add_argument("--name", help="model name in the metadata and card (default: the file's stem)")
     p.add_argument("--description", default="", help="one paragraph for the model card")
@@ -578,7 +591,10 @@ def _export_streaming(
     return 0
 
 
-_DECLARING = "--layout/--pad-multiple/--channel-order/--value-range/--uint8-input/--scale/--state"
+_DECLARING = (
+    "--layout/--pad-multiple/--channel-order/--value-range/--uint8-input/--scale/--state/--strength"
+    "/--strength-default"
+)
 
 
 def _declared(args: argparse.Namespace) -> dict[str, Any]:
@@ -592,6 +608,8 @@ def _declared(args: argparse.Namespace) -> dict[str, Any]:
         "uint8_input": args.uint8_input,
         "scale": args.scale,
         "states": None if args.state is None else tuple(_state(text) for text in args.state),
+        "strength": args.strength,
+        "strength_default": args.strength_default,
     }
     return {key: value for key, value in declared.items() if value is not None}
 

@@ -77,6 +77,11 @@ class Contract:
     scale: int = 1
     uint8_output: bool = False
     """Not declared but seen: the module returns uint8 pixels (``export_onnx`` runs it to find out)."""
+    strength: bool = False
+    """The module takes a strength after its states: (B, 1) float32, the noise sigma in 0..255 levels
+    (the runtime's ``model.strength``), exported as the input ``strength``."""
+    strength_default: float = 25.0
+    """What the runtime gives a window without a strength of its own (``streamer.strength_default``)."""
 
     @property
     def span(self) -> float:
@@ -102,6 +107,7 @@ def metadata_props(
     uint8_input: bool = False,
     uint8_output: bool = False,
     scale: int = 1,
+    strength_default: float | None = None,
 ) -> dict[str, str]:
     """The ``streamer.*`` metadata_props the runtime reads, as strings. The channel order and scale are
     left out at their defaults, so files of the common kind stay as they were, and the value range
@@ -122,7 +128,19 @@ def metadata_props(
         meta["streamer.scale"] = str(scale)
     if states:
         meta["streamer.state"] = json.dumps([state_json(s) for s in states])
+    if strength_default is not None:
+        meta["streamer.strength_default"] = f"{strength_default:g}"
     return meta
+
+
+STRENGTH = "strength"
+"""The input of a model that takes a strength (``streamer.backend.onnx.STRENGTH``)."""
+
+
+def strength_tensor(b: int, seed: int) -> torch.Tensor:
+    """(B, 1) noise sigmas in 0..50 levels, as the runtime feeds a model that takes a strength."""
+    rng = np.random.default_rng(seed + 2000)
+    return torch.from_numpy(rng.uniform(0.0, 50.0, size=(b, 1)).astype(np.float32))
 
 
 def state_json(spec: StateLike) -> dict[str, str | int]:
@@ -139,9 +157,16 @@ _FLAGS = {
     "uint8_input": "--uint8-input",
     "scale": "--scale",
     "states": "--state",
+    "strength": "--strength",
+    "strength_default": "--strength-default",
 }
 """Each contract key's flag on ``streamer export``."""
-_ATTRIBUTES = {**{key: key for key in _FLAGS}, "scale": "scale_factor", "states": "state_specs"}
+_ATTRIBUTES = {
+    **{key: key for key in _FLAGS},
+    "scale": "scale_factor",
+    "states": "state_specs",
+    "strength": "takes_strength",
+}
 """Contract key -> the module attribute that declares it (``scale_factor``, as ``nn.Upsample`` names it:
 a plain ``scale`` is what many modules, ``ConvGRUEnhancer`` among them, call an internal stride)."""
 
@@ -192,6 +217,16 @@ def describe(module: nn.Module, name: str, given: dict[str, Any]) -> Contract:
                 f"state {state_json(spec)} needs channels and scale >= 1 and names other than {INPUT!r} and "
                 f"{OUTPUT!r}; {_how('states')}"
             )
+    strength = raw["strength"] is True
+    if raw["strength"] not in (None, True, False):
+        problems.append(f"strength={raw['strength']!r} must be True or False; {_how('strength')}")
+    strength_default = 25.0 if raw["strength_default"] is None else raw["strength_default"]
+    if not isinstance(strength_default, int | float) or not 0.0 <= float(strength_default) <= 255.0:
+        problems.append(
+            f"strength_default={strength_default!r} must be a noise sigma in 0..255; "
+            f"{_how('strength_default')}"
+        )
+        strength_default = 25.0
     contract = Contract(
         name=name,
         t=t,
@@ -203,6 +238,8 @@ def describe(module: nn.Module, name: str, given: dict[str, Any]) -> Contract:
         channel_order=_choice(raw["channel_order"], ChannelOrder, "channel_order", problems, _RGB),
         uint8_input=uint8,
         scale=_positive_int(raw["scale"], "scale", problems),
+        strength=strength,
+        strength_default=float(strength_default),
     )
     if len(problems) == 1:
         raise ConfigError(f"cannot export {name!r}: {problems[0]}")

@@ -42,6 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from export.contract import (
     INPUT,
     OUTPUT,
+    STRENGTH,
     Contract,
     StateLike,
     describe,
@@ -50,6 +51,7 @@ from export.contract import (
     random_pixels,
     state_json,
     state_shape,
+    strength_tensor,
 )
 from export.objective import count_macs
 from export.probe import check_slots
@@ -133,6 +135,9 @@ class ExportReport:
     """The graph returns uint8 pixels 0..255 (with a uint8 input too, no value range is written)."""
     scale: int = 1
     """Output frames are this many times the input's size."""
+    strength_default: float | None = None
+    """The model takes a strength (the input ``strength``) and gives this one where a window has none;
+    None: it takes none."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -163,6 +168,8 @@ def export_onnx(
     real_frames: bool = True,
     fp16: bool = False,
     uint8_io: bool = False,
+    strength: bool | None = None,
+    strength_default: float | None = None,
 ) -> ExportReport:
     """Writes ``module`` to ``path`` with dynamic B, H and W; raises ModelError unless it checks and matches.
 
@@ -174,6 +181,9 @@ def export_onnx(
     float16 inside, the inputs and outputs as in the fp32 file, so the runtime feeds both alike.
     ``uint8_io`` folds a float model's normalisation into the file written (:mod:`streamer.fold`): uint8
     window in, uint8 frame out, checked within one level of the float graph as the runtime runs it.
+    ``strength`` (or the module's ``takes_strength``): forward takes a (B, 1) noise sigma after its
+    states, exported as the input ``strength``; ``strength_default`` is what the runtime gives a window
+    without one (25).
     """
     contract = describe(
         module,
@@ -188,6 +198,8 @@ def export_onnx(
             "channel_order": channel_order,
             "uint8_input": uint8_input,
             "scale": scale,
+            "strength": strength,
+            "strength_default": strength_default,
         },
     )
     if opset < MIN_OPSET:
@@ -212,6 +224,7 @@ def export_onnx(
         uint8_input=contract.uint8_input,
         uint8_output=contract.uint8_output,
         scale=contract.scale,
+        strength_default=contract.strength_default if contract.strength else None,
     )
     onnx.helper.set_model_props(model, meta)
     try:
@@ -278,6 +291,7 @@ def export_onnx(
         uint8_input=contract.uint8_input,
         uint8_output=contract.uint8_output,
         scale=contract.scale,
+        strength_default=contract.strength_default if contract.strength else None,
     )
 
 
@@ -292,6 +306,7 @@ def _props(contract: Contract, name: str) -> dict[str, Any]:
         "states": contract.states,
         "channel_order": contract.channel_order,
         "scale": contract.scale,
+        "strength_default": contract.strength_default if contract.strength else None,
     }
 
 
@@ -360,6 +375,8 @@ def _inputs(
         s = state_shape(spec, b, hw)
         state = rng.uniform(-1.0, 1.0, size=s) if random_state else np.zeros(s)
         tensors.append(torch.from_numpy(state.astype(np.float32)))
+    if contract.strength:
+        tensors.append(strength_tensor(b, seed))
     return tuple(tensors)
 
 
@@ -387,16 +404,23 @@ def _check_outputs(module: nn.Module, contract: Contract, example: tuple[torch.T
     try:
         outputs = _run_torch(module, example)
     except Exception as err:
-        stateless = isinstance(err, TypeError) and "positional argument" in str(err) and not contract.states
-        hint = (
-            "; a recurrent model's states are declared with --state NAME:CHANNELS:SCALE (or state_specs)"
-            if stateless
-            else ""
-        )
+        arity = isinstance(err, TypeError) and "positional argument" in str(err)
+        if arity and contract.strength:
+            hint = (
+                "; with --strength (or takes_strength) forward takes a (B, 1) strength after the frames and "
+                "states: add the argument, or drop the flag"
+            )
+        elif arity and not contract.states:
+            hint = (
+                "; a recurrent model's states are declared with --state NAME:CHANNELS:SCALE (or state_specs)"
+            )
+        else:
+            hint = ""
         raise ModelError(
             f"{contract.name!r} raised {type(err).__name__} on a {dtype} input of shape {tuple(x.shape)}, "
             f"what the runtime feeds a {contract.layout.value} model {_SHAPES[contract.layout]} with "
-            f"T={contract.t}{' plus its states' if contract.states else ''}: {err}{hint}"
+            f"T={contract.t}{' plus its states' if contract.states else ''}"
+            f"{' plus a strength' if contract.strength else ''}: {err}{hint}"
         ) from err
     s = contract.scale
     expected = [(b, 3, h * s, w * s)] + [state_shape(spec, b, (h, w)) for spec in contract.states]
@@ -448,7 +472,7 @@ def _torch_export(
     module: nn.Module, example: tuple[torch.Tensor, ...], contract: Contract, opset: int
 ) -> bytes:
     """The legacy (TorchScript) exporter's output: unlike the dynamo one it needs no onnxscript installed."""
-    inputs = [INPUT] + [s.input for s in contract.states]
+    inputs = [INPUT] + [s.input for s in contract.states] + ([STRENGTH] if contract.strength else [])
     outputs = [OUTPUT] + [s.output for s in contract.states]
     rank = contract.layout.rank
     dynamic: dict[str, dict[int, str]] = {
@@ -462,6 +486,8 @@ def _torch_export(
         axes = {0: "batch", 2: f"state{i}_height", 3: f"state{i}_width"}
         dynamic[spec.input] = axes
         dynamic[spec.output] = axes
+    if contract.strength:
+        dynamic[STRENGTH] = {0: "batch"}
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "model.onnx"
         try:
@@ -548,7 +574,7 @@ def _session(data: bytes, name: str) -> ort.InferenceSession:
 
 
 def _feeds(contract: Contract, inputs: tuple[torch.Tensor, ...]) -> dict[str, npt.NDArray[Any]]:
-    names = [INPUT] + [s.input for s in contract.states]
+    names = [INPUT] + [s.input for s in contract.states] + ([STRENGTH] if contract.strength else [])
     return {n: x.numpy() for n, x in zip(names, inputs, strict=True)}
 
 
@@ -616,13 +642,15 @@ def _parity_clip(
     n = clip.shape[0]
     t = contract.t
     hw = (int(clip.shape[2]), int(clip.shape[3]))
-    theirs = list(_inputs(contract, 1, hw, 0, random_state=False)[1:])
+    extra = _inputs(contract, 1, hw, 0, random_state=False)[1:]
+    theirs = list(extra[: len(contract.states)])
+    strength = list(extra[len(contract.states) :])  # the same each step, as a stream's setting is
     ours = [s.numpy() for s in theirs]
     worst = 0.0
     for start in range(n - t + 1):
         frames = model_input(clip[start : start + t][None], contract)
-        expected = _run_torch(module, (frames, *theirs))
-        got = session.run(None, _feeds(contract, (frames, *(torch.from_numpy(s) for s in ours))))
+        expected = _run_torch(module, (frames, *theirs, *strength))
+        got = session.run(None, _feeds(contract, (frames, *(torch.from_numpy(s) for s in ours), *strength)))
         worst = max(worst, _max_error(got, expected, span, f"frames {tuple(frames.shape)}, step {start + 1}"))
         theirs = [torch.from_numpy(np.asarray(s)) for s in expected[1:]]
         ours = [np.asarray(s) for s in got[1:]]
@@ -686,6 +714,8 @@ def benchmark_cpu(
             feeds[s["input"]] = np.zeros(
                 (1, s["channels"], -(-hp // s["scale"]), -(-wp // s["scale"])), np.float32
             )
+        if any(i.name == STRENGTH for i in session.get_inputs()):
+            feeds[STRENGTH] = np.full((1, 1), 25.0, np.float32)
         for _ in range(3):
             session.run(None, feeds)
         runs = 0
@@ -815,6 +845,8 @@ def export_with_card(
         uint8_input=report.uint8_input,
         scale=report.scale,
         uint8_output=report.uint8_output,
+        strength=report.strength_default is not None,
+        strength_default=25.0 if report.strength_default is None else report.strength_default,
     )
     hw = _parity_sizes((360, 640), report.pad_multiple)[0]
     body = card_header(module, description)

@@ -58,6 +58,8 @@ def slot_shares(module: nn.Module, contract: Contract, *, swapped: bool = False)
     shape = (1, contract.t, 3, h, w)
     base, other = random_pixels(shape, seed=11), random_pixels(shape, seed=12)
     states = [torch.zeros(state_shape(s, 1, (h, w))) for s in contract.states]
+    if contract.strength:
+        states.append(torch.full((1, 1), contract.strength_default))
 
     def run(pixels: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
         with torch.no_grad():
