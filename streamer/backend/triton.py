@@ -62,6 +62,7 @@ _CHANNEL = {
     "grpc.max_receive_message_length": 256 * 1024 * 1024,
 }
 _NUMPY = {"FP32": np.float32, "UINT8": np.uint8, "FP16": np.float16}
+_DATATYPES = {np.dtype(kind): name for name, kind in _NUMPY.items()}
 _SHAPES_KEPT = 64
 """Output sizes learned per model and input shapes (shared-memory outputs); a stream's shapes change
 only with its frame size, so this many is plenty, and more start the learning again."""
@@ -85,12 +86,12 @@ class _Meta:
 class _Region:
     """One thread's shared-memory region for its call inputs."""
 
-    def __init__(self, shm: Any, size: int) -> None:
+    def __init__(self, size: int) -> None:
         serial = next(_regions)
         self.name = f"streamer-{os.getpid()}-{serial}"
         self.key = f"/streamer-{os.getpid()}-{serial}"
         self.size = size
-        self.handle = shm.create_shared_memory_region(self.name, self.key, size)
+        self.handle = _shm().create_shared_memory_region(self.name, self.key, size)
         self.generation = -1
         """The connection's generation it was registered in; -1: not registered."""
 
@@ -183,63 +184,60 @@ class TritonConnection:
     def _call(self, model: str, outputs: list[str], feeds: Mapping[str, npt.NDArray[Any]]) -> list[Any]:
         arrays = [np.ascontiguousarray(a) for a in feeds.values()]
         inputs = [
-            self._grpc.InferInput(name, list(a.shape), _datatype(a))
+            self._grpc.InferInput(name, list(a.shape), _DATATYPES[a.dtype])
             for name, a in zip(feeds, arrays, strict=True)
         ]
         requested = [self._grpc.InferRequestedOutput(name) for name in outputs]
+        region, key, starts = None, None, []
         if self.transport == "grpc":
             for tensor, array in zip(inputs, arrays, strict=True):
                 tensor.set_data_from_numpy(array)
-            result = self._client.infer(
-                model, inputs, outputs=requested, client_timeout=self.deadline_s, headers=self._headers
+        else:
+            # The outputs go through the region too once a call of these shapes has shown their sizes.
+            key = (
+                model,
+                tuple(outputs),
+                tuple((n, a.shape, a.dtype.str) for n, a in zip(feeds, arrays, strict=True)),
             )
-            # Views of the response's bytes are read-only; the backend scales float outputs in place.
-            return [np.array(result.as_numpy(name)) for name in outputs]
-        import tritonclient.utils.shared_memory as shm
-
-        # The outputs go through the region too once a call of these shapes has shown their sizes.
-        key = (
-            model,
-            tuple(outputs),
-            tuple((name, a.shape, a.dtype.str) for name, a in zip(feeds, arrays, strict=True)),
-        )
-        sizes = self._output_sizes.get(key)
-        region = self._region(shm, sum(a.nbytes for a in arrays) + sum(sizes or ()))
-        shm.set_shared_memory_region(region.handle, arrays)
-        offset = 0
-        for tensor, array in zip(inputs, arrays, strict=True):
-            tensor.set_shared_memory(region.name, array.nbytes, offset)
-            offset += array.nbytes
-        starts = []
-        for tensor, size in zip(requested, sizes or (), strict=False):
-            tensor.set_shared_memory(region.name, size, offset)
-            starts.append(offset)
-            offset += size
+            sizes = self._output_sizes.get(key, ())
+            region = self._region(sum(a.nbytes for a in arrays) + sum(sizes))
+            _shm().set_shared_memory_region(region.handle, arrays)
+            offset = 0
+            for tensor, array in zip(inputs, arrays, strict=True):
+                tensor.set_shared_memory(region.name, array.nbytes, offset)
+                offset += array.nbytes
+            for tensor, size in zip(requested, sizes, strict=False):
+                tensor.set_shared_memory(region.name, size, offset)
+                starts.append(offset)
+                offset += size
         result = self._client.infer(
             model, inputs, outputs=requested, client_timeout=self.deadline_s, headers=self._headers
         )
-        if sizes is None:
-            values = [np.array(result.as_numpy(name)) for name in outputs]
+        if region is not None and starts:
+            values = []
+            for name, start in zip(outputs, starts, strict=True):
+                made = result.get_output(name)
+                shape = [int(d) for d in made.shape]
+                # The region is this thread's next call's too: the values are copied out.
+                values.append(
+                    np.array(_shm().get_contents_as_numpy(region.handle, _NUMPY[made.datatype], shape, start))
+                )
+            return values
+        # Views of the response's bytes are read-only; the backend scales float outputs in place.
+        values = [np.array(result.as_numpy(name)) for name in outputs]
+        if key is not None:
             if len(self._output_sizes) >= _SHAPES_KEPT:
                 self._output_sizes.clear()
             self._output_sizes[key] = tuple(v.nbytes for v in values)
-            return values
-        values = []
-        for name, start in zip(outputs, starts, strict=True):
-            made = result.get_output(name)
-            dtype = _NUMPY[made.datatype]
-            shape = [int(d) for d in made.shape]
-            # The region is this thread's next call's too: the values are copied out.
-            values.append(np.array(shm.get_contents_as_numpy(region.handle, dtype, shape, start)))
         return values
 
-    def _region(self, shm: Any, size: int) -> _Region:
+    def _region(self, size: int) -> _Region:
         """This thread's region, at least ``size`` bytes and registered with the server as it is now."""
         region: _Region | None = getattr(self._local, "region", None)
         if region is None or region.size < size:
             if region is not None:
-                self._drop(shm, region)
-            region = _Region(shm, max(size, 1 << 20))
+                self._drop(region)
+            region = _Region(max(size, 1 << 20))
             with self._lock:
                 self._regions.append(region)
             self._local.region = region
@@ -253,7 +251,7 @@ class TritonConnection:
             region.generation = generation
         return region
 
-    def _drop(self, shm: Any, region: _Region) -> None:
+    def _drop(self, region: _Region) -> None:
         with self._lock:
             if region in self._regions:
                 self._regions.remove(region)
@@ -265,14 +263,19 @@ class TritonConnection:
         self._release()
 
 
-def _free(client: Any, region: _Region, headers: dict[str, str] | None) -> None:
+def _shm() -> Any:
+    """tritonclient's system shared-memory helpers, imported where shared memory is used."""
     import tritonclient.utils.shared_memory as shm
 
+    return shm
+
+
+def _free(client: Any, region: _Region, headers: dict[str, str] | None) -> None:
     try:
         client.unregister_system_shared_memory(region.name, headers=headers)
     except Exception as err:  # the server may be gone; the region is ours to free regardless
         log.debug("unregistering %s: %s", region.name, err)
-    shm.destroy_shared_memory_region(region.handle)
+    _shm().destroy_shared_memory_region(region.handle)
 
 
 def _release(
@@ -285,15 +288,6 @@ def _release(
     for region in taken:
         _free(client, region, headers)
     client.close()
-
-
-def _datatype(array: npt.NDArray[Any]) -> str:
-    kinds = {np.dtype(np.float32): "FP32", np.dtype(np.uint8): "UINT8", np.dtype(np.float16): "FP16"}
-    if array.dtype not in kinds:
-        raise BackendError(
-            f"a tensor of {array.dtype} cannot be sent to Triton here; float32, float16 or uint8"
-        )
-    return kinds[array.dtype]
 
 
 class TritonSession:
