@@ -11,8 +11,7 @@ puts under half the need is not timed at all; one timed plainly too slow is time
 plain; one timed near the need is timed again for longer. At 720p on two cores, where the better tiers
 run a tenth of a 30 fps need, choosing took 6.0 s when every tier was timed in full, 0.45 s now.
 Probes are kept per size and model settings, so the second stream of a size starts at once. Where no
-tier keeps up, the fastest is taken (the last, cheapest, tier where all were plainly too slow) and the
-choice says so.
+tier keeps up, the fastest is taken and the choice says so.
 """
 
 from __future__ import annotations
@@ -284,7 +283,7 @@ class TierSelector:
             # calls at a size are slow enough to look plainly too slow.
             anchor = self._probe(load, settings, self.tiers[-1], width, height, 0.0)
             recorded = self._cards(anchor.path, width, height)
-            speed = anchor.fps / recorded if recorded and not anchor.bound else None
+            speed = anchor.fps / recorded if recorded else None
             for path in self.tiers:
                 probe = anchor if path == anchor.path else self._estimate(path, width, height, speed, floor)
                 if probe is None:
@@ -293,12 +292,9 @@ class TierSelector:
                 if probe.fps >= needed and not probe.bound:
                     break
         keeps_up = probes[-1].fps >= needed and not probes[-1].bound
-        if keeps_up:
-            best = probes[-1]
-        elif all(p.bound for p in probes):
-            best = probes[-1]  # each plainly too slow, their bounds say nothing of which less so
-        else:
-            best = max((p for p in probes if not p.bound), key=lambda p: p.fps)
+        # Where none keeps up every tier was looked at, the cheapest timed in full: the fastest of those
+        # timed in full is the fastest (the others are plainly slower).
+        best = probes[-1] if keeps_up else max((p for p in probes if not p.bound), key=lambda p: p.fps)
         return TierChoice(best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes))
 
     def _estimate(
