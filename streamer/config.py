@@ -340,6 +340,10 @@ class TritonModelConfig(_Strict):
         return os.environ.get(self.access_token_env) if self.access_token_env else None
 
 
+Strength = Annotated[float, Field(ge=0.0, le=255.0, allow_inf_nan=False)] | Literal["auto"]
+"""``model.strength``: a noise sigma in 0..255 levels, or ``auto`` (also what PATCH /streams/{id} takes)."""
+
+
 class ModelConfig(_Strict):
     path: Literal["auto"] | Path | None = None
     """None: the model shipped inside the package. ``auto``: once the source has opened, the shipped
@@ -393,7 +397,7 @@ class ModelConfig(_Strict):
 
     triton: TritonModelConfig | None = None
     """The model runs on a Triton server instead of in this process; ``path`` stays unset."""
-    strength: Annotated[float, Field(ge=0.0, le=255.0)] | Literal["auto"] = "auto"
+    strength: Strength = "auto"
     """For a model that takes a strength (an input ``strength``): the noise sigma, in 0..255 levels,
     it removes; ``auto``: the stream's own noise estimate (``streamer.core.noise``, shown in /streams as
     noise_sigma), the model's default until the first. Changed live with PATCH /streams/{id}. Models

@@ -25,13 +25,13 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from streamer.config import HttpConfig, stream_config
+from streamer.config import HttpConfig, Strength, stream_config
 from streamer.confine import ApiPolicy
 from streamer.errors import (
     AccessError,
@@ -44,7 +44,7 @@ from streamer.errors import (
 from streamer.httpserve import check_bearer, serve
 from streamer.pipeline import PipelineReport
 from streamer.redact import escape_control, redact_text
-from streamer.service import Service
+from streamer.service import Service, StreamRunner
 from streamer.webrtc.ice import is_loopback
 
 __all__ = ["ControlServer"]
@@ -52,9 +52,7 @@ __all__ = ["ControlServer"]
 log = logging.getLogger(__name__)
 
 _MAX_BODY = 64 * 1024
-_STRENGTH: TypeAdapter[float | Literal["auto"]] = TypeAdapter(
-    Annotated[float, Field(ge=0.0, le=255.0, allow_inf_nan=False, strict=False)] | Literal["auto"]
-)
+_STRENGTH: TypeAdapter[Strength] = TypeAdapter(Strength)
 """``model.strength``'s values, as PATCH /streams/{id} takes them."""
 _OPEN, _READ, _CONTROL = "open", "read", "control"
 """Route access: anyone; a read or control token where one is set; the control token (or trusted loopback)."""
@@ -146,19 +144,20 @@ class ControlServer:
     async def _list(self, request: web.Request) -> web.Response:
         return web.json_response({"streams": self.service.statuses()})
 
-    async def _one(self, request: web.Request) -> web.Response:
-        sid = request.match_info["id"]
-        runner = self.service.runners.get(sid)
-        if runner is not None:
-            return web.json_response(runner.status(time.monotonic()))
-        raise _error(web.HTTPNotFound, f"no stream {sid!r}; running: {sorted(self.service.runners)}")
-
-    async def _change(self, request: web.Request) -> web.Response:
-        """Settings a running stream takes without a restart: ``strength`` (a number or "auto")."""
+    def _stream(self, request: web.Request) -> StreamRunner:
+        """The running stream the path names; 404 naming the streams there are."""
         sid = request.match_info["id"]
         runner = self.service.runners.get(sid)
         if runner is None:
             raise _error(web.HTTPNotFound, f"no stream {sid!r}; running: {sorted(self.service.runners)}")
+        return runner
+
+    async def _one(self, request: web.Request) -> web.Response:
+        return web.json_response(self._stream(request).status(time.monotonic()))
+
+    async def _change(self, request: web.Request) -> web.Response:
+        """Settings a running stream takes without a restart: ``strength`` (a number or "auto")."""
+        runner = self._stream(request)
         data = await self._json_body(request, "the change")
         unknown = sorted(set(data) - {"strength"})
         if unknown or not data:
@@ -175,7 +174,7 @@ class ControlServer:
                 web.HTTPBadRequest, f'strength: {first["msg"]}; give a number 0..255 or "auto"'
             ) from None
         runner.pipeline.strength = strength
-        log.info("stream %s: strength set to %s through the control API", sid, strength)
+        log.info("stream %s: strength set to %s through the control API", runner.id, strength)
         return web.json_response(runner.status(time.monotonic()))
 
     async def _json_body(self, request: web.Request, what: str) -> dict[str, Any]:
