@@ -13,8 +13,10 @@ without loading the latency benchmark's peers.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
+from streamer.bench.isa import ISA_CAPS, run_as
 from streamer.errors import ConfigError
 
 __all__ = ["register"]
@@ -27,7 +29,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bench = subparsers.add_parser(
         "bench", help="measure enhancement quality and speed", description="Benchmarks of streamer."
     )
+    bench.add_argument(
+        "--isa",
+        choices=ISA_CAPS,
+        default="native",
+        help="native: the CPU as it is (default); avx2: hide AVX-512, VNNI and AMX from CPUID so every "
+        "library runs its AVX2 kernels, as on an AVX2-only CPU (Linux x86 with CPUID faulting and a C "
+        "compiler; this core's clocks and caches stay)",
+    )
     kinds = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    machine = kinds.add_parser(
+        "machine",
+        help="the CPU, the ISA flags its kernels use, onnxruntime and its providers",
+        description="Prints the machine line every benchmark prints, e.g. to check what --isa hides.",
+    )
+    machine.set_defaults(func=_machine)
     quality = kinds.add_parser(
         "quality",
         help="PSNR, SSIM, flicker and fps of each method on degraded real clips",
@@ -548,6 +564,23 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     profile.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
     profile.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     profile.set_defaults(func=_profile)
+    for kind in kinds.choices.values():
+        kind.set_defaults(func=_under_isa(kind.get_default("func")))
+
+
+def _under_isa(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        run_as(args.isa)
+        return func(args)
+
+    return run
+
+
+def _machine(args: argparse.Namespace) -> int:
+    from streamer.bench.harness import LoadWatch
+
+    print(LoadWatch().machine().line())
+    return 0
 
 
 def _keepalive(args: argparse.Namespace) -> int:

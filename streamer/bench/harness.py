@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
+from streamer.bench.isa import HIDDEN, masked_isa
 from streamer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ __all__ = [
     "emit",
     "finite",
     "format_targets",
+    "isa_caption",
+    "isa_text",
     "load_average",
     "markdown_targets",
     "overrides",
@@ -74,9 +77,11 @@ class Machine:
     load_end: float
     isa: tuple[str, ...] = ()
     """The CPU features INT8 and fp32 speed follow (``cpu_isa()``)."""
+    isa_cap: str | None = None
+    """Set when ``bench --isa`` hid the newer features: the kernels ran as on a CPU with only these."""
 
     def line(self) -> str:
-        isa = f" ({', '.join(self.isa) or 'none of ' + '/'.join(ISA_FLAGS)})"
+        isa = f" ({isa_caption(self.isa, self.isa_cap)})"
         return (
             f"{self.cpu}{isa}, {self.cores} cores; onnxruntime {self.onnxruntime} ({self.providers}); "
             f"load average {self.load_start:.2f} at start, {self.load_end:.2f} at end"
@@ -108,9 +113,23 @@ def cpu_name() -> str:
 
 
 def cpu_isa() -> tuple[str, ...]:
-    """Which of ``ISA_FLAGS`` this CPU has (empty where /proc/cpuinfo cannot tell)."""
+    """Which of ``ISA_FLAGS`` this process's kernels can use (empty where /proc/cpuinfo cannot tell):
+    the CPU's, less those ``bench --isa`` hides from CPUID."""
     flags = set((_cpuinfo("flags") or "").split())
-    return tuple(f for f in ISA_FLAGS if f in flags)
+    cap = masked_isa()
+    hidden = set(HIDDEN[cap]) if cap else set()
+    return tuple(f for f in ISA_FLAGS if f in flags and f not in hidden)
+
+
+def isa_caption(isa: Sequence[str], cap: str | None) -> str:
+    """ISA flags for a figure's caption, saying so when ``bench --isa`` masked CPUID to ``cap``."""
+    masked = f"; CPUID masked to {cap}, this core's clocks and caches" if cap else ""
+    return f"{', '.join(isa) or 'none of ' + '/'.join(ISA_FLAGS)}{masked}"
+
+
+def isa_text() -> str:
+    """This process's ``isa_caption``."""
+    return isa_caption(cpu_isa(), masked_isa())
 
 
 class LoadWatch:
@@ -128,6 +147,7 @@ class LoadWatch:
             load_start=self.load,
             load_end=load_average(),
             isa=cpu_isa(),
+            isa_cap=masked_isa(),
         )
 
 

@@ -61,7 +61,7 @@ from av.video.stream import VideoStream
 from streamer import framecode
 from streamer.app import build_backend, build_pipeline, build_server
 from streamer.bench import rtsp_relay
-from streamer.bench.harness import cpu_isa, cpu_name
+from streamer.bench.harness import cpu_name, isa_text
 from streamer.config import (
     Config,
     GateConfig,
@@ -795,7 +795,7 @@ def _load() -> str:
 
 
 def _machine() -> str:
-    return f"{cpu_name()} ({', '.join(cpu_isa())}), {os.cpu_count()} cores"
+    return f"{cpu_name()} ({isa_text()}), {os.cpu_count()} cores"
 
 
 async def _run(settings: Settings) -> tuple[list[PathResult], list[Skipped]]:

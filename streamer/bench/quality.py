@@ -37,7 +37,7 @@ from tqdm import tqdm
 from streamer.assets import ASSETS
 from streamer.backend.base import Backend, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.harness import cpu_isa, cpu_name
+from streamer.bench.harness import cpu_name, isa_text
 from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
 from streamer.bench.roundtrip import x264_roundtrip
 from streamer.core.features import FeatureCache
@@ -479,7 +479,7 @@ def check_targets(section: Section) -> list[Check]:
 
 
 def _machine() -> str:
-    cpu = f"{cpu_name()} ({', '.join(cpu_isa())})"
+    cpu = f"{cpu_name()} ({isa_text()})"
     # Other work on the machine slows every method alike but skews fps; the load says how much there was.
     return f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start"
 
