@@ -74,6 +74,7 @@ __all__ = [
     "OnnxBackend",
     "Session",
     "card_bytes_per_pixel",
+    "provider_fallback",
     "resolve_providers",
 ]
 
@@ -617,11 +618,35 @@ def _load(
 ) -> ort.InferenceSession:
     settings = [dict(provider_options.get(p, {})) for p in providers]
     try:
-        return ort.InferenceSession(
+        session = ort.InferenceSession(
             str(path), sess_options=options, providers=providers, provider_options=settings
         )
     except Exception as err:
         raise ModelError(f"onnxruntime cannot load model {str(path)!r}: {err}") from err
+    fallback = provider_fallback(providers, session.get_providers())
+    if fallback is not None and fallback not in _fallbacks_said:
+        _fallbacks_said.add(fallback)
+        logger.warning("%s", fallback)
+    return session
+
+
+_fallbacks_said: set[str] = set()
+"""Fallback lines already logged: a process says each once, not once per graph or stream."""
+
+
+def provider_fallback(requested: Sequence[str], running: Sequence[str]) -> str | None:
+    """The line to log when onnxruntime dropped providers it lists (a GPU build on a machine without
+    the NVIDIA driver or device, or without the CUDA, cuDNN or TensorRT libraries it loads at run time):
+    it falls back silently apart from its own error text, and the stream runs many times slower."""
+    dropped = [p for p in requested if p not in running and p != CPU_PROVIDER]
+    if not dropped:
+        return None
+    return (
+        f"{', '.join(dropped)} listed by this onnxruntime build but did not start (no NVIDIA driver or GPU "
+        f"visible, or its CUDA/cuDNN/TensorRT libraries missing: onnxruntime's own error is above); "
+        f"running on {', '.join(running) or 'nothing'}. Check nvidia-smi, or set model.providers: "
+        f"[{CPU_PROVIDER}] to silence this"
+    )
 
 
 def _encoder_path(model: Path, name: str) -> Path:

@@ -432,3 +432,25 @@ def test_the_measured_bytes_per_pixel_come_from_the_card_beside_the_model(
     backend.close()
     assert backend.info.activation_bytes_per_pixel == expected
     assert ("activation_bytes_per_pixel must be" in caplog.text) is warned
+
+
+def test_a_gpu_provider_that_did_not_start_is_said_once_with_the_provider_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # This build lists no CUDA, and onnxruntime treats the request as a GPU build treats a machine
+    # without a driver: a session on the CPU provider, its own warning, nothing raised.
+    from streamer.backend import onnx as onnx_backend
+
+    path = ema_model(tmp_path / "ema.onnx")
+    wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    onnx_backend._fallbacks_said.clear()
+    with caplog.at_level(logging.WARNING, logger="streamer.backend.onnx"):
+        for _ in range(2):
+            session = onnx_backend._load(path, ort.SessionOptions(), wanted, {})
+            assert session.get_providers() == ["CPUExecutionProvider"]
+    said = [r.getMessage() for r in caplog.records if r.name == "streamer.backend.onnx"]
+    assert len(said) == 1
+    assert said[0].startswith("CUDAExecutionProvider listed by this onnxruntime build but did not start")
+    assert "running on CPUExecutionProvider" in said[0]
+    assert onnx_backend.provider_fallback(["CPUExecutionProvider"], ["CPUExecutionProvider"]) is None
+    assert onnx_backend.provider_fallback(wanted, wanted) is None
