@@ -95,11 +95,19 @@ class GpuTrainConfig:
     """Seconds kept back from the budget for the last validation and checkpoint."""
     checkpoint_every_s: float = 60.0
     log_every_s: float = 20.0
+    init: str | None = None
+    """Weights to start from: an exported model or a checkpoint, copied by name where shapes allow
+    (``export.distill.warm_start``); e.g. conv3d_t1.onnx into the ConvLSTM's spatial path."""
+    init_lr_scale: float = 1.0
+    """The learning rate of the tensors ``init`` gave, as a share of ``lr``: below 1, a trained spatial
+    path drifts less while the new parts around it learn at the full rate."""
 
 
 def _check(config: GpuTrainConfig) -> None:
     if config.steps is not None and config.steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {config.steps}")
+    if not 0.0 <= config.init_lr_scale <= 1.0:
+        raise ConfigError(f"--init-lr-scale is a share of --lr, 0..1; got {config.init_lr_scale}")
     if not config.minutes > 0 or not config.lr > 0:
         raise ConfigError(f"--minutes and --lr must be positive; got {config.minutes} and {config.lr}")
     if config.loss not in LOSSES:
@@ -151,9 +159,17 @@ class _Run:
         if not is_recurrent(self.module):
             raise ConfigError(f"export.gpu_train trains recurrent models; {config.arch!r} declares no state")
         self.module.train()
-        self.optimizer = torch.optim.AdamW(
-            self.module.parameters(), lr=config.lr, weight_decay=config.weight_decay
-        )
+        self.warm_started: list[str] = []
+        if config.init is not None:
+            from export.distill import init_weights, warm_start
+
+            self.warm_started = warm_start(self.module, init_weights(config.init, self.module))
+        named = dict(self.module.named_parameters())
+        given = [p for name, p in named.items() if name in self.warm_started]
+        groups = [{"params": [p for name, p in named.items() if name not in self.warm_started], "scale": 1.0}]
+        if given:
+            groups.append({"params": given, "scale": config.init_lr_scale})
+        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
         self.sampler = SequenceSampler(pack, device, config.crop, config.motion, config.seed)
         self.amp = device.type == "cuda"
         self.step = 0
@@ -166,7 +182,7 @@ class _Run:
         Nothing here waits for the device: the figures stay tensors until a log line reads them.
         """
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["scale"]
         outputs = []
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             for i in range(noisy.shape[1]):
@@ -357,6 +373,12 @@ def train_from_pack(
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     run = _Run(config, pack, device)
+    copied = run.warm_started
+    if config.init is not None:
+        clock.log(
+            f"warm start from {config.init}: {len(copied)} of {len(run.module.state_dict())} tensors, at "
+            f"{config.init_lr_scale:g}x the learning rate"
+        )
     example = torch.zeros(1, 1, 3, config.crop, config.crop, device=device)
     macs = count_macs(run.module, (example, *zero_states(run.module, example)))
     flop = 2 * 3 * macs * config.frames_per_step  # a forward pass and about twice that backward
@@ -378,6 +400,7 @@ def train_from_pack(
         "tflop_per_step": flop / 1e12,
         "calibration_seconds_per_step": seconds,
         "planned_steps": total,
+        "warm_started": copied,
         "history": [],
     }
     recorder = _Recorder(run, pack, out_dir, curve, clock)
@@ -449,6 +472,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="UNTIL:CHUNK:SEQUENCE,...",
         help="phases, e.g. the default 0.1:4:16,0.35:8:32,0.7:16:32,1:32:64",
     )
+    parser.add_argument(
+        "--init",
+        metavar="ONNX|CHECKPOINT",
+        help="start from these weights, copied by name where the shapes allow (e.g. conv3d_t1.onnx "
+        "into convlstm's spatial path)",
+    )
+    parser.add_argument(
+        "--init-lr-scale",
+        type=float,
+        default=defaults.init_lr_scale,
+        help="learning rate of the --init tensors as a share of --lr (1)",
+    )
     parser.add_argument("--device", default="auto", help="cuda, cpu or auto: cuda where there is one")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (CPU runs)")
     args = parser.parse_args(argv)
@@ -467,6 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             lr=args.lr,
             seed=args.seed,
             curriculum=CURRICULUM if args.curriculum is None else _curriculum(args.curriculum),
+            init=args.init,
+            init_lr_scale=args.init_lr_scale,
         )
         pack = load_pack(args.pack)
         clips = ", ".join(f"{name} {len(frames)} frames" for name, frames in pack.clips.items())

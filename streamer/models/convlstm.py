@@ -1,18 +1,27 @@
-"""A causal recurrent enhancer with a ConvLSTM memory and the previous output frame as a second memory.
+"""A causal recurrent enhancer: the per-frame model's spatial path, a ConvLSTM memory, and the previous
+output frame as a second memory.
 
-The ConvGRU's only memory is a 1/4-resolution hidden state, which cannot hold fine detail: each frame
-had to be denoised again from its own pixels, and it lost to the per-frame model. Here two memories
-are carried (as in EMVD's recurrent fusion): a ConvLSTM at 1/4 resolution (hidden and cell state,
-gates i, f, o, g) for what changes slowly — where the scene moves, how noisy it is, whether it was
-just cut — and the previous enhanced frame itself, at full resolution, which the model blends with the
-current frame's estimate pixel by pixel. Where the scene is still, that blend is a recursive temporal
-average over many frames; where it moves or was cut, the blend weight falls and the frame is denoised
-on its own. A fourth channel of the previous frame is 1 once a frame has been enhanced and 0 in the
-runtime's zero state, so after a reset the blend is switched off exactly, not learned.
+The first ConvLSTM learned its spatial denoising from scratch with the recurrence, and lost to the
+per-frame model by 2.5 dB: a frame after a reset came out as noisy as it went in. Here the spatial path
+is conv3d_t1's, layer for layer and under the same names (``embed``, ``fuse``, ``down``, ``body``,
+``up``, ``refine``, ``head``), so training starts from its weights (``--init conv3d_t1.onnx``) and the
+untrained recurrence is switched off: the model starts as the per-frame model and the recurrence only
+has to add what time gives. Two memories are carried (as in EMVD's recurrent fusion):
 
-Every state is an explicit input and output of the model (``state_specs``), as for the ConvGRU: the
-runtime zero-initialises them, carries them from one step to the next of the same stream and resets
-them at a discontinuity.
+- the previous enhanced frame at full resolution, which enters the 1/2-resolution features beside the
+  new frame (as a window model's neighbours do) and is blended with the new frame's estimate pixel by
+  pixel: where the scene is still, a recursive average over many frames; where it moved, the blend
+  falls. A fourth plane of it is 1 once a frame has been enhanced and 0 in the runtime's zero state, so
+  after a reset the previous frame is switched off exactly, not learned. The learned blend alone
+  ghosted where a pixel changed abruptly on a still background (a block flipping from black to white
+  came out halfway between, as an on-screen clock's digits would): ``guard`` fades it out by the
+  change itself, to nothing where the new estimate and the previous frame differ by ``guard`` or more;
+- a ConvLSTM (gates i, f, o, g) at 1/4 resolution for what changes slowly: how noisy the stream is,
+  where it moves, whether it was just cut.
+
+Every state is an explicit input and output of the model (``state_specs``): the runtime
+zero-initialises them, carries them from one step to the next of the same stream and resets them at a
+discontinuity.
 """
 
 from __future__ import annotations
@@ -31,12 +40,16 @@ from streamer.models.convgru import StateSpec
 
 __all__ = ["ConvLSTMEnhancer"]
 
-_BLEND_BIAS = -2.0
-"""The untrained blend takes sigmoid(-2) = 12% of the previous frame: near the identity, yet learning."""
+BLEND_BIAS = -4.0
+"""The untrained blend takes sigmoid(-4) = 1.8% of the previous frame: the per-frame model, nearly,
+with the gradient still flowing into the blend."""
 
 
 class ConvLSTMEnhancer(nn.Module):
     """``forward(x, hidden, cell, previous) -> (out, hidden, cell, previous)``, x (B, 1, 3, H, W) in [0, 1].
+
+    ``guard`` is the change (0..1, per pixel, the largest of R, G, B) at which the blend stops: 0.2 = 51
+    levels of 255, far above what noise leaves between two denoised frames of a still scene.
 
     ``hidden`` and ``cell`` are (B, hidden, H/4, W/4); ``previous`` is (B, 4, H, W): the last output
     frame and a plane of ones (zeros: no previous frame). H and W must be multiples of ``pad_multiple``.
@@ -48,13 +61,24 @@ class ConvLSTMEnhancer(nn.Module):
     output_position: ClassVar[OutputPosition] = OutputPosition.LAST
     pad_multiple: ClassVar[int] = 4
 
-    def __init__(self, features: int = 32, channels: int = 48, hidden: int = 32, blocks: int = 1) -> None:
+    def __init__(
+        self,
+        embed: int = 16,
+        features: int = 32,
+        channels: int = 64,
+        hidden: int = 16,
+        blocks: int = 2,
+        guard: float = 0.2,
+    ) -> None:
         super().__init__()
-        if min(features, channels, hidden) < 1 or blocks < 0:
+        if min(embed, features, channels, hidden) < 1 or blocks < 0 or not 0.0 < guard <= 1.0:
             raise ConfigError(
-                f"ConvLSTMEnhancer needs features, channels, hidden >= 1 and blocks >= 0; got "
-                f"features={features}, channels={channels}, hidden={hidden}, blocks={blocks}"
+                f"ConvLSTMEnhancer needs embed, features, channels, hidden >= 1, blocks >= 0 and guard in "
+                f"(0, 1]; got embed={embed}, features={features}, channels={channels}, hidden={hidden}, "
+                f"blocks={blocks}, guard={guard}"
             )
+        self.guard = guard
+        self.embed_channels = embed
         self.features = features
         self.channels = channels
         self.hidden = hidden
@@ -64,34 +88,42 @@ class ConvLSTMEnhancer(nn.Module):
             StateSpec("cell", "cell_next", hidden, 4),
             StateSpec("previous", "previous_next", 4, 1),
         )
-        # A 4x4 stride-2 convolution of the frame and the previous output: the cost of a pixel unshuffle
-        # and a 2x2 convolution, without the 6-D transpose onnxruntime makes of PixelUnshuffle.
-        self.entry = nn.Conv2d(7, features, 4, stride=2, padding=1)
+        # conv3d_t1's layers, with its shapes, so its weights load by name.
+        self.embed = nn.Conv3d(12, embed, kernel_size=1)
+        self.fuse = nn.Conv3d(embed, features, kernel_size=(1, 3, 3), padding=(0, 1, 1))
         self.down = nn.Conv2d(features, channels, 3, stride=2, padding=1)
-        self.gates = nn.Conv2d(channels + hidden, 4 * hidden, 3, padding=1)
-        self.merge = nn.Conv2d(channels + hidden, channels, 1)
         self.body = nn.Sequential(*(ResidualBlock(channels) for _ in range(blocks)))
         self.up = nn.Conv2d(channels, 4 * features, 1)
         self.refine = nn.Conv2d(features, features, 3, padding=1)
-        # 16 maps at 1/2 resolution = 4 at full resolution: a residual on the frame (3) and the blend (1).
-        self.head = nn.Conv2d(features, 16, 3, padding=1)
-        gate_bias = cast(torch.Tensor, self.gates.bias)
-        head_bias = cast(torch.Tensor, self.head.bias)
+        self.head = nn.Conv2d(features, 12, 3, padding=1)
+        # The recurrence, each part starting switched off.
+        self.embed_previous = nn.Conv2d(4, embed, 2, stride=2)
+        self.gates = nn.Conv2d(channels + hidden, 4 * hidden, 3, padding=1)
+        self.merge = nn.Conv2d(channels + hidden, channels, 1)
+        self.blend = nn.Conv2d(features, 4, 3, padding=1)
         with torch.no_grad():
-            # Gates in order i, f, o, g; a forget bias of +1 keeps the cell's memory from the start.
-            gate_bias[hidden : 2 * hidden].fill_(1.0)
-            # A near-zero head makes the untrained model (almost) the identity on the frame.
             nn.init.normal_(self.head.weight, std=1e-3)
-            head_bias.zero_()
-            head_bias[12:].fill_(_BLEND_BIAS)
+            cast(torch.Tensor, self.head.bias).zero_()
+            self.embed_previous.weight.zero_()
+            cast(torch.Tensor, self.embed_previous.bias).zero_()
+            # Gates in order i, f, o, g; a forget bias of +1 keeps the cell's memory from the start.
+            cast(torch.Tensor, self.gates.bias)[hidden : 2 * hidden].fill_(1.0)
+            # The merge starts as the identity on the frame's features and deaf to the memory.
+            self.merge.weight.zero_()
+            self.merge.weight[:, :channels, 0, 0].copy_(torch.eye(channels))
+            cast(torch.Tensor, self.merge.bias).zero_()
+            nn.init.normal_(self.blend.weight, std=1e-3)
+            cast(torch.Tensor, self.blend.bias).fill_(BLEND_BIAS)
 
-    def config(self) -> dict[str, int]:
+    def config(self) -> dict[str, int | float]:
         """The constructor's arguments, for checkpoints and model cards."""
         return {
+            "embed": self.embed_channels,
             "features": self.features,
             "channels": self.channels,
             "hidden": self.hidden,
             "blocks": self.blocks,
+            "guard": self.guard,
         }
 
     def forward(
@@ -99,17 +131,25 @@ class ConvLSTMEnhancer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         frame = x[:, 0]
         before, valid = previous[:, :3], previous[:, 3:]
-        # Centred inputs; a missing previous frame is all zeros, told apart by the valid plane.
-        half = activation(self.entry(torch.cat([frame - 0.5, (before - 0.5) * valid, valid], dim=1)))
+        # As conv3d_t1: space-to-depth x2 and the 1x1 embedding as one 2x2 stride-2 convolution, the
+        # centring (x - 0.5) folded into its bias; the previous frame (centred, zeros when there is
+        # none, told apart by the valid plane) adds its own embedding.
+        k = self.embed.weight.reshape(self.embed_channels, 3, 2, 2)
+        bias = cast(torch.Tensor, self.embed.bias) - 0.5 * k.sum(dim=(1, 2, 3))
+        embedded = F.conv2d(frame, k, bias, stride=2)
+        embedded = embedded + self.embed_previous(torch.cat([(before - 0.5) * valid, valid], dim=1))
+        half = activation(F.conv2d(embedded, self.fuse.weight[:, :, 0], self.fuse.bias, padding=1))
         quarter = activation(self.down(half))
         i, f, o, g = self.gates(torch.cat([quarter, hidden], dim=1)).chunk(4, dim=1)
         cell_next = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
         hidden_next = torch.sigmoid(o) * torch.tanh(cell_next)
-        quarter = self.body(activation(self.merge(torch.cat([quarter, hidden_next], dim=1))))
+        quarter = self.body(self.merge(torch.cat([quarter, hidden_next], dim=1)))
         y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
-        y = F.pixel_shuffle(self.head(activation(self.refine(y))), 2)
-        current = frame + y[:, :3]
-        weight = torch.sigmoid(y[:, 3:]) * valid
+        y = activation(self.refine(y))
+        current = frame + F.pixel_shuffle(self.head(y), 2)
+        change = (current - before).abs().amax(dim=1, keepdim=True)
+        still = (1.0 - change / self.guard).clamp(0.0, 1.0)
+        weight = torch.sigmoid(F.pixel_shuffle(self.blend(y), 2)) * valid * still
         out = current + weight * (before - current)
         previous_next = torch.cat([out.clamp(0.0, 1.0), torch.ones_like(valid)], dim=1)
         return out, hidden_next, cell_next, previous_next

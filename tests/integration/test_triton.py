@@ -31,7 +31,7 @@ from tests.integration.triton_server import TOKEN, TOKEN_ENV, TritonServer, serv
 
 pytestmark = pytest.mark.slow
 
-MODELS = ("temporal_filter_t5", "convgru", "stream_t5_quarter")
+MODELS = ("temporal_filter_t5", "convlstm", "stream_t5_quarter")
 """A window model (float tensors), a recurrent one (state in each request), a streaming one (uint8
 frames, two Triton models)."""
 
@@ -83,7 +83,7 @@ def _run(clip: Path, out: Path, model: dict[str, Any]) -> tuple[PipelineReport, 
     [
         ("temporal_filter_t5", "grpc"),
         ("temporal_filter_t5", "shm"),
-        ("convgru", "grpc"),
+        ("convlstm", "grpc"),
         ("stream_t5_quarter", "shm"),
     ],
 )
@@ -119,8 +119,8 @@ def test_the_contract_is_read_from_the_server(server: TritonServer) -> None:
 def test_a_recurrent_model_carries_its_state_through_the_server_as_it_does_locally(
     server: TritonServer,
 ) -> None:
-    remote = TritonBackend(server.url, "convgru")
-    local = OnnxBackend(ASSETS / "convgru.onnx")
+    remote = TritonBackend(server.url, "convlstm")
+    local = OnnxBackend(ASSETS / "convlstm.onnx")
     rng = np.random.default_rng(1)
     try:
         mine, theirs = remote.initial_state(2, 48, 64), local.initial_state(2, 48, 64)

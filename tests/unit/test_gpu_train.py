@@ -12,16 +12,17 @@ import numpy as np
 import pytest
 import torch
 
-from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint
+from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint, save_checkpoint
 from export.cli import main as export_main
 from export.data import HELDOUT_CLIP, HELDOUT_PHOTO, TRAIN_PHOTOS
 from export.datapack import DataPack, build_pack, load_pack, save_pack
 from export.gpu_train import CURVE, GpuTrainConfig, Phase, _plan, train_from_pack
 from export.sequences import Motion, Noise, SequenceSampler
 from streamer.errors import ConfigError
+from streamer.models.registry import build
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
+TINY = {"embed": 4, "features": 8, "channels": 8, "hidden": 6, "blocks": 1}
 CPU = torch.device("cpu")
 
 
@@ -123,7 +124,7 @@ def test_a_cpu_smoke_run_learns_and_writes_a_checkpoint_streamer_export_reads(
 ) -> None:
     config = GpuTrainConfig(
         model=TINY,
-        steps=60,
+        steps=200,
         frames_per_step=16,
         crop=32,
         lr=3e-3,
@@ -131,19 +132,19 @@ def test_a_cpu_smoke_run_learns_and_writes_a_checkpoint_streamer_export_reads(
     )
     pack = load_pack(pack_file)
     curve = train_from_pack(config, pack, tmp_path, CPU)
-    assert curve["steps"] == 60
+    assert curve["steps"] == 200
     assert curve["finished_schedule"]
     final = curve["history"][-1]["validation"]
     assert len(final["psnr_after_reset"]) == 10
     assert final["psnr_steady"] > final["noisy_psnr"] + 1.0
-    assert json.loads((tmp_path / CURVE).read_text())["planned_steps"] == 60
+    assert json.loads((tmp_path / CURVE).read_text())["planned_steps"] == 200
     checkpoint = load_checkpoint(tmp_path / CHECKPOINT)
     assert (checkpoint["architecture"], checkpoint["step"], checkpoint["trainer"]) == (
         "convlstm",
-        60,
+        200,
         "export.gpu_train",
     )
-    assert checkpoint["model_config"] == TINY
+    assert checkpoint["model_config"] == {**TINY, "guard": 0.2}
     assert checkpoint["data"] == pack.description
     out = tmp_path / "lstm.onnx"
     assert (
@@ -151,7 +152,7 @@ def test_a_cpu_smoke_run_learns_and_writes_a_checkpoint_streamer_export_reads(
         == 0
     )
     card = json.loads(out.with_suffix(".json").read_text())
-    assert card["training"]["step"] == 60
+    assert card["training"]["step"] == 200
     assert card["training"]["trainer"] == "export.gpu_train"
     assert "no H.264" in card["training"]["degradation"]
     assert card["training"]["validation_data"].startswith(f"pan over the held-out {HELDOUT_PHOTO!r}")
@@ -195,3 +196,33 @@ def test_the_entry_point_imports_no_decoder_runtime_or_config_library(
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_init_starts_a_run_from_given_weights(pack_file: Path, tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    source = build("convlstm", **TINY)
+    save_checkpoint(
+        tmp_path / "source.pt",
+        {
+            "format": FORMAT,
+            "architecture": "convlstm",
+            "model_config": source.config(),
+            "model": source.state_dict(),
+            "step": 0,
+            "train_config": {},
+        },
+    )
+    config = GpuTrainConfig(
+        model=TINY,
+        steps=1,
+        frames_per_step=4,
+        crop=16,
+        lr=1e-12,
+        curriculum=(Phase(1.0, 4, 4),),
+        init=str(tmp_path / "source.pt"),
+    )
+    curve = train_from_pack(config, load_pack(pack_file), tmp_path / "run", CPU)
+    assert sorted(curve["warm_started"]) == sorted(source.state_dict())
+    trained = load_checkpoint(tmp_path / "run" / CHECKPOINT)["model"]
+    for name, tensor in source.state_dict().items():
+        torch.testing.assert_close(trained[name], tensor, atol=1e-6, rtol=0)

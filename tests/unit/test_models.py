@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from export.distill import warm_start
 from export.objective import zero_states
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
@@ -19,10 +20,11 @@ from streamer.models import (
     architecture_of,
     build,
 )
+from streamer.models.convlstm import BLEND_BIAS
 
 TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}
 TINY_GRU = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
-TINY_LSTM = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
+TINY_LSTM = {"embed": 4, "features": 8, "channels": 8, "hidden": 6, "blocks": 1}
 
 
 def padded(v: int, m: int) -> int:
@@ -95,6 +97,9 @@ def test_untrained_convgru_is_close_to_the_identity() -> None:
 def test_convlstm_carries_hidden_cell_and_the_previous_frame_in_the_declared_shapes(h: int, w: int) -> None:
     torch.manual_seed(0)
     model = ConvLSTMEnhancer(**TINY_LSTM).eval()
+    with torch.no_grad():  # the recurrence starts switched off (tested below); here it must carry
+        model.embed_previous.weight.normal_(std=0.1)
+        model.merge.weight.normal_(std=0.1)
     assert [(s.input, s.output, s.channels, s.scale) for s in model.state_specs] == [
         ("hidden", "hidden_next", 6, 4),
         ("cell", "cell_next", 6, 4),
@@ -118,31 +123,44 @@ def test_convlstm_carries_hidden_cell_and_the_previous_frame_in_the_declared_sha
     assert not torch.equal(out, again)
 
 
-def test_untrained_convlstm_is_close_to_the_identity_and_a_reset_ignores_the_previous_pixels() -> None:
+def test_convlstm_from_the_per_frame_weights_is_the_per_frame_model_until_trained() -> None:
     torch.manual_seed(0)
-    model = ConvLSTMEnhancer().eval()
+    per_frame = Conv3dEnhancer(t=1, position=OutputPosition.LAST, **TINY_CONV3D).eval()
+    model = ConvLSTMEnhancer(**TINY_CONV3D).eval()
+    copied = warm_start(model, dict(per_frame.state_dict()))
+    assert set(copied) == set(per_frame.state_dict())
     x = torch.rand(1, 1, 3, 32, 48)
     hidden, cell, previous = zero_states(model, x)
     stale = previous.clone()
     stale[:, :3] = torch.rand(1, 3, 32, 48)  # colour left in the state, but its valid plane says none
     with torch.no_grad():
+        expected = per_frame(x)
         out, *_ = model(x, hidden, cell, previous)
         ignored, *_ = model(x, hidden, cell, stale)
-    assert (out - x[:, 0]).abs().max() < 0.05
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
     assert torch.equal(out, ignored)
 
 
-def test_convlstm_blends_in_the_previous_frame_where_there_is_one() -> None:
+def test_convlstm_blends_in_the_previous_frame_where_it_is_close_and_never_where_it_changed() -> None:
     torch.manual_seed(0)
     model = ConvLSTMEnhancer().eval()
     x = torch.full((1, 1, 3, 16, 16), 0.2)
-    hidden, cell, _ = zero_states(model, x)
-    previous = torch.cat([torch.full((1, 3, 16, 16), 0.8), torch.ones(1, 1, 16, 16)], dim=1)
+    hidden, cell, previous = zero_states(model, x)
+
+    def after(value: float) -> torch.Tensor:
+        before = torch.cat([torch.full((1, 3, 16, 16), value), torch.ones(1, 1, 16, 16)], dim=1)
+        with torch.no_grad():
+            out, *_ = model(x, hidden, cell, before)
+        return out
+
     with torch.no_grad():
-        out, *_ = model(x, hidden, cell, previous)
-    # The untrained blend takes sigmoid(-2) of the previous frame.
-    expected = 0.2 + torch.sigmoid(torch.tensor(-2.0)) * 0.6
-    assert (out - expected).abs().max() < 0.01
+        alone, *_ = model(x, hidden, cell, previous)
+    # Close to the previous frame (0.05 off, a quarter of the guard): sigmoid(BLEND_BIAS) of it, faded
+    # by the change to three quarters.
+    weight = torch.sigmoid(torch.tensor(BLEND_BIAS)) * (1 - (0.25 - alone).abs() / model.guard)
+    assert (after(0.25) - (alone + weight * (0.25 - alone))).abs().max() < 1e-3
+    # A change of the guard or more (a block flipping from dark to light) takes nothing of it.
+    assert torch.equal(after(0.8), alone)
 
 
 def test_convlstm_gates_start_with_a_forget_bias_of_one() -> None:
