@@ -24,8 +24,6 @@ from streamer.errors import ConfigError
 
 __all__ = ["ISA_CAPS", "MASKED_ENV", "REQUEST_ENV", "caps_env", "masked_isa", "run_as"]
 
-ISA_CAPS = ("native", "avx2")
-"""``native``: the CPU as it is; ``avx2``: AVX-512, VNNI (AVX-512 and AVX) and AMX hidden."""
 
 REQUEST_ENV = "STREAMER_ISA_CAP"
 """Set by ``run_as`` for the new process: the features the shim is to leave visible."""
@@ -35,6 +33,9 @@ MASKED_ENV = "STREAMER_CPUID_MASKED"
 
 HIDDEN = {"avx2": ("avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")}
 """Which of the benchmarks' ``ISA_FLAGS`` each cap hides."""
+
+ISA_CAPS = ("native", *HIDDEN)
+"""``native``: the CPU as it is; ``avx2``: AVX-512, VNNI (AVX-512 and AVX) and AMX hidden."""
 
 
 def masked_isa() -> str | None:
@@ -51,10 +52,9 @@ def _cache_dir() -> Path:
 def build_shim() -> Path:
     """Compiles ``cpuid_mask.c`` once per version of its source; returns the shared library."""
     source = resources.files("streamer.bench").joinpath("cpuid_mask.c").read_bytes()
-    if sys.platform != "linux" or os.uname().machine not in ("x86_64", "AMD64"):
-        raise ConfigError(
-            f"--isa avx2 masks x86 CPUID on Linux; this is {sys.platform} on {os.uname().machine}"
-        )
+    machine = os.uname().machine
+    if sys.platform != "linux" or machine not in ("x86_64", "AMD64"):
+        raise ConfigError(f"--isa avx2 masks x86 CPUID on Linux; this is {sys.platform} on {machine}")
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise ConfigError(
