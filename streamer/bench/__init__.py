@@ -425,7 +425,7 @@ def _batching(args: argparse.Namespace) -> int:
 def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     live = kinds.add_parser(
         "live",
-        help="can each model tier keep up with a live RTSP camera here: % enhanced, latency, CPU",
+        help="can each model tier keep up with a live RTSP camera here: %% enhanced, latency, CPU",
         description=(
             "For each size and model: a camera paced at --fps publishes through the real GStreamer RTSP "
             "relay, streamer enhances it under --budget-ms and pushes it back, a player reads it. Prints "
