@@ -50,10 +50,10 @@ STREAMING_SEPARABLE_MODEL: Path = ASSETS / "stream_t5_lite_sep.onnx"
 """stream_t5_lite with its 3x3 mix of the cached maps made separable (depthwise 3x3, then 1x1): ~1.5x its
 speed, fine-tuned from it against conv3d_t5; the 360p tier for CPUs where the lite tier falls behind."""
 
-STREAMING_QUARTER_MODEL: Path = ASSETS / "stream_t5_quarter.onnx"
-"""The 720p tier (``stream_t5_quarter.encoder.onnx`` beside it): the whole fusion at a quarter of the
-resolution (StreamingEnhancer entry=4), a fifth of stream_t5_lite's multiply-adds, distilled from
-conv3d_t5; its card says what that costs in quality."""
+STREAMING_QUARTER_MODEL: Path = ASSETS / "stream_t5_quarter_sep.onnx"
+"""The 720p tier (``stream_t5_quarter_sep.encoder.onnx`` beside it): the whole fusion at a quarter of the
+resolution (StreamingEnhancer entry=4), its mix of the cached maps separable, distilled from conv3d_t5;
+about a sixth of stream_t5_lite's multiply-adds, and its card says what that costs in quality."""
 
 AUTO_TIERS: tuple[Path, ...] = (
     STREAMING_MODEL,

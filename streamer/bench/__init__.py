@@ -446,7 +446,7 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="append",
         metavar="ONNX",
         help="a model tier to run, or auto (the tier model.path auto chooses), repeatable (default: "
-        "stream_t5, its INT8 pair, stream_t5_lite, stream_t5_lite_sep, stream_t5_quarter, then auto)",
+        "stream_t5, its INT8 pair, stream_t5_lite, stream_t5_lite_sep, stream_t5_quarter_sep, then auto)",
     )
     live.add_argument(
         "--workers",
@@ -542,7 +542,7 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="append",
         metavar="ONNX",
         help="a model to measure, repeatable (default: conv3d_t5, stream_t5, its INT8 pair, stream_t5_lite, "
-        "stream_t5_lite_sep, stream_t5_quarter)",
+        "stream_t5_lite_sep, stream_t5_quarter_sep)",
     )
     memory.add_argument("--write-cards", action="store_true", help="store the figures in the models' cards")
     memory.add_argument("--json", metavar="PATH", help="also write the results as JSON here")

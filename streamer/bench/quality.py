@@ -76,7 +76,7 @@ DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
     ("stream_t5", "ours streaming T=5 (each frame encoded once)"),
     ("stream_t5_lite", "ours streaming T=5, half the MACs (distilled)"),
     ("stream_t5_lite_sep", "ours streaming T=5, half the MACs, separable mix (the 360p tier)"),
-    ("stream_t5_quarter", "ours streaming T=5, quarter resolution (the 720p tier)"),
+    ("stream_t5_quarter_sep", "ours streaming T=5, quarter resolution (the 720p tier)"),
     ("convlstm", "ours ConvLSTM (recurrent, no lookahead)"),
     ("temporal_filter_t5", "fixed temporal filter T=5"),
 )

@@ -645,7 +645,7 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
     def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
         timed.append((backend.info.name, width, height))
         return Rate(
-            {"stream_t5": 20.0, "stream_t5-int8": 60.0, "stream_t5_quarter": 200.0}[backend.info.name]
+            {"stream_t5": 20.0, "stream_t5-int8": 60.0, "stream_t5_quarter_sep": 200.0}[backend.info.name]
         )
 
     seen: dict[str, list[int]] = {}
@@ -682,7 +682,7 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
 
     asyncio.run(scenario())
     # The cheapest tier first, then from the best; the second stream reused them.
-    assert timed == [("stream_t5_quarter", 160, 96), ("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]
+    assert timed == [("stream_t5_quarter_sep", 160, 96), ("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]
     assert seen == {"a": list(range(30)), "b": list(range(30))}
 
 

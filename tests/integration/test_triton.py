@@ -31,7 +31,7 @@ from tests.integration.triton_server import TOKEN, TOKEN_ENV, TritonServer, serv
 
 pytestmark = pytest.mark.slow
 
-MODELS = ("temporal_filter_t5", "convlstm", "stream_t5_quarter")
+MODELS = ("temporal_filter_t5", "convlstm", "stream_t5_quarter_sep")
 """A window model (float tensors), a recurrent one (state in each request), a streaming one (uint8
 frames, two Triton models)."""
 
@@ -84,7 +84,7 @@ def _run(clip: Path, out: Path, model: dict[str, Any]) -> tuple[PipelineReport, 
         ("temporal_filter_t5", "grpc"),
         ("temporal_filter_t5", "shm"),
         ("convlstm", "grpc"),
-        ("stream_t5_quarter", "shm"),
+        ("stream_t5_quarter_sep", "shm"),
     ],
 )
 def test_the_file_pipeline_through_triton_writes_what_the_local_model_writes(

@@ -348,7 +348,7 @@ def test_a_call_the_allocator_cannot_serve_fails_alone_into_a_pass_through() -> 
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert (
-        "CPUExecutionProvider ran out of memory for stream_t5_quarter on encoding 1 frames of 3840x2160"
+        "CPUExecutionProvider ran out of memory for stream_t5_quarter_sep on encoding 1 frames of 3840x2160"
         in (report["starved"])
     )
     assert "the frame passes through" in report["starved"]
