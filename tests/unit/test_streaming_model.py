@@ -299,6 +299,30 @@ def test_int8_pair_loads_and_stays_close_to_fp32(
     assert float(np.mean(diff)) < 2.0  # mean error under 2 levels of 255
 
 
+def test_int8_choice_holds_the_flicker_bar_on_consecutive_calibration_frames(
+    exported: tuple[StreamingEnhancer, StreamingGraphs], tmp_path: Path
+) -> None:
+    from export.quantize import FLICKER_TOLERANCE, calibration_frames, flicker_sequences, quantize_streaming
+    from streamer.samples import sample_clip
+
+    _, graphs = exported
+    fp32 = tmp_path / "tiny.onnx"
+    fp32.write_bytes(graphs.report.path.read_bytes())
+    (tmp_path / graphs.encoder_path.name).write_bytes(graphs.encoder_path.read_bytes())
+    clip = str(sample_clip("carphone_pristine"))
+    sequences = flicker_sequences(clip, length=8)
+    assert [s.sigma for s in sequences] == [15.0, 25.0]
+    for sequence in sequences:
+        assert sequence.clean.shape == sequence.noisy.shape == (8, 144, 176, 3)
+        assert np.any(sequence.clean[1:] != sequence.clean[:-1], axis=(1, 2, 3)).all()  # a moving scene
+    pair = quantize_streaming(fp32, calibration_frames(clip, 8), sequences=sequences)
+    assert set(pair.flicker) == {15.0, 25.0}
+    for reference, int8 in pair.flicker.values():
+        assert int8 <= reference + FLICKER_TOLERANCE * abs(reference)
+    with pytest.raises(ConfigError, match="at least 6 frames"):
+        quantize_streaming(fp32, calibration_frames(clip, 8), sequences=flicker_sequences(clip, length=4))
+
+
 def test_int8_refuses_window_models_and_bad_calibration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
