@@ -501,9 +501,10 @@ class GateConfig(_Strict):
     tile: int | None = Field(None, ge=8, le=1024)
     """Decide per tile of this many pixels and enhance only the box of the changed tiles (window and
     streaming models with ``on_skip: reuse``); None: whole frames."""
-    halo: int = Field(32, ge=0, le=512)
-    """Context around the box the model also sees; at least its receptive field (conv3d_t5: about 26
-    pixels), so the box's pixels equal the whole frame's."""
+    halo: int | None = Field(None, ge=0, le=512)
+    """Context around the box the model also sees; at least its reach, so the box's pixels equal the
+    whole frame's. None: the reach its card records (``reach_px``, ``python -m export.reach``: conv3d_t5
+    27 px, the 720p tier 39) rounded up to a multiple of 4, or 32 for a model without one."""
     max_region: float = Field(0.5, gt=0.0, le=1.0)
     """A box (with its halo) covering more of the frame than this runs the whole frame instead."""
     tile_area: float = Field(0.05, gt=0.0, le=1.0)

@@ -303,6 +303,7 @@ class Pipeline:
                 f"output was opened for {self.scale}x; a stream keeps one output size"
             )
         region_ok = not model.state and self.on_skip is SkipAction.REUSE and model.scale == 1
+        self.gate.fit_reach(model.reach_px)
         if self.gate.tile is not None and not region_ok:
             # A region pasted over the last output needs a model whose output is a function of the
             # window alone (not of a recurrent state), on the source's pixel grid, and a last output.

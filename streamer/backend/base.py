@@ -144,6 +144,9 @@ class ModelInfo:
     activation_bytes_per_pixel: int | None = None
     """Peak memory one call takes per pixel of its frames, measured once (``streamer bench memory``)
     and kept in the model's card; None: not measured (memory admission assumes a default)."""
+    reach_px: int | None = None
+    """How far an input pixel can move an output pixel, measured once (``python -m export.reach``) and
+    kept in the model's card: what the tile gate's halo must cover. None: not measured."""
 
     @property
     def streaming(self) -> bool:

@@ -207,7 +207,9 @@ class OnnxBackend(Backend):
 
         self._adopt(session, open_encoder, declared)
         self._info = dataclasses.replace(
-            self._info, activation_bytes_per_pixel=card_bytes_per_pixel(self.path)
+            self._info,
+            activation_bytes_per_pixel=card_bytes_per_pixel(self.path),
+            reach_px=card_reach(self.path),
         )
         wanted = device_frames if device_frames is not None else device_of(self._info.provider) != "cpu"
         if wanted and (self._info.state or self._info.streaming or self._info.strength):
@@ -569,26 +571,38 @@ class OnnxBackend(Backend):
 CARD_BYTES_KEY = "activation_bytes_per_pixel"
 """The model card's field (``MODEL.json`` beside ``MODEL.onnx``) that memory admission reads."""
 
+CARD_REACH_KEY = "reach_px"
+"""The model card's field the tile gate's halo reads (``gate.halo: null``)."""
+
 
 def card_bytes_per_pixel(model: Path) -> int | None:
     """The measured activation bytes per pixel in the card beside ``model``, if it has a valid one; a card
     that cannot be read is ignored with a warning (admission then assumes its default)."""
+    return _card_count(model, CARD_BYTES_KEY, 1, 1_000_000, "memory admission assumes its default")
+
+
+def card_reach(model: Path) -> int | None:
+    """The measured reach in pixels in the card beside ``model`` (``export.reach``), if it has a valid
+    one; the tile gate's halo covers it."""
+    return _card_count(model, CARD_REACH_KEY, 0, 512, "the tile gate's halo takes its default")
+
+
+def _card_count(model: Path, key: str, low: int, high: int, fallback: str) -> int | None:
+    """A whole number in ``low..high`` from the card beside ``model``; a card that cannot be read, or a
+    value out of range, is ignored with a warning saying what happens instead (``fallback``)."""
     card = model.with_suffix(".json")
     if not card.is_file():
         return None
     try:
-        value = json.loads(card.read_text()).get(CARD_BYTES_KEY)
+        value = json.loads(card.read_text()).get(key)
     except (OSError, ValueError, AttributeError) as err:
-        logger.warning("model card %s cannot be read (%s); memory admission assumes its default", card, err)
+        logger.warning("model card %s cannot be read (%s); %s", card, err, fallback)
         return None
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1_000_000:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         logger.warning(
-            "model card %s: %s must be a whole number of bytes in 1..1000000, got %r; ignored",
-            card,
-            CARD_BYTES_KEY,
-            value,
+            "model card %s: %s must be a whole number in %d..%d, got %r; ignored", card, key, low, high, value
         )
         return None
     return value

@@ -329,6 +329,14 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any], tile: int = 32
     model, provider = backend.info, backend.info.provider
     backend.close()
     gate_settings = config.gate.model_dump(mode="json", exclude={"enabled", "tile"})
+    if gate_settings["halo"] is None:  # what the gate took: the model's reach, rounded up
+        made = config.gate.build()
+        made.fit_reach(model.reach_px)
+        gate_settings["halo"] = (
+            f"{made.halo} (the default: no reach in the model's card)"
+            if model.reach_px is None
+            else f"{made.halo} (the model's reach, {model.reach_px} px, rounded up)"
+        )
     notes = [
         f"scene: scikit-image's rocket (background) and chelsea's head ({scene.object_size[0]}x"
         f"{scene.object_size[1]} px) crossing during frames {first}-{last} of {scene.frames} "

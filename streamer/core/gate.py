@@ -113,6 +113,10 @@ class GateStats:
         return self.skipped / self.windows if self.windows else 0.0
 
 
+DEFAULT_HALO = 32
+"""The halo where none is set and the model's reach is not known: more than conv3d_t5's 27 pixels."""
+
+
 class MotionGate:
     """Pure and per stream; call ``reset`` at every discontinuity so no reference crosses it.
 
@@ -130,7 +134,7 @@ class MotionGate:
         hold: int = 3,
         refresh_s: float | None = 2.0,
         tile: int | None = None,
-        halo: int = 32,
+        halo: int | None = None,
         max_region: float = 0.5,
         tile_area: float = 0.05,
     ) -> None:
@@ -147,7 +151,7 @@ class MotionGate:
             raise ConfigError(f"gate.refresh_s must be positive seconds or null, got {refresh_s}")
         if (
             (tile is not None and tile < 8)
-            or halo < 0
+            or (halo is not None and halo < 0)
             or not 0.0 < max_region <= 1.0
             or not 0 < tile_area <= 1
         ):
@@ -163,7 +167,8 @@ class MotionGate:
         self.hold = hold
         self.refresh_s = refresh_s
         self.tile = tile
-        self.halo = halo
+        self._halo_setting = halo
+        self.halo = DEFAULT_HALO if halo is None else halo
         self.max_region = max_region
         self.tile_area = tile_area
         self._reference: npt.NDArray[np.float32] | None = None
@@ -173,6 +178,12 @@ class MotionGate:
         self._quiet = 0
         self._windows = 0
         self._runs = 0
+
+    def fit_reach(self, reach: int | None) -> None:
+        """The model's reach (``ModelInfo.reach_px``) sets the halo where none was set: rounded up to a
+        multiple of 4 (the models' pad multiple, so the crop stays on their grid); unknown, the default."""
+        if self._halo_setting is None:
+            self.halo = DEFAULT_HALO if reach is None else -(-reach // 4) * 4
 
     def reset(self) -> None:
         """Forget the reference: the next window runs the model."""

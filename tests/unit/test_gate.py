@@ -161,3 +161,17 @@ def test_a_region_aligned_for_a_strided_model_widens_its_crop_onto_the_grid_and_
     # At the frame's edge the crop ends there, whatever the multiple.
     assert region.aligned(4, 71, 98).crop == (4, 71, 32, 98)
     assert region.aligned(1, 360, 640) == region
+
+
+def test_the_halo_follows_the_models_reach_unless_one_is_set() -> None:
+    g = gate(tile=16)
+    assert g.halo == 32  # unknown reach: the default
+    g.fit_reach(27)  # conv3d_t5's, as its card records it
+    assert g.halo == 28  # rounded up onto the models' grid of 4
+    g.fit_reach(39)  # another model taken for the stream (model: auto)
+    assert g.halo == 40
+    g.fit_reach(None)
+    assert g.halo == 32
+    fixed = gate(tile=16, halo=8)
+    fixed.fit_reach(39)
+    assert fixed.halo == 8  # gate.halo set: the config's word stands
