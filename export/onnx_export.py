@@ -55,6 +55,7 @@ from export.contract import (
 )
 from export.objective import count_macs
 from export.probe import check_slots
+from export.reach import CARD_REACH_KEY, module_reach
 from streamer.backend.base import ChannelOrder, Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, SourceError
@@ -76,6 +77,7 @@ __all__ = [
     "export_onnx",
     "export_with_card",
     "metadata_props",
+    "record_reach",
     "write_card",
 ]
 
@@ -817,6 +819,12 @@ def card_header(module: nn.Module, description: str) -> dict[str, Any]:
     }
 
 
+def record_reach(body: dict[str, Any], reach: int | None) -> None:
+    """The card's ``reach_px`` (``export.reach``): what the tile gate's halo covers (``gate.halo: null``)."""
+    if reach is not None:
+        body[CARD_REACH_KEY] = reach
+
+
 def export_with_card(
     module: nn.Module,
     path: str | os.PathLike[str],
@@ -850,6 +858,8 @@ def export_with_card(
     )
     hw = _parity_sizes((360, 640), report.pad_multiple)[0]
     body = card_header(module, description)
+    if not contract.states and not contract.strength and contract.scale == 1:
+        record_reach(body, module_reach(module, contract.layout, contract.t))
     body["macs_per_frame_640x360"] = count_macs(module, _inputs(contract, 1, hw, seed=0, random_state=False))
     if bench:
         body["cpu_benchmark"] = benchmark_cpu(report.path)

@@ -14,10 +14,13 @@ kept in the model card as ``reach_px``, which the runtime reads for ``gate.halo:
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -25,21 +28,25 @@ from torch import nn
 from streamer.backend.base import Layout
 from streamer.errors import ConfigError, StreamerError
 
-__all__ = ["CARD_REACH_KEY", "receptive_reach"]
+__all__ = ["CARD_REACH_KEY", "module_reach", "receptive_reach"]
 
 CARD_REACH_KEY = "reach_px"
+
+logger = logging.getLogger(__name__)
 
 PHASES = 16
 """Output pixels measured, along the diagonal: at least the model's largest stride product (8 here), so
 every position against the strides is taken."""
 
 
-def receptive_reach(module: nn.Module, size: int = 256) -> int:
+def receptive_reach(
+    module: nn.Module, layout: Layout | None = None, t: int | None = None, size: int = 256
+) -> int:
     """The largest distance, along either axis, from an output pixel to an input pixel (of any frame of
     the window) with a non-zero gradient, over ``PHASES`` output pixels at the centre of a ``size`` x
     ``size`` window."""
-    layout = getattr(module, "layout", Layout.NTCHW)
-    t = int(getattr(module, "t", 1))
+    layout = layout or cast(Layout, getattr(module, "layout", Layout.NTCHW))
+    t = t or int(getattr(module, "t", 1))
     shapes = {
         Layout.NTCHW: (1, t, 3, size, size),
         Layout.NCTHW: (1, 3, t, size, size),
@@ -47,11 +54,15 @@ def receptive_reach(module: nn.Module, size: int = 256) -> int:
         Layout.NCHW: (1, 3, size, size),
     }
     window = torch.full(shapes[layout], 0.5, dtype=torch.float64, requires_grad=True)
-    module = module.double().eval()
+    module = copy.deepcopy(module).double().eval()
     out = module(window)
     if isinstance(out, tuple):
         raise ConfigError(
             "reach is measured on window models; a recurrent model's step returns its state too"
+        )
+    if tuple(out.shape[-2:]) != (size, size):
+        raise ConfigError(
+            f"reach is measured on the input's grid; the model turns {size}x{size} into {out.shape}"
         )
     reach = 0
     for centre in range(size // 2, size // 2 + PHASES):  # the diagonal: every row phase and column phase
@@ -61,8 +72,19 @@ def receptive_reach(module: nn.Module, size: int = 256) -> int:
             reach, int(max(centre - ys.min(), ys.max() - centre, centre - xs.min(), xs.max() - centre))
         )
     if reach >= size // 2 - PHASES:
-        return receptive_reach(module, size * 2)
+        return receptive_reach(module, layout, t, size * 2)
     return reach
+
+
+def module_reach(module: nn.Module, layout: Layout, t: int) -> int | None:
+    """The reach of a window model whose forward takes the window alone and keeps its grid, for its
+    card; None for any other (a recurrent or scaling model, one that takes a strength: the tile gate
+    does not cut boxes for those)."""
+    try:
+        return receptive_reach(module, layout, t)
+    except (ConfigError, RuntimeError, TypeError) as err:  # a module of another shape: no reach recorded
+        logger.info("no reach recorded for %s: %s", type(module).__name__, err)
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,8 +46,10 @@ from export.onnx_export import (
     card_header,
     count_macs,
     metadata_props,
+    record_reach,
     write_card,
 )
+from export.reach import module_reach
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, SourceError
@@ -430,6 +432,7 @@ def export_streaming_with_card(
     window_macs = count_macs(module, (torch.zeros(1, int(spec.t), 3, h, w),))
     per_frame = window_macs - (int(spec.t) - 1) * encode_macs
     body = card_header(module, description)
+    record_reach(body, module_reach(module, spec.layout, int(spec.t)))
     body |= {
         "streaming": {
             "encoder_file": graphs.encoder_path.name,

@@ -266,6 +266,7 @@ def test_factory_model_with_weights_exports_from_the_cli(
     assert card["architecture"] == "tests.unit.test_export_models.TinyUserModel"
     assert card["parameter_count"] == sum(p.numel() for p in trained.parameters())
     assert card["parameters"] is None  # a user's model without config() has no constructor record
+    assert card["reach_px"] == 2  # two 3x3 convolutions: what the tile gate's halo must cover
     assert card["parity_max_abs_error"] <= PARITY_TOLERANCE
     # The weights were loaded: a zero input comes out as the trained bias, not the factory's.
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])

@@ -65,3 +65,15 @@ def test_the_tool_refuses_a_file_it_cannot_rebuild(
     bad.write_bytes(b"not onnx")
     assert main([str(bad)]) == 2
     assert "export.reach:" in capsys.readouterr().err
+
+
+def test_a_streaming_export_writes_its_reach_into_the_card(tmp_path: Path) -> None:
+    from export.streaming_export import export_streaming_with_card
+
+    torch.manual_seed(0)
+    model = StreamingEnhancer(half=4, quarter=0, fused=4, refine=4, blocks=1)
+    _, card = export_streaming_with_card(
+        model, tmp_path / "s.onnx", name="s", description="tiny", bench=False, real_frames=False
+    )
+    assert card == tmp_path / "s.json"
+    assert card_reach(tmp_path / "s.onnx") == receptive_reach(model) == 19  # stream_t5_lite's shape of layers

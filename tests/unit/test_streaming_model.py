@@ -271,16 +271,20 @@ def test_models_that_do_not_stream_say_so(tmp_path: Path) -> None:
         export_streaming(torch.nn.Conv2d(3, 3, 1), tmp_path / "x.onnx", name="x")
 
 
-def test_int8_pair_loads_and_stays_close_to_fp32(
-    exported: tuple[StreamingEnhancer, StreamingGraphs], tmp_path: Path
-) -> None:
+@pytest.fixture
+def fp32(exported: tuple[StreamingEnhancer, StreamingGraphs], tmp_path: Path) -> Path:
+    """A copy of the exported pair in a folder of its own, for ``--int8`` to write beside."""
+    _, graphs = exported
+    path = tmp_path / "tiny.onnx"
+    path.write_bytes(graphs.report.path.read_bytes())
+    (tmp_path / graphs.encoder_path.name).write_bytes(graphs.encoder_path.read_bytes())
+    return path
+
+
+def test_int8_pair_loads_and_stays_close_to_fp32(fp32: Path) -> None:
     from export.quantize import calibration_frames, quantize_streaming
     from streamer.samples import sample_clip
 
-    _, graphs = exported
-    fp32 = tmp_path / "tiny.onnx"
-    fp32.write_bytes(graphs.report.path.read_bytes())
-    (tmp_path / graphs.encoder_path.name).write_bytes(graphs.encoder_path.read_bytes())
     frames = calibration_frames(str(sample_clip("carphone_pristine")), 8)
     assert frames.shape[0] == 8
     assert frames.dtype == np.uint8
@@ -299,16 +303,10 @@ def test_int8_pair_loads_and_stays_close_to_fp32(
     assert float(np.mean(diff)) < 2.0  # mean error under 2 levels of 255
 
 
-def test_int8_choice_holds_the_flicker_bar_on_consecutive_calibration_frames(
-    exported: tuple[StreamingEnhancer, StreamingGraphs], tmp_path: Path
-) -> None:
+def test_int8_choice_holds_the_flicker_bar_on_consecutive_calibration_frames(fp32: Path) -> None:
     from export.quantize import FLICKER_TOLERANCE, calibration_frames, flicker_sequences, quantize_streaming
     from streamer.samples import sample_clip
 
-    _, graphs = exported
-    fp32 = tmp_path / "tiny.onnx"
-    fp32.write_bytes(graphs.report.path.read_bytes())
-    (tmp_path / graphs.encoder_path.name).write_bytes(graphs.encoder_path.read_bytes())
     clip = str(sample_clip("carphone_pristine"))
     sequences = flicker_sequences(clip, length=8)
     assert [s.sigma for s in sequences] == [15.0, 25.0]
