@@ -34,6 +34,10 @@ CARD_REACH_KEY = "reach_px"
 
 logger = logging.getLogger(__name__)
 
+MAX_SIZE = 1024
+"""The widest window measured: a model that reaches past half of it (a global pooling, say) has no
+reach a halo could cover."""
+
 PHASES = 16
 """Output pixels measured, along the diagonal: at least the model's largest stride product (8 here), so
 every position against the strides is taken."""
@@ -72,6 +76,11 @@ def receptive_reach(
             reach, int(max(centre - ys.min(), ys.max() - centre, centre - xs.min(), xs.max() - centre))
         )
     if reach >= size // 2 - PHASES:
+        if size >= MAX_SIZE:
+            raise ConfigError(
+                f"{type(module).__name__} reaches past {size // 2 - PHASES} px (a global operation?): no "
+                "reach to record; the tile gate needs gate.halo set for it"
+            )
         return receptive_reach(module, layout, t, size * 2)
     return reach
 

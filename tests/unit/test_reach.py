@@ -13,6 +13,7 @@ from export.reach import main, receptive_reach
 from streamer.assets import DEFAULT_MODEL, STREAMING_QUARTER_MODEL, STREAMING_SEPARABLE_MODEL
 from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend, card_reach
+from streamer.errors import ConfigError
 from streamer.models.streaming import StreamingEnhancer
 
 
@@ -43,6 +44,23 @@ def test_a_strided_model_is_measured_at_every_phase_of_its_strides() -> None:
     ys, xs = torch.nonzero(grad.abs().sum(dim=(0, 1, 2)), as_tuple=True)
     phase0 = int(max(128 - ys.min(), ys.max() - 128, 128 - xs.min(), xs.max() - 128))
     assert receptive_reach(model) > phase0
+
+
+class GlobalMean(nn.Module):
+    """Every output pixel moved by every input pixel: no halo covers it."""
+
+    layout: ClassVar[Layout] = Layout.NCHW
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + x.mean(dim=(2, 3), keepdim=True)
+
+
+def test_a_model_that_reaches_everywhere_has_no_reach_to_record() -> None:
+    from export.reach import module_reach
+
+    with pytest.raises(ConfigError, match="global operation"):
+        receptive_reach(GlobalMean())
+    assert module_reach(GlobalMean(), Layout.NCHW, 1) is None
 
 
 def test_shipped_cards_carry_the_reach_and_the_backend_reads_it(tmp_path: Path) -> None:
