@@ -24,7 +24,7 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,13 +242,8 @@ def quantize_streaming(
     else:  # an encoder that is its first convolution alone stays fp32
         shutil.copyfile(encoder_src, encoder_out)
     starts = np.linspace(0, len(frames) - t, min(windows, len(frames) - t + 1)).round().astype(int)
-    feeds = []
-    for start in starts:
-        feed: dict[str, npt.NDArray[Any]] = {"target": frames[start + info.output_position.slot(t)][None]}
-        for k, spec in enumerate(info.features):
-            for slot in range(t):
-                feed[f"{spec.name}_{slot}"] = features[start + slot][k][None]
-        feeds.append(feed)
+    maps = [[m[None] for m in frame_maps] for frame_maps in features]
+    feeds = _window_feeds(frames, maps, starts, t, info.output_position.slot(t), info.features)
     check = None
     if sequences:
         slot = info.output_position.slot(t)
@@ -290,6 +285,29 @@ class _Choice:
     flicker: dict[float, tuple[float, float]]
 
 
+def _window_feeds(
+    frames: npt.NDArray[np.uint8],
+    maps: Sequence[Sequence[npt.NDArray[Any]]],
+    starts: Iterable[int],
+    t: int,
+    slot: int,
+    features: Sequence[Any],
+) -> list[dict[str, npt.NDArray[Any]]]:
+    """The fusion graph's feeds for the windows beginning at ``starts``: the target frame and, for each
+    feature and slot, that frame's map (``maps[frame][feature]``, batch of one)."""
+    return [
+        {
+            "target": frames[start + slot][None],
+            **{
+                f"{spec.name}_{k}": maps[start + k][index]
+                for index, spec in enumerate(features)
+                for k in range(t)
+            },
+        }
+        for start in starts
+    ]
+
+
 def _encode(path: Path, frames: npt.NDArray[np.uint8]) -> list[list[npt.NDArray[Any]]]:
     """Each frame's feature maps from the encoder graph at ``path``."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -328,20 +346,11 @@ class _FlickerCheck:
                 raise ConfigError(
                     f"a flicker sequence needs at least {t + 1} frames for T={t}, got {len(noisy)}"
                 )
-            feeds = {}
-            for name, encoder_path in (("fp32", encoder), ("int8", int8_encoder)):
-                maps = _encode(encoder_path, noisy)
-                feeds[name] = [
-                    {
-                        "target": noisy[start + slot][None],
-                        **{
-                            f"{spec.name}_{k}": maps[start + k][index]
-                            for index, spec in enumerate(features)
-                            for k in range(t)
-                        },
-                    }
-                    for start in range(len(noisy) - t + 1)
-                ]
+            starts = range(len(noisy) - t + 1)
+            feeds = {
+                name: _window_feeds(noisy, _encode(encoder_path, noisy), starts, t, slot, features)
+                for name, encoder_path in (("fp32", encoder), ("int8", int8_encoder))
+            }
             targets = clean[slot : slot + len(noisy) - t + 1]
             reference[sequence.sigma] = flicker_index(np.concatenate(_outputs(model, feeds["fp32"])), targets)
             cases.append((sequence.sigma, feeds["int8"], targets))
