@@ -119,6 +119,13 @@ def _add_train(subparsers: Any) -> None:
         help="start from the leading slices of this checkpoint's weights, or of an exported Conv3d's "
         "(a narrower model takes each layer's first channels)",
     )
+    p.add_argument(
+        "--init-lr-scale",
+        type=float,
+        default=1.0,
+        help="learning rate of the tensors --init gave, as a share of --lr (1): below 1, a trained "
+        "path drifts less while the new parts around it (a strength's conditioning) learn at the full rate",
+    )
     p.add_argument("--out", type=Path, required=True, help="run folder; holds checkpoint.pt")
     p.add_argument("--resume", action="store_true", help="continue OUT/checkpoint.pt with its stored config")
     p.add_argument("--stop-after", type=int, help="stop at this step (the schedule still spans --steps)")
@@ -147,6 +154,7 @@ def _run_train(args: argparse.Namespace) -> int:
         teacher=None if args.teacher is None else str(args.teacher),
         distill=args.distill,
         init=None if args.init is None else str(args.init),
+        init_lr_scale=args.init_lr_scale,
     )
     result = train(
         config,

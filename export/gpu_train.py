@@ -42,6 +42,7 @@ from export.cli import parse_model_args
 from export.datapack import DataPack, load_pack
 from export.objective import LOSSES, count_macs, enhance_clip, is_recurrent, psnr, training_loss, zero_states
 from export.sequences import DEGRADATION, Motion, SequenceSampler
+from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError, StreamerError
 from streamer.models.registry import build
 
@@ -175,7 +176,12 @@ class _Run:
         self.step = 0
 
     def train_step(
-        self, noisy: torch.Tensor, clean: torch.Tensor, states: list[torch.Tensor], lr: float
+        self,
+        noisy: torch.Tensor,
+        clean: torch.Tensor,
+        states: list[torch.Tensor],
+        lr: float,
+        strength: tuple[torch.Tensor, ...] = (),
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """One optimizer step on a chunk: its (loss, mean squared error) and the states at its end, detached.
 
@@ -186,7 +192,7 @@ class _Run:
         outputs = []
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             for i in range(noisy.shape[1]):
-                out, *states = self.module(noisy[:, i : i + 1], *states)
+                out, *states = self.module(noisy[:, i : i + 1], *states, *strength)
                 outputs.append(out)
         output = torch.stack(outputs, dim=1).float()
         loss = training_loss(self.config.loss, output, clean)
@@ -210,14 +216,25 @@ class _Run:
         noise = self.sampler.noise(size)
         states = zero_states(self.module, clean[:, :1])
         results = []
+        strength: tuple[torch.Tensor, ...] | None = None
         for start in range(0, phase.sequence, phase.chunk):
             target = clean[:, start : start + phase.chunk].float() / 255.0
             noisy = self.sampler.degrade(target, noise)
-            figures, states = self.train_step(noisy, target, states, lr_at(self.step))
+            if strength is None:
+                strength = self.strength(noisy[:, 0])
+            figures, states = self.train_step(noisy, target, states, lr_at(self.step), strength)
             results.append(figures)
             if stop():
                 break
         return results
+
+    def strength(self, first: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """For a model that takes a strength, what ``model.strength: auto`` would feed each sequence: the
+        noise estimate (``streamer.core.noise``) of its first degraded frame, (B, 3, H, W) in [0, 1]."""
+        if not getattr(self.module, "takes_strength", False):
+            return ()
+        pixels = (first * 255.0).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+        return (torch.tensor([[noise_sigma(frame)] for frame in pixels], device=first.device),)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -237,7 +254,7 @@ def validate_sequence(
     noisy = ((frames + noise) * 255.0).round().clamp(0, 255) / 255.0
     module.eval()
     with torch.no_grad():
-        enhanced = enhance_clip(module, noisy)
+        enhanced = enhance_clip(module, noisy, sigma)
     module.train()
     per_frame = [psnr(enhanced[i], frames[i]) for i in range(len(frames))]
     late = per_frame[len(per_frame) // 2 :]
@@ -380,7 +397,7 @@ def train_from_pack(
             f"{config.init_lr_scale:g}x the learning rate"
         )
     example = torch.zeros(1, 1, 3, config.crop, config.crop, device=device)
-    macs = count_macs(run.module, (example, *zero_states(run.module, example)))
+    macs = count_macs(run.module, (example, *zero_states(run.module, example), *run.strength(example[:, 0])))
     flop = 2 * 3 * macs * config.frames_per_step  # a forward pass and about twice that backward
     parameters = sum(p.numel() for p in run.module.parameters())
     clock.log(

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from streamer.backend.base import Layout
+from streamer.errors import ConfigError
 
 __all__ = [
     "LOSSES",
@@ -56,26 +57,31 @@ def zero_states(module: nn.Module, frames: torch.Tensor) -> list[torch.Tensor]:
     ]
 
 
-def enhance_clip(model: nn.Module, noisy: torch.Tensor) -> torch.Tensor:
+def enhance_clip(model: nn.Module, noisy: torch.Tensor, strength: float | None = None) -> torch.Tensor:
     """(N, 3, H, W) -> (N, 3, H, W) enhanced as the runtime runs it; H, W must fit the pad multiple.
 
     A recurrent model runs the clip in order from zero states; a window model enhances every frame
-    from its window, edges replicated.
+    from its window, edges replicated; either is given ``strength`` (0..255) if it takes one.
     """
     module: Any = model  # the registry's attributes (t, layout, output_position) are not nn.Module's
     n = noisy.shape[0]
+    extra: tuple[torch.Tensor, ...] = ()
+    if getattr(module, "takes_strength", False):
+        if strength is None:
+            raise ConfigError("this model takes a strength: pass the noise sigma (0..255) it should remove")
+        extra = (torch.full((1, 1), float(strength), device=noisy.device),)
     if is_recurrent(module):
         states = zero_states(module, noisy[None, :1])
         outs = []
         for i in range(n):
-            out, *states = module(noisy[None, i : i + 1], *states)
+            out, *states = module(noisy[None, i : i + 1], *states, *extra)
             outs.append(out[0])
         return torch.stack(outs)
     t = int(module.t)
     slot = module.output_position.slot(t)
     index = torch.arange(n)[:, None] + torch.arange(t)[None, :] - slot
     windows = noisy[index.clamp(0, n - 1)]
-    return torch.cat([module(window_input(w[None], module.layout)) for w in windows])
+    return torch.cat([module(window_input(w[None], module.layout), *extra) for w in windows])
 
 
 def window_input(frames: torch.Tensor, layout: Layout) -> torch.Tensor:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,8 @@ class TrainConfig:
     """Weight of the teacher term in the loss."""
     init: str | None = None
     """A checkpoint or exported Conv3d whose weights' leading slices start the model (warm start)."""
+    init_lr_scale: float = 1.0
+    """The learning rate of the tensors ``init`` gave, as a share of ``lr``."""
     camera: float = 0.0
     """Share of sequences damaged as a camera does (``export.camera``), the rest as ``export.data``'s
     default degradations are shared."""
@@ -108,23 +112,27 @@ def build_model(arch: str, model: dict[str, Any]) -> nn.Module:
     return module
 
 
-def _forward(model: nn.Module, noisy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(
+    model: nn.Module, noisy: torch.Tensor, strength: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Model outputs and the matching clean-frame indices for a (B, L, 3, H, W) sequence batch.
 
     Window models see the first T frames and enhance their output slot; recurrent models enhance every
-    frame of the sequence, unrolled from zero states.
+    frame of the sequence, unrolled from zero states; either is given the (B, 1) ``strength`` if it
+    takes one.
     """
     module: Any = model  # the registry's attributes (t, layout) are not nn.Module's
+    extra = (strength,) if getattr(module, "takes_strength", False) else ()
     if is_recurrent(module):
         states = zero_states(module, noisy[:, :1])
         outputs = []
         for i in range(noisy.shape[1]):
-            out, *states = module(noisy[:, i : i + 1], *states)
+            out, *states = module(noisy[:, i : i + 1], *states, *extra)
             outputs.append(out)
         return torch.stack(outputs, dim=1), torch.arange(noisy.shape[1])
     t = int(module.t)
     slot = module.output_position.slot(t)
-    out = module(window_input(noisy[:, :t], module.layout))
+    out = module(window_input(noisy[:, :t], module.layout), *extra)
     return out.unsqueeze(1), torch.tensor([slot])
 
 
@@ -136,7 +144,8 @@ def validate(module: nn.Module, config: TrainConfig, clean: np.ndarray | None = 
     """PSNR on the held-out photograph pan at sigma 15 and 25 (fixed noise), and of the noisy input.
 
     Window models enhance every frame with replicated edges, recurrent ones run the clip from a zero
-    state, as the runtime does.
+    state, as the runtime does; a model that takes a strength gets the sigma (what the runtime's noise
+    estimate reads on Gaussian noise).
     """
     frames = heldout_photo_clip(config.val_frames, (128, 192)) if clean is None else clean
     target = torch.from_numpy(frames).permute(0, 3, 1, 2).float() / 255.0
@@ -146,7 +155,7 @@ def validate(module: nn.Module, config: TrainConfig, clean: np.ndarray | None = 
         for sigma in _VAL_SIGMAS:
             noisy_np = add_gaussian_noise(frames, sigma, np.random.default_rng(int(sigma)))
             noisy = torch.from_numpy(noisy_np).permute(0, 3, 1, 2).float() / 255.0
-            enhanced = enhance_clip(module, noisy)
+            enhanced = enhance_clip(module, noisy, sigma)
             result[f"psnr_sigma{sigma:g}"] = round(psnr(enhanced, target), 3)
             result[f"noisy_psnr_sigma{sigma:g}"] = round(psnr(noisy, target), 3)
     module.train()
@@ -178,17 +187,27 @@ def train(
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
     module = build_model(config.arch, dict(config.model))
-    optimizer = torch.optim.Adam(module.parameters(), lr=config.lr)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, T_max=config.steps, eta_min=config.lr * config.min_lr_ratio
+    copied: list[str] = []
+    if config.init is not None:
+        # Also on resume, where the checkpoint then overwrites the weights: the names set the rates.
+        copied = warm_start(module, init_weights(config.init, module))
+        if payload is None:
+            logger.info(
+                "warm start from %s: %d of %d tensors", config.init, len(copied), len(module.state_dict())
+            )
+    named = dict(module.named_parameters())
+    groups = [{"params": [p for name, p in named.items() if name not in copied], "lr": config.lr}]
+    given = [p for name, p in named.items() if name in copied]
+    if given:
+        groups.append({"params": given, "lr": config.lr * config.init_lr_scale})
+    optimizer = torch.optim.Adam(groups, lr=config.lr)
+    # Cosine from each group's rate down to min_lr_ratio of it: the --init tensors keep their share.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(_cosine, config.steps, config.min_lr_ratio)
     )
     step = 0
     validation: dict[str, float] = {}
     history: list[dict[str, Any]] = []
-    if payload is None and config.init is not None:
-        copied = warm_start(module, init_weights(config.init, module))
-        total = len(module.state_dict())
-        logger.info("warm start from %s: %d of %d tensors", config.init, len(copied), total)
     teacher = None
     if config.teacher is not None:
         if is_recurrent(module):
@@ -221,7 +240,7 @@ def train(
         started = time.perf_counter()
         batch = data.batch(step, config.batch, length, config.crop)
         noisy, clean = torch.from_numpy(batch.noisy), torch.from_numpy(batch.clean)
-        output, index = _forward(module, noisy)
+        output, index = _forward(module, noisy, torch.from_numpy(batch.strength))
         target = clean[:, index]
         loss = training_loss(config.loss, output, target)
         if teacher is not None:
@@ -264,6 +283,10 @@ def train(
     return TrainResult(checkpoint=path, step=step, validation=validation, seconds=seconds)
 
 
+def _cosine(steps: int, floor: float, step: int) -> float:
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * min(step, steps) / steps))
+
+
 def _config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = set(raw) - known
@@ -288,6 +311,8 @@ def _check_config(config: TrainConfig) -> None:
         raise ConfigError(f"distill must be >= 0, got {config.distill}")
     if not config.lr > 0:
         raise ConfigError(f"lr must be positive, got {config.lr}")
+    if not 0.0 <= config.init_lr_scale <= 1.0:
+        raise ConfigError(f"init_lr_scale is a share of lr, 0..1; got {config.init_lr_scale}")
     if config.loss not in LOSSES:
         raise ConfigError(f"loss must be charbonnier or l1, got {config.loss!r}")
     position = config.model.get("position")

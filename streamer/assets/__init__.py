@@ -9,6 +9,7 @@ from streamer.errors import ConfigError
 __all__ = [
     "ASSETS",
     "AUTO_TIERS",
+    "CAMERA_MODEL",
     "DEFAULT_MODEL",
     "DEFAULT_MODEL_CARD",
     "SHIPPED_PREFIX",
@@ -30,6 +31,11 @@ DEFAULT_MODEL: Path = ASSETS / "conv3d_t5.onnx"
 
 DEFAULT_MODEL_CARD: Path = DEFAULT_MODEL.with_suffix(".json")
 """What the default model is, how it was trained and how it measured when exported."""
+
+CAMERA_MODEL: Path = ASSETS / "conv3d_t1_strength.onnx"
+"""conv3d_t1 with a strength input (the noise sigma; ``model.strength: auto`` feeds the stream's noise
+estimate), fine-tuned on camera damage (x264 at CRF 23..40 after sensor noise) as well as Gaussian
+noise: the camera profile's model (``configs/camera.yaml``), for compressed, noisy feeds."""
 
 TEMPORAL_FILTER: Path = ASSETS / "temporal_filter_t5.onnx"
 """A fixed-weight motion-adaptive temporal denoiser (T=5, center): tiny and fast, nothing learned."""

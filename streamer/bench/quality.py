@@ -41,6 +41,7 @@ from streamer.bench.harness import cpu_name, isa_text
 from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
 from streamer.bench.roundtrip import x264_roundtrip
 from streamer.core.features import FeatureCache
+from streamer.core.noise import NoiseEstimator
 from streamer.core.windower import EdgePolicy, Windower
 from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, Hyperframe, Pixels
@@ -72,6 +73,7 @@ __all__ = [
 
 DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
     ("conv3d_t1", "ours T=1 (single-frame ablation)"),
+    ("conv3d_t1_strength", "ours T=1 with the strength input, auto (the camera profile)"),
     ("conv3d_t5", "ours Conv3d T=5"),
     ("stream_t5", "ours streaming T=5 (each frame encoded once)"),
     ("stream_t5_lite", "ours streaming T=5, half the MACs (distilled)"),
@@ -351,11 +353,13 @@ def _nlmeans_multi(clip: Clip, h: float) -> Iterator[Pixels]:
         yield cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 
 
-def model_frames(backend: Backend, clip: Clip) -> Iterator[Pixels]:
+def model_frames(backend: Backend, clip: Clip, fps: Fraction = Fraction(25)) -> Iterator[Pixels]:
     """One output per frame, as the live pipeline makes it: the windower's tasks in order, replicate
     edges, state carried from window to window for recurrent models (``step`` is ``infer`` otherwise),
-    each frame encoded once through a feature cache for streaming models."""
+    each frame encoded once through a feature cache for streaming models, and a model that takes a
+    strength given the clip's running noise estimate, as ``model.strength: auto`` gives it live."""
     info = backend.info
+    noise = NoiseEstimator() if info.strength else None
     windower = Windower(info.t, position=info.output_position, edge=EdgePolicy.REPLICATE, max_gap=None)
     planes = clip.transpose(0, 3, 1, 2)
     state = backend.initial_state(1, clip.shape[1], clip.shape[2])
@@ -365,15 +369,20 @@ def model_frames(backend: Backend, clip: Clip) -> Iterator[Pixels]:
     for index in range(len(clip)):
         # No timestamps: the clip is one run, broken by nothing but its ends.
         frames[index] = Frame(clip[index], index, None, Fraction(1), 0.0)
+        if noise is not None:
+            noise.observe(clip[index], index / float(fps))
+        strength = None if noise is None else noise.sigma
         tasks = windower.push(frames[index])
         if index == last:
             tasks += windower.flush()
         for task in tasks:
             if info.streaming:
-                window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot)
+                window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot, strength=strength)
                 yield backend.enhance_cached(window, task.run, cache)
                 continue
-            enhanced, state = backend.step(planes[list(task.indices)][None], state)
+            enhanced, state = backend.step(
+                planes[list(task.indices)][None], state, None if strength is None else [strength]
+            )
             yield enhanced[0].transpose(1, 2, 0)
 
 
@@ -562,7 +571,7 @@ def _section(
             (f"ffmpeg_{name}", f"FFmpeg {name} (defaults)", partial(_ffmpeg_filter, degraded, name, args))
             for name, args in FFMPEG_FILTERS
         ]
-    methods += [(spec.name, spec.label, partial(model_frames, b, degraded)) for spec, b in backends]
+    methods += [(spec.name, spec.label, partial(model_frames, b, degraded, fps)) for spec, b in backends]
     rows = [_row("degraded", "degraded input", degraded, clean, None)]
     for key, label, frames in methods:
         bar.set_description(f"{degradation.key}: {label}")

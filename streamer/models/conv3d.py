@@ -20,7 +20,19 @@ from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
 
-__all__ = ["Conv3dEnhancer", "ResidualBlock", "activation"]
+__all__ = [
+    "CONDITION",
+    "STRENGTH_SCALE",
+    "Conv3dEnhancer",
+    "ResidualBlock",
+    "StrengthCondition",
+    "activation",
+]
+
+CONDITION = 16
+"""Hidden units of the small MLP that turns a strength into per-channel gains and shifts."""
+STRENGTH_SCALE = 50.0
+"""Strengths (0..255 levels) are divided by this, so the range trained on (0..50) maps to 0..1."""
 
 
 def activation(x: torch.Tensor) -> torch.Tensor:
@@ -42,6 +54,46 @@ class ResidualBlock(nn.Module):
         return out
 
 
+class StrengthCondition(nn.Sequential):
+    """A strength (B, 1), 0..255 levels -> per-channel gains and shifts of the 1/2- and 1/4-resolution
+    features (FiLM), for the models that share this spatial path. The last layer starts at zero, so a
+    model with it begins as the model without; the layers keep ``nn.Sequential``'s names (``0``, ``2``),
+    so one model's trained conditioning loads into another's."""
+
+    def __init__(self, features: int, channels: int) -> None:
+        super().__init__(
+            nn.Linear(1, CONDITION), nn.LeakyReLU(0.1), nn.Linear(CONDITION, 2 * (features + channels))
+        )
+        self.features = features
+        self.channels = channels
+        last = cast(nn.Linear, self[2])
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+
+    def film(
+        self, strength: torch.Tensor, b: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(gain, shift) at 1/2 resolution, then at 1/4, each (B, C, 1, 1): x * (1 + gain) + shift."""
+        film = self(strength.reshape(b, 1) / STRENGTH_SCALE)[:, :, None, None]
+        f, c = self.features, self.channels
+        return film[:, :f], film[:, f : 2 * f], film[:, 2 * f : 2 * f + c], film[:, 2 * f + c :]
+
+
+def strength_film(
+    condition: StrengthCondition | None, strength: torch.Tensor | None, b: int, owner: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The FiLM terms of a model built with a strength input (``condition``); None for one without. A
+    strength given to the one or missing from the other is a ConfigError naming ``owner``."""
+    if (condition is None) != (strength is None):
+        raise ConfigError(
+            f"{owner} takes a strength exactly when built with strength=True (this one: "
+            f"{condition is not None}); pass one per window, or none"
+        )
+    if condition is None or strength is None:
+        return None
+    return condition.film(strength, b)
+
+
 class Conv3dEnhancer(nn.Module):
     """(B, T, 3, H, W) float in [0, 1], NTCHW -> (B, 3, H, W): the output slot's frame, enhanced.
 
@@ -51,6 +103,13 @@ class Conv3dEnhancer(nn.Module):
     features through a skip, which carries the per-pixel detail a 1/4 bottleneck alone would lose.
     H and W must be multiples of ``pad_multiple`` (4); the runtime pads and crops. T=1 is the
     single-frame ablation of the same architecture.
+
+    With ``strength`` the forward also takes a (B, 1) noise sigma in 0..255 levels (the runtime's
+    ``model.strength``; ``auto`` feeds the stream's noise estimate) that scales and shifts the fused
+    features at 1/2 and 1/4 resolution (FiLM; FFDNet's noise level, as a scalar): one model then tells a
+    noisy feed it should smooth from a compressed or clean one it should only deblock or leave alone,
+    which the pixels of a small window do not say reliably. The conditioning starts at zero, so a model
+    warm-started from one without it begins as that model.
     """
 
     layout: ClassVar[Layout] = Layout.NTCHW
@@ -66,6 +125,7 @@ class Conv3dEnhancer(nn.Module):
         features: int = 32,
         channels: int = 64,
         blocks: int = 2,
+        strength: bool = False,
     ) -> None:
         super().__init__()
         if min(t, embed, features, channels) < 1 or blocks < 0:
@@ -80,6 +140,8 @@ class Conv3dEnhancer(nn.Module):
         self.features = features
         self.channels = channels
         self.blocks = blocks
+        self.takes_strength = strength
+        self.condition = StrengthCondition(features, channels) if strength else None
         self.embed = nn.Conv3d(12, embed, kernel_size=1)
         self.fuse = nn.Conv3d(embed, features, kernel_size=(t, 3, 3), padding=(0, 1, 1))
         self.down = nn.Conv2d(features, channels, 3, stride=2, padding=1)
@@ -91,7 +153,7 @@ class Conv3dEnhancer(nn.Module):
         nn.init.normal_(self.head.weight, std=1e-3)
         nn.init.zeros_(cast(torch.Tensor, self.head.bias))
 
-    def config(self) -> dict[str, int | str]:
+    def config(self) -> dict[str, int | str | bool]:
         """The constructor's arguments, for checkpoints and model cards."""
         return {
             "t": self.t,
@@ -100,9 +162,10 @@ class Conv3dEnhancer(nn.Module):
             "features": self.features,
             "channels": self.channels,
             "blocks": self.blocks,
+            "strength": self.takes_strength,
         }
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, strength: torch.Tensor | None = None) -> torch.Tensor:
         b, _, c, h, w = x.shape
         t = self.t  # a Python int, not a traced size: export needs the kernels' shapes static
         # The Conv3d parameters, applied as 2D convolutions with no transpose of the input (a 7-D
@@ -116,8 +179,15 @@ class Conv3dEnhancer(nn.Module):
         frames = F.conv2d(x.reshape(b * t, c, h, w), k, bias, stride=2)
         frames = frames.reshape(b, t * self.embed_channels, h // 2, w // 2)
         fuse = self.fuse.weight.permute(0, 2, 1, 3, 4).reshape(self.features, t * self.embed_channels, 3, 3)
-        half = activation(F.conv2d(frames, fuse, self.fuse.bias, padding=1))
-        quarter = self.body(activation(self.down(half)))
+        half = F.conv2d(frames, fuse, self.fuse.bias, padding=1)
+        film = strength_film(self.condition, strength, b, "Conv3dEnhancer")
+        if film is not None:
+            half = half * (1.0 + film[0]) + film[1]
+        half = activation(half)
+        quarter = self.down(half)
+        if film is not None:
+            quarter = quarter * (1.0 + film[2]) + film[3]
+        quarter = self.body(activation(quarter))
         y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
         y = self.head(activation(self.refine(y)))
         return x[:, self.slot] + F.pixel_shuffle(y, 2)

@@ -21,7 +21,9 @@ has to add what time gives. Two memories are carried (as in EMVD's recurrent fus
 
 Every state is an explicit input and output of the model (``state_specs``): the runtime
 zero-initialises them, carries them from one step to the next of the same stream and resets them at a
-discontinuity.
+discontinuity. With ``strength`` the model also takes the noise sigma after its states and conditions
+the spatial path on it as the per-frame model does (``StrengthCondition``, under the same name, so a
+per-frame model's trained conditioning loads too).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from torch import nn
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import ResidualBlock, activation
+from streamer.models.conv3d import ResidualBlock, StrengthCondition, activation, strength_film
 from streamer.models.convgru import StateSpec
 
 __all__ = ["ConvLSTMEnhancer"]
@@ -69,6 +71,7 @@ class ConvLSTMEnhancer(nn.Module):
         hidden: int = 16,
         blocks: int = 2,
         guard: float = 0.2,
+        strength: bool = False,
     ) -> None:
         super().__init__()
         if min(embed, features, channels, hidden) < 1 or blocks < 0 or not 0.0 < guard <= 1.0:
@@ -83,6 +86,8 @@ class ConvLSTMEnhancer(nn.Module):
         self.channels = channels
         self.hidden = hidden
         self.blocks = blocks
+        self.takes_strength = strength
+        self.condition = StrengthCondition(features, channels) if strength else None
         self.state_specs: tuple[StateSpec, ...] = (
             StateSpec("hidden", "hidden_next", hidden, 4),
             StateSpec("cell", "cell_next", hidden, 4),
@@ -115,7 +120,7 @@ class ConvLSTMEnhancer(nn.Module):
             nn.init.normal_(self.blend.weight, std=1e-3)
             cast(torch.Tensor, self.blend.bias).fill_(BLEND_BIAS)
 
-    def config(self) -> dict[str, int | float]:
+    def config(self) -> dict[str, int | float | bool]:
         """The constructor's arguments, for checkpoints and model cards."""
         return {
             "embed": self.embed_channels,
@@ -124,10 +129,16 @@ class ConvLSTMEnhancer(nn.Module):
             "hidden": self.hidden,
             "blocks": self.blocks,
             "guard": self.guard,
+            "strength": self.takes_strength,
         }
 
     def forward(
-        self, x: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor, previous: torch.Tensor
+        self,
+        x: torch.Tensor,
+        hidden: torch.Tensor,
+        cell: torch.Tensor,
+        previous: torch.Tensor,
+        strength: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         frame = x[:, 0]
         before, valid = previous[:, :3], previous[:, 3:]
@@ -138,8 +149,15 @@ class ConvLSTMEnhancer(nn.Module):
         bias = cast(torch.Tensor, self.embed.bias) - 0.5 * k.sum(dim=(1, 2, 3))
         embedded = F.conv2d(frame, k, bias, stride=2)
         embedded = embedded + self.embed_previous(torch.cat([(before - 0.5) * valid, valid], dim=1))
-        half = activation(F.conv2d(embedded, self.fuse.weight[:, :, 0], self.fuse.bias, padding=1))
-        quarter = activation(self.down(half))
+        half = F.conv2d(embedded, self.fuse.weight[:, :, 0], self.fuse.bias, padding=1)
+        film = strength_film(self.condition, strength, x.shape[0], "ConvLSTMEnhancer")
+        if film is not None:
+            half = half * (1.0 + film[0]) + film[1]
+        half = activation(half)
+        quarter = self.down(half)
+        if film is not None:
+            quarter = quarter * (1.0 + film[2]) + film[3]
+        quarter = activation(quarter)
         i, f, o, g = self.gates(torch.cat([quarter, hidden], dim=1)).chunk(4, dim=1)
         cell_next = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
         hidden_next = torch.sigmoid(o) * torch.tanh(cell_next)

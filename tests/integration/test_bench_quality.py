@@ -27,7 +27,7 @@ from streamer.bench.quality import (
 )
 from streamer.errors import ConfigError, SourceNotFoundError
 from tests.bench_cli import run_bench
-from tests.onnx_models import ema_model
+from tests.onnx_models import ema_model, strength_model
 
 FRAMES, WIDTH, HEIGHT = 12, 96, 64
 METHODS = ["degraded", "nlmeans", "nlmeans_multi", "tf", "conv3d_t5"]
@@ -155,6 +155,15 @@ def test_model_frames_carries_a_recurrent_models_state(tmp_path: Path) -> None:
     out = [int(frame[0, 0, 0]) for frame in model_frames(backend, clip)]
     # From a zero state, h_k = 200 (1 - 0.5^k): only a carried state keeps climbing.
     assert out == [100, 150, 175, 188]
+
+
+def test_model_frames_gives_a_strength_model_the_clips_noise_estimate_as_auto_does(tmp_path: Path) -> None:
+    backend = OnnxBackend(strength_model(tmp_path / "strength.onnx", default=40.0))
+    noisy = add_noise(np.full((6, 64, 64, 3), 100, dtype=np.uint8), 12.0, seed=0)
+    out = np.stack(list(model_frames(backend, noisy)))
+    # The model adds the strength it got to the frame: the estimate of sigma 12, not the default 40.
+    lift = (out.astype(np.float64) - noisy).mean()
+    assert lift == pytest.approx(12.0, abs=1.5)
 
 
 def test_noise_is_seeded_and_each_sigma_draws_its_own() -> None:

@@ -55,6 +55,57 @@ def test_camera_damaged_batches_are_seeded_and_come_from_each_clips_damaged_copi
     assert np.abs(a.noisy - a.clean).mean() > 0.0
 
 
+def test_each_sequence_carries_the_strength_the_runtimes_noise_estimate_would_give_it() -> None:
+    def strengths(**shares: float) -> np.ndarray:
+        degradation = Degradation(sigma_range=(20.0, 20.0), **{"poisson": 0.0, "h264_noise": 0.0, **shares})
+        batch = TrainingData(seed=3, degradation=degradation, clip_frames=8, photo_frames=8).batch(
+            2, 8, 1, 64
+        )
+        assert (batch.strength.shape, batch.strength.dtype) == ((8, 1), np.float32)
+        return batch.strength
+
+    # Gaussian noise reads as its sigma (a little less where dark or bright pixels clip it) ...
+    assert float(np.median(strengths(h264=0.0))) == pytest.approx(20.0, abs=2.0)
+    # ... and low-bitrate H.264 as almost none: the strength tells noise from compression.
+    assert float(np.median(strengths(h264=1.0))) < 3.0
+
+
+def test_a_model_that_takes_a_strength_trains_on_it_and_exports_with_the_input(tmp_path: Path) -> None:
+    config = dataclasses.replace(TINY, model={**TINY.model, "strength": True}, steps=2, checkpoint_every=2)
+    result = train(config, tmp_path, progress=False)
+    assert set(result.validation) >= {"psnr_sigma15", "psnr_sigma25"}
+    assert (
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(result.checkpoint),
+                "--out",
+                str(tmp_path / "s.onnx"),
+                "--no-bench",
+            ]
+        )
+        == 0
+    )
+    model = onnx.load(tmp_path / "s.onnx")
+    assert [i.name for i in model.graph.input] == ["frames", "strength"]
+
+
+def test_init_lr_scale_sets_the_rate_of_the_given_tensors_apart_from_the_new_ones(tmp_path: Path) -> None:
+    start = tmp_path / "start"
+    first = train(TINY, start, progress=False)
+    config = dataclasses.replace(
+        TINY, model={**TINY.model, "strength": True}, init=str(first.checkpoint), init_lr_scale=0.0
+    )
+    result = train(config, tmp_path / "run", progress=False)
+    before, after = load_checkpoint(first.checkpoint)["model"], load_checkpoint(result.checkpoint)["model"]
+    # At 0x the copied tensors stay as they were; the strength's conditioning, new, learned.
+    assert all(torch.equal(after[name], tensor) for name, tensor in before.items())
+    assert after["condition.2.weight"].abs().max() > 0
+    with pytest.raises(ConfigError, match=r"init_lr_scale is a share of lr, 0\.\.1; got 2"):
+        train(dataclasses.replace(config, init_lr_scale=2.0), tmp_path / "bad", progress=False)
+
+
 def test_the_heldout_clip_is_not_trained_on() -> None:
     assert HELDOUT_CLIP not in TRAIN_CLIPS
     frames = heldout_clip(max_frames=3)

@@ -381,6 +381,17 @@ def test_a_shipped_model_is_named_wherever_the_package_lies() -> None:
         load_config(None, {"model.path": "shipped:conv3d_t9"})
 
 
+def test_the_camera_profile_runs_the_model_that_takes_a_strength_on_the_streams_estimate() -> None:
+    from streamer.assets import CAMERA_MODEL
+    from streamer.backend.onnx import OnnxBackend
+
+    config = load_config(CONFIGS / "camera.yaml")
+    assert config.model.path == CAMERA_MODEL
+    assert config.model.strength == "auto"
+    assert OnnxBackend(config.model.file()).info.strength
+    assert config.source.kind == config.sink.kind == "rtsp"
+
+
 def test_the_low_latency_profile_waits_for_no_later_frame() -> None:
     from streamer.backend.onnx import OnnxBackend
 

@@ -16,7 +16,7 @@ from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint, save_checkpoi
 from export.cli import main as export_main
 from export.data import HELDOUT_CLIP, HELDOUT_PHOTO, TRAIN_PHOTOS
 from export.datapack import DataPack, build_pack, load_pack, save_pack
-from export.gpu_train import CURVE, GpuTrainConfig, Phase, _plan, train_from_pack
+from export.gpu_train import CURVE, GpuTrainConfig, Phase, _plan, _Run, train_from_pack
 from export.sequences import Motion, Noise, SequenceSampler
 from streamer.errors import ConfigError
 from streamer.models.registry import build
@@ -144,7 +144,7 @@ def test_a_cpu_smoke_run_learns_and_writes_a_checkpoint_streamer_export_reads(
         200,
         "export.gpu_train",
     )
-    assert checkpoint["model_config"] == {**TINY, "guard": 0.2}
+    assert checkpoint["model_config"] == {**TINY, "guard": 0.2, "strength": False}
     assert checkpoint["data"] == pack.description
     out = tmp_path / "lstm.onnx"
     assert (
@@ -169,6 +169,23 @@ def test_a_run_that_falls_behind_stops_at_its_budget_and_says_so(pack_file: Path
     assert not curve["finished_schedule"]
     assert curve["steps"] < 100_000
     assert load_checkpoint(tmp_path / CHECKPOINT)["step"] == curve["steps"]
+
+
+def test_a_model_that_takes_a_strength_gets_each_sequences_noise_estimate(
+    pack_file: Path, tmp_path: Path
+) -> None:
+    config = GpuTrainConfig(
+        model={**TINY, "strength": True}, steps=3, frames_per_step=8, crop=32, curriculum=(Phase(1.0, 8, 8),),
+    )  # fmt: skip
+    run = _Run(config, load_pack(pack_file), CPU)
+    noisy = torch.full((2, 3, 32, 32), 0.5)
+    noisy[1] += torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(0)) * (20.0 / 255.0)
+    (strength,) = run.strength(noisy)
+    assert strength.shape == (2, 1)
+    assert float(strength[0, 0]) < 1.0
+    assert float(strength[1, 0]) == pytest.approx(20.0, abs=3.0)
+    train_from_pack(config, load_pack(pack_file), tmp_path, CPU)
+    assert load_checkpoint(tmp_path / CHECKPOINT)["model"]["condition.2.weight"].abs().max() > 0
 
 
 def test_a_curriculum_the_batch_cannot_follow_is_refused(pack_file: Path, tmp_path: Path) -> None:

@@ -66,6 +66,59 @@ def test_conv3d_uses_the_other_frames_of_the_window() -> None:
         assert not torch.equal(model(x), model(y))
 
 
+@pytest.mark.parametrize("t", [1, 5])
+def test_conv3d_with_a_strength_starts_as_the_model_without_and_learns_to_use_it(t: int) -> None:
+    torch.manual_seed(0)
+    plain = Conv3dEnhancer(t=t, **TINY_CONV3D).eval()
+    model = Conv3dEnhancer(t=t, strength=True, **TINY_CONV3D).eval()
+    assert (plain.takes_strength, model.takes_strength) == (False, True)
+    copied = warm_start(model, plain.state_dict())
+    assert not any(name.startswith("condition.") for name in copied)
+    x = torch.rand(2, t, 3, 16, 24)
+    strengths = torch.tensor([[0.5], [25.0]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, strengths), plain(x))
+        for p in model.condition.parameters():  # type: ignore[union-attr]
+            p.add_(0.1)
+        moved = model(x, strengths)
+        # Once trained, the same frames at another strength give another output.
+        assert not torch.allclose(moved[0], model(x, strengths.flip(0))[0])
+    assert build("conv3d", **model.config()).takes_strength
+
+
+def test_convlstm_with_a_strength_starts_as_the_model_without_and_takes_a_per_frame_models_conditioning() -> (
+    None
+):
+    torch.manual_seed(0)
+    plain = ConvLSTMEnhancer(**TINY_LSTM).eval()
+    model = ConvLSTMEnhancer(strength=True, **TINY_LSTM).eval()
+    warm_start(model, plain.state_dict())
+    x = torch.rand(2, 1, 3, 16, 24)
+    strengths = torch.tensor([[1.0], [30.0]])
+    ours, theirs = zero_states(model, x), zero_states(plain, x)
+    with torch.no_grad():
+        for _ in range(3):  # the strength goes last, after the states, at every step
+            out, *ours = model(x, *ours, strengths)
+            expected, *theirs = plain(x, *theirs)
+            torch.testing.assert_close(out, expected)
+    per_frame = Conv3dEnhancer(t=1, strength=True, **TINY_CONV3D)
+    assert {n for n in warm_start(model, per_frame.state_dict()) if n.startswith("condition.")} == {
+        "condition.0.weight",
+        "condition.0.bias",
+        "condition.2.weight",
+        "condition.2.bias",
+    }
+    assert build("convlstm", **model.config()).takes_strength
+
+
+def test_conv3d_refuses_a_strength_it_was_not_built_for_and_needs_one_it_was() -> None:
+    x = torch.rand(1, 1, 3, 8, 8)
+    with pytest.raises(ConfigError, match="strength exactly when built with strength=True"):
+        Conv3dEnhancer(t=1, **TINY_CONV3D)(x, torch.ones(1, 1))
+    with pytest.raises(ConfigError, match=r"\(this one: True\); pass one per window"):
+        Conv3dEnhancer(t=1, strength=True, **TINY_CONV3D)(x)
+
+
 @pytest.mark.parametrize(("h", "w"), [(16, 24), (36, 52), (4, 4)])
 def test_convgru_state_has_the_declared_shape_and_feeds_the_next_call(h: int, w: int) -> None:
     torch.manual_seed(0)
