@@ -15,6 +15,7 @@ h = 4 gained most and larger h lost detail. Template and search windows are Open
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -48,6 +49,7 @@ from streamer.frame import Frame, Hyperframe, Pixels
 from streamer.samples import sample_clip
 
 __all__ = [
+    "CAMERA_PROFILE",
     "DEFAULT_MODELS",
     "DEGRADATIONS",
     "Check",
@@ -83,6 +85,9 @@ DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
     ("temporal_filter_t5", "fixed temporal filter T=5"),
 )
 """(name, label) of the models looked for as ``streamer/assets/NAME.onnx``, in table order."""
+
+CAMERA_PROFILE = "conv3d_t1_strength"
+"""The model ``configs/camera.yaml`` runs: the camera track's targets are checked for it as well."""
 
 H264_BITS_PER_PIXEL = 200_000 / (640 * 272 * 25)
 """200 kbit/s for bikes.mp4 (640x272, 25 fps), inside export.data's training range once scaled by area;
@@ -184,13 +189,15 @@ class Section:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One of the issues' targets for the Conv3d T=5 model; passed is None when not checkable."""
+    """One of the issues' targets for a model (the default Conv3d T=5, or on the camera track also the
+    camera profile's); passed is None when not checkable."""
 
     clip: str
     target: str
     passed: bool | None
     detail: str
     degradation: str = "noise25"
+    model: str = "conv3d_t5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +418,7 @@ def _row(method: str, label: str, out: Clip, clean: Clip, fps: float | None) -> 
 
 
 def _camera_checks(section: Section, ours: Row, rows: dict[str, Row]) -> list[Check]:
-    """Issue 14's targets on the camera track, for the default model."""
+    """Issue 14's targets on the camera track, for the model of row ``ours``."""
     gain = ours.psnr - rows["degraded"].psnr
     detail = f"{gain:+.2f} dB ({ours.psnr:.2f} vs {rows['degraded'].psnr:.2f} dB)"
     key = section.degradation
@@ -443,13 +450,19 @@ def _camera_checks(section: Section, ours: Row, rows: dict[str, Row]) -> list[Ch
 
 def check_targets(section: Section) -> list[Check]:
     """The issues' targets for ``conv3d_t5``: on the sigma 25 section (issue 1's), and on the camera
-    track (issue 14's); none when that model did not run."""
+    track (issue 14's), where the camera profile's model (:data:`CAMERA_PROFILE`) is held to them too;
+    none for a model that did not run."""
     rows = {r.method: r for r in section.rows}
+    if section.degradation != "noise25":
+        return [
+            dataclasses.replace(check, model=name)
+            for name in ("conv3d_t5", CAMERA_PROFILE)
+            if name in rows
+            for check in _camera_checks(section, rows[name], rows)
+        ]
     ours = rows.get("conv3d_t5")
     if ours is None:
         return []
-    if section.degradation != "noise25":
-        return _camera_checks(section, ours, rows)
     degraded, multi, single = rows["degraded"], rows["nlmeans_multi"], rows.get("conv3d_t1")
     gain = ours.psnr - degraded.psnr
     speedup = ours.fps / multi.fps if ours.fps and multi.fps else 0.0
@@ -618,10 +631,12 @@ def format_table(report: QualityReport) -> str:
                 f"{r.label:<{width}}  {r.psnr:>8.2f}  {r.ssim:>6.4f}  {r.flicker:>+8.3f}  {_fps(r.fps):>8}"
             )
     lines += ["", *(f"note: {n}" for n in report.notes)]
-    if report.checks:
-        gaussian = all(c.degradation == "noise25" for c in report.checks)
-        lines += ["", f"targets for ours Conv3d T=5{' at Gaussian noise sigma 25' if gaussian else ''}:"]
-        for c in report.checks:
+    for model in dict.fromkeys(c.model for c in report.checks):
+        checks = [c for c in report.checks if c.model == model]
+        gaussian = all(c.degradation == "noise25" for c in checks)
+        who = "ours Conv3d T=5" if model == "conv3d_t5" else f"the camera profile's {model}"
+        lines += ["", f"targets for {who}{' at Gaussian noise sigma 25' if gaussian else ''}:"]
+        for c in checks:
             verdict = "SKIP" if c.passed is None else "PASS" if c.passed else "FAIL"
             lines.append(f"  {verdict}  {c.target}: {c.detail}" + (f" [{c.clip}]" if many else ""))
     lines.append(f"total {report.wall_s:.1f} s")

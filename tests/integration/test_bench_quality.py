@@ -16,6 +16,7 @@ from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.metrics import psnr
 from streamer.bench.quality import (
+    CAMERA_PROFILE,
     DEFAULT_MODELS,
     Row,
     Section,
@@ -124,6 +125,18 @@ def test_the_camera_track_compresses_adds_sensor_noise_keeps_clean_and_runs_ffmp
     assert set(checks) == {"crf30", "crf35", "crf40", "camera", "clean"}
     assert all(c["passed"] in (True, False) for c in checks.values())
     assert "targets for ours Conv3d T=5:" in capsys.readouterr().out
+
+
+def test_the_camera_profiles_model_is_held_to_the_camera_targets_too(
+    grey_clip: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    models = ["--model", f"conv3d_t5={TEMPORAL_FILTER}", "--model", f"{CAMERA_PROFILE}={TEMPORAL_FILTER}"]
+    argv = ["--clip", str(grey_clip), *models, "--track", "camera", "--frames", "6", "--no-progress"]
+    assert run_bench("quality", argv) == 0
+    out = capsys.readouterr().out
+    assert "targets for ours Conv3d T=5:" in out
+    profile = out.split(f"targets for the camera profile's {CAMERA_PROFILE}:")[1]
+    assert len([line for line in profile.splitlines() if line.startswith("  ")]) == 5
 
 
 def test_an_unknown_track_is_refused_naming_the_known_ones(grey_clip: Path) -> None:
