@@ -116,8 +116,10 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--init",
         type=Path,
+        action="append",
         help="start from the leading slices of this checkpoint's weights, or of an exported Conv3d's "
-        "(a narrower model takes each layer's first channels)",
+        "(a narrower model takes each layer's first channels); repeatable, a later one overwriting what "
+        "an earlier one gave",
     )
     p.add_argument(
         "--init-lr-scale",
@@ -153,7 +155,7 @@ def _run_train(args: argparse.Namespace) -> int:
         camera=args.camera,
         teacher=None if args.teacher is None else str(args.teacher),
         distill=args.distill,
-        init=None if args.init is None else str(args.init),
+        init=tuple(str(path) for path in args.init or ()),
         init_lr_scale=args.init_lr_scale,
     )
     result = train(

@@ -25,6 +25,7 @@ import onnxruntime as ort
 import torch
 from onnx import numpy_helper
 
+from export.contract import STRENGTH
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.models.conv3d import Conv3dEnhancer
@@ -59,6 +60,7 @@ def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
             features=fuse.shape[0],
             channels=weights["down.weight"].shape[0],
             blocks=blocks,
+            strength=any(i.name == STRENGTH for i in graph.graph.input),
         )
         state = {k: torch.from_numpy(v.copy()) for k, v in weights.items() if k in module.state_dict()}
         state["embed.weight"] = torch.from_numpy(entry.reshape(entry.shape[0], 12, 1, 1, 1).copy())
@@ -167,9 +169,13 @@ def _check_streaming(module: StreamingEnhancer, path: Path, encoder_path: Path) 
 def _check(module: Conv3dEnhancer, path: Path) -> None:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     frames = np.random.default_rng(0).random((1, module.t, 3, 64, 96), dtype=np.float32)
-    (expected,) = session.run(None, {session.get_inputs()[0].name: frames})
+    feeds = {session.get_inputs()[0].name: frames}
+    strength = (torch.full((1, 1), 20.0),) if module.takes_strength else ()
+    if strength:
+        feeds[STRENGTH] = strength[0].numpy()
+    (expected,) = session.run(None, feeds)
     with torch.no_grad():
-        got = module(torch.from_numpy(frames)).numpy()
+        got = module(torch.from_numpy(frames), *strength).numpy()
     error = float(np.abs(got - expected).max())
     if error > PARITY_TOLERANCE:
         raise ModelError(

@@ -85,8 +85,10 @@ class TrainConfig:
     """An exported window model (float NTCHW) whose outputs are a second target (distillation)."""
     distill: float = 1.0
     """Weight of the teacher term in the loss."""
-    init: str | None = None
-    """A checkpoint or exported Conv3d whose weights' leading slices start the model (warm start)."""
+    init: tuple[str, ...] = ()
+    """Checkpoints or exported Conv3ds whose weights' leading slices start the model (warm start), in
+    turn: a later one overwrites what an earlier one gave (a recurrence from one model, a spatial path
+    from another)."""
     init_lr_scale: float = 1.0
     """The learning rate of the tensors ``init`` gave, as a share of ``lr``."""
     camera: float = 0.0
@@ -187,14 +189,13 @@ def train(
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
     module = build_model(config.arch, dict(config.model))
-    copied: list[str] = []
-    if config.init is not None:
+    copied: set[str] = set()
+    for source in config.init:
         # Also on resume, where the checkpoint then overwrites the weights: the names set the rates.
-        copied = warm_start(module, init_weights(config.init, module))
+        names = warm_start(module, init_weights(source, module))
+        copied.update(names)
         if payload is None:
-            logger.info(
-                "warm start from %s: %d of %d tensors", config.init, len(copied), len(module.state_dict())
-            )
+            logger.info("warm start from %s: %d of %d tensors", source, len(names), len(module.state_dict()))
     named = dict(module.named_parameters())
     groups = [{"params": [p for name, p in named.items() if name not in copied], "lr": config.lr}]
     given = [p for name, p in named.items() if name in copied]
@@ -289,6 +290,9 @@ def _cosine(steps: int, floor: float, step: int) -> float:
 
 def _config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     known = {f.name for f in dataclasses.fields(TrainConfig)}
+    init = raw.get("init")
+    # Checkpoints before repeatable --init stored one path or None.
+    raw = {**raw, "init": () if init is None else (init,) if isinstance(init, str) else tuple(init)}
     unknown = set(raw) - known
     if unknown:
         raise ModelError(

@@ -95,13 +95,19 @@ def test_init_lr_scale_sets_the_rate_of_the_given_tensors_apart_from_the_new_one
     start = tmp_path / "start"
     first = train(TINY, start, progress=False)
     config = dataclasses.replace(
-        TINY, model={**TINY.model, "strength": True}, init=str(first.checkpoint), init_lr_scale=0.0
+        TINY, model={**TINY.model, "strength": True}, init=(str(first.checkpoint),), init_lr_scale=0.0
     )
     result = train(config, tmp_path / "run", progress=False)
     before, after = load_checkpoint(first.checkpoint)["model"], load_checkpoint(result.checkpoint)["model"]
     # At 0x the copied tensors stay as they were; the strength's conditioning, new, learned.
     assert all(torch.equal(after[name], tensor) for name, tensor in before.items())
     assert after["condition.2.weight"].abs().max() > 0
+    # Two sources in turn: the second overwrites what the first gave, the rest keeps the first's.
+    other = train(dataclasses.replace(TINY, seed=1), tmp_path / "other", progress=False)
+    second = load_checkpoint(other.checkpoint)["model"]
+    both = dataclasses.replace(config, init=(str(first.checkpoint), str(other.checkpoint)), steps=1)
+    merged = load_checkpoint(train(both, tmp_path / "both", progress=False).checkpoint)["model"]
+    assert all(torch.equal(merged[name], tensor) for name, tensor in second.items())
     with pytest.raises(ConfigError, match=r"init_lr_scale is a share of lr, 0\.\.1; got 2"):
         train(dataclasses.replace(config, init_lr_scale=2.0), tmp_path / "bad", progress=False)
 
@@ -217,7 +223,7 @@ def test_a_cheaper_tier_starts_from_the_teachers_filters_and_learns_from_its_out
 
     student = {"t": 5, "position": "center", "half": 16, "quarter": 0, "fused": 16, "refine": 8, "blocks": 1}
     config = dataclasses.replace(
-        TINY, arch="streaming", model=student, steps=2, teacher=str(DEFAULT_MODEL), init=str(DEFAULT_MODEL)
+        TINY, arch="streaming", model=student, steps=2, teacher=str(DEFAULT_MODEL), init=(str(DEFAULT_MODEL),)
     )
     module = build_model("streaming", student)
     copied = warm_start(module, init_weights(DEFAULT_MODEL, module))

@@ -389,6 +389,23 @@ def test_a_conv3d_export_is_rebuilt_from_its_onnx_file(tmp_path: Path) -> None:
         conv3d_from_onnx(tmp_path / "s.onnx")
 
 
+def test_a_conv3d_with_a_strength_is_rebuilt_with_its_conditioning(tmp_path: Path) -> None:
+    from export.onnx_export import export_onnx
+    from export.recover import conv3d_from_onnx
+    from streamer.models.conv3d import Conv3dEnhancer
+
+    torch.manual_seed(0)
+    window = Conv3dEnhancer(t=3, embed=4, features=8, channels=8, blocks=1, strength=True)
+    with torch.no_grad():
+        for p in window.condition.parameters():  # type: ignore[union-attr]
+            p.normal_(0.0, 0.1)  # trained: the strength moves the output
+    export_onnx(window, tmp_path / "s.onnx", name="s", real_frames=False)
+    rebuilt = conv3d_from_onnx(tmp_path / "s.onnx")
+    assert rebuilt.takes_strength
+    for key, value in window.state_dict().items():
+        assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
+
+
 def test_a_streaming_export_is_rebuilt_from_its_graphs_and_starts_a_separable_tier(tmp_path: Path) -> None:
     from export.distill import init_weights, warm_start
     from export.recover import main, rebuild, streaming_from_onnx
