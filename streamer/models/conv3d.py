@@ -79,19 +79,29 @@ class StrengthCondition(nn.Sequential):
         return film[:, :f], film[:, f : 2 * f], film[:, 2 * f : 2 * f + c], film[:, 2 * f + c :]
 
 
-def strength_film(
-    condition: StrengthCondition | None, strength: torch.Tensor | None, b: int, owner: str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """The FiLM terms of a model built with a strength input (``condition``); None for one without. A
-    strength given to the one or missing from the other is a ConfigError naming ``owner``."""
+def two_scales(
+    half: torch.Tensor,
+    down: nn.Module,
+    condition: StrengthCondition | None,
+    strength: torch.Tensor | None,
+    owner: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused features at 1/2 resolution and, through ``down``, at 1/4, each activated; a model built
+    with a strength input (``condition``) scales and shifts each before its activation. A strength given
+    to a model without the input, or missing from one with it, is a ConfigError naming ``owner``."""
     if (condition is None) != (strength is None):
         raise ConfigError(
             f"{owner} takes a strength exactly when built with strength=True (this one: "
             f"{condition is not None}); pass one per window, or none"
         )
-    if condition is None or strength is None:
-        return None
-    return condition.film(strength, b)
+    film = None if condition is None or strength is None else condition.film(strength, half.shape[0])
+    if film is not None:
+        half = half * (1.0 + film[0]) + film[1]
+    half = activation(half)
+    quarter = down(half)
+    if film is not None:
+        quarter = quarter * (1.0 + film[2]) + film[3]
+    return half, activation(quarter)
 
 
 class Conv3dEnhancer(nn.Module):
@@ -179,15 +189,9 @@ class Conv3dEnhancer(nn.Module):
         frames = F.conv2d(x.reshape(b * t, c, h, w), k, bias, stride=2)
         frames = frames.reshape(b, t * self.embed_channels, h // 2, w // 2)
         fuse = self.fuse.weight.permute(0, 2, 1, 3, 4).reshape(self.features, t * self.embed_channels, 3, 3)
-        half = F.conv2d(frames, fuse, self.fuse.bias, padding=1)
-        film = strength_film(self.condition, strength, b, "Conv3dEnhancer")
-        if film is not None:
-            half = half * (1.0 + film[0]) + film[1]
-        half = activation(half)
-        quarter = self.down(half)
-        if film is not None:
-            quarter = quarter * (1.0 + film[2]) + film[3]
-        quarter = self.body(activation(quarter))
+        fused = F.conv2d(frames, fuse, self.fuse.bias, padding=1)
+        half, quarter = two_scales(fused, self.down, self.condition, strength, "Conv3dEnhancer")
+        quarter = self.body(quarter)
         y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
         y = self.head(activation(self.refine(y)))
         return x[:, self.slot] + F.pixel_shuffle(y, 2)

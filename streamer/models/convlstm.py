@@ -37,7 +37,7 @@ from torch import nn
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import ResidualBlock, StrengthCondition, activation, strength_film
+from streamer.models.conv3d import ResidualBlock, StrengthCondition, activation, two_scales
 from streamer.models.convgru import StateSpec
 
 __all__ = ["ConvLSTMEnhancer"]
@@ -149,15 +149,8 @@ class ConvLSTMEnhancer(nn.Module):
         bias = cast(torch.Tensor, self.embed.bias) - 0.5 * k.sum(dim=(1, 2, 3))
         embedded = F.conv2d(frame, k, bias, stride=2)
         embedded = embedded + self.embed_previous(torch.cat([(before - 0.5) * valid, valid], dim=1))
-        half = F.conv2d(embedded, self.fuse.weight[:, :, 0], self.fuse.bias, padding=1)
-        film = strength_film(self.condition, strength, x.shape[0], "ConvLSTMEnhancer")
-        if film is not None:
-            half = half * (1.0 + film[0]) + film[1]
-        half = activation(half)
-        quarter = self.down(half)
-        if film is not None:
-            quarter = quarter * (1.0 + film[2]) + film[3]
-        quarter = activation(quarter)
+        fused = F.conv2d(embedded, self.fuse.weight[:, :, 0], self.fuse.bias, padding=1)
+        half, quarter = two_scales(fused, self.down, self.condition, strength, "ConvLSTMEnhancer")
         i, f, o, g = self.gates(torch.cat([quarter, hidden], dim=1)).chunk(4, dim=1)
         cell_next = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
         hidden_next = torch.sigmoid(o) * torch.tanh(cell_next)
