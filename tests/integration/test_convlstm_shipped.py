@@ -5,6 +5,7 @@ left such a block halfway between its two values; the guard must keep it as the 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from streamer.assets import ASSETS
 from streamer.backend.onnx import OnnxBackend
@@ -18,8 +19,9 @@ def _flipping_blocks(rng: np.random.Generator) -> np.ndarray:
     return frame[None, None]
 
 
-def test_a_block_that_flips_between_black_and_white_is_not_blended_with_its_last_value() -> None:
-    backend = OnnxBackend(ASSETS / "convlstm.onnx")
+@pytest.mark.parametrize("name", ["convlstm", "convlstm_strength"])
+def test_a_block_that_flips_between_black_and_white_is_not_blended_with_its_last_value(name: str) -> None:
+    backend = OnnxBackend(ASSETS / f"{name}.onnx")
     try:
         rng = np.random.default_rng(0)
         state = backend.initial_state(1, 64, 160)
