@@ -25,7 +25,6 @@ import numpy.typing as npt
 
 from export.camera import CameraModel, damage
 from streamer.bench.roundtrip import x264_roundtrip
-from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError
 from streamer.samples import sample_clip
 
@@ -187,10 +186,6 @@ class Batch:
 
     clean: npt.NDArray[np.float32]
     noisy: npt.NDArray[np.float32]
-    strength: npt.NDArray[np.float32]
-    """(B, 1): each sequence's noise sigma as ``streamer.core.noise`` reads it off the degraded first
-    frame, which is what ``model.strength: auto`` feeds a model at run time: Gaussian noise reads as its
-    sigma, compressed or clean frames as about 0..1, so the strength tells noise from compression."""
 
 
 @dataclass(slots=True)
@@ -257,15 +252,12 @@ class TrainingData:
         rng = np.random.default_rng([self.seed, step])
         clean = np.empty((size, length, crop, crop, 3), dtype=np.uint8)
         noisy = np.empty((size, length, crop, crop, 3), dtype=np.float32)
-        strength = np.empty((size, 1), dtype=np.float32)
         for i in range(size):
             clean[i], noisy[i] = self._sample(rng, length, crop)
-            strength[i] = noise_sigma(noisy[i, 0].astype(np.uint8))
         to_tensor = (0, 1, 4, 2, 3)
         return Batch(
             clean=np.ascontiguousarray(clean.transpose(to_tensor), dtype=np.float32) / np.float32(255),
             noisy=np.ascontiguousarray(noisy.transpose(to_tensor)) / np.float32(255),
-            strength=strength,
         )
 
     def _sample(self, rng: np.random.Generator, length: int, crop: int) -> tuple[Frames, np.ndarray]:

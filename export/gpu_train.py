@@ -40,9 +40,17 @@ from torch import nn
 from export.checkpoint import CHECKPOINT, FORMAT, save_checkpoint
 from export.cli import parse_model_args
 from export.datapack import DataPack, load_pack
-from export.objective import LOSSES, count_macs, enhance_clip, is_recurrent, psnr, training_loss, zero_states
+from export.objective import (
+    LOSSES,
+    count_macs,
+    enhance_clip,
+    is_recurrent,
+    noise_strengths,
+    psnr,
+    training_loss,
+    zero_states,
+)
 from export.sequences import DEGRADATION, Motion, SequenceSampler
-from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError, StreamerError
 from streamer.models.registry import build
 
@@ -231,10 +239,7 @@ class _Run:
     def strength(self, first: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """For a model that takes a strength, what ``model.strength: auto`` would feed each sequence: the
         noise estimate (``streamer.core.noise``) of its first degraded frame, (B, 3, H, W) in [0, 1]."""
-        if not getattr(self.module, "takes_strength", False):
-            return ()
-        pixels = (first * 255.0).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-        return (torch.tensor([[noise_sigma(frame)] for frame in pixels], device=first.device),)
+        return (noise_strengths(first),) if getattr(self.module, "takes_strength", False) else ()
 
     def sync(self) -> None:
         if self.device.type == "cuda":

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from streamer.backend.base import Layout
+from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "count_macs",
     "enhance_clip",
     "is_recurrent",
+    "noise_strengths",
     "psnr",
     "training_loss",
     "window_input",
@@ -46,6 +48,15 @@ def psnr(output: torch.Tensor, target: torch.Tensor) -> float:
 def is_recurrent(module: nn.Module) -> bool:
     """Whether ``module`` declares recurrent states (``state_specs``), which its forward takes and returns."""
     return len(getattr(module, "state_specs", ())) > 0
+
+
+def noise_strengths(frames: torch.Tensor) -> torch.Tensor:
+    """(B, 3, H, W) in [0, 1] -> (B, 1): each frame's noise sigma as ``streamer.core.noise`` reads it,
+    which is what ``model.strength: auto`` feeds a model live. Both trainers give a model that takes a
+    strength this of each sequence's first degraded frame: Gaussian noise reads as its sigma, compressed
+    or clean frames as about 0..1, so the strength tells noise from compression."""
+    pixels = (frames.detach() * 255.0).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+    return torch.tensor([[noise_sigma(p)] for p in pixels], dtype=torch.float32, device=frames.device)
 
 
 def zero_states(module: nn.Module, frames: torch.Tensor) -> list[torch.Tensor]:

@@ -34,6 +34,7 @@ from export.objective import (
     LOSSES,
     enhance_clip,
     is_recurrent,
+    noise_strengths,
     psnr,
     training_loss,
     window_input,
@@ -114,17 +115,15 @@ def build_model(arch: str, model: dict[str, Any]) -> nn.Module:
     return module
 
 
-def _forward(
-    model: nn.Module, noisy: torch.Tensor, strength: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(model: nn.Module, noisy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Model outputs and the matching clean-frame indices for a (B, L, 3, H, W) sequence batch.
 
     Window models see the first T frames and enhance their output slot; recurrent models enhance every
-    frame of the sequence, unrolled from zero states; either is given the (B, 1) ``strength`` if it
-    takes one.
+    frame of the sequence, unrolled from zero states; either is given each sequence's strength
+    (``noise_strengths`` of its first frame) if it takes one.
     """
     module: Any = model  # the registry's attributes (t, layout) are not nn.Module's
-    extra = (strength,) if getattr(module, "takes_strength", False) else ()
+    extra = (noise_strengths(noisy[:, 0]),) if getattr(module, "takes_strength", False) else ()
     if is_recurrent(module):
         states = zero_states(module, noisy[:, :1])
         outputs = []
@@ -241,7 +240,7 @@ def train(
         started = time.perf_counter()
         batch = data.batch(step, config.batch, length, config.crop)
         noisy, clean = torch.from_numpy(batch.noisy), torch.from_numpy(batch.clean)
-        output, index = _forward(module, noisy, torch.from_numpy(batch.strength))
+        output, index = _forward(module, noisy)
         target = clean[:, index]
         loss = training_loss(config.loss, output, target)
         if teacher is not None:
