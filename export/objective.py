@@ -15,7 +15,6 @@ from torch import nn
 
 from streamer.backend.base import Layout
 from streamer.core.noise import noise_sigma
-from streamer.errors import ConfigError
 
 __all__ = [
     "LOSSES",
@@ -76,10 +75,9 @@ def enhance_clip(model: nn.Module, noisy: torch.Tensor, strength: float | None =
     """
     module: Any = model  # the registry's attributes (t, layout, output_position) are not nn.Module's
     n = noisy.shape[0]
+    # A model that takes a strength and is given none says so itself (a ConfigError naming it).
     extra: tuple[torch.Tensor, ...] = ()
-    if getattr(module, "takes_strength", False):
-        if strength is None:
-            raise ConfigError("this model takes a strength: pass the noise sigma (0..255) it should remove")
+    if strength is not None and getattr(module, "takes_strength", False):
         extra = (torch.full((1, 1), float(strength), device=noisy.device),)
     if is_recurrent(module):
         states = zero_states(module, noisy[None, :1])

@@ -27,6 +27,7 @@ __all__ = [
     "ResidualBlock",
     "StrengthCondition",
     "activation",
+    "two_scales",
 ]
 
 CONDITION = 16
