@@ -564,6 +564,35 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     profile.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
     profile.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     profile.set_defaults(func=_profile)
+    speed = kinds.add_parser(
+        "speed",
+        help="several models' fps alone at one frame size, side by side in alternating rounds",
+        description="Times each model alone (batch 1, one call at a time, a stream's steady state: a "
+        "recurrent model one frame per step, a window model its whole window) once per round, in an order "
+        "rotated each round, and prints each model's median fps and its median per-round ratio to the "
+        "baseline; checks issue 13's target that every recurrent model is at least as fast as the baseline.",
+    )
+    speed.add_argument(
+        "--model",
+        action="append",
+        metavar="ONNX",
+        help="a model to time, a path or shipped:NAME, repeatable (default: shipped convlstm_strength, "
+        "convlstm, conv3d_t1, conv3d_t5)",
+    )
+    speed.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="the model the others are divided by, by its name (default: conv3d_t5 if timed, else the last)",
+    )
+    speed.add_argument("--size", default="640x360", metavar="WxH", help="frame size (640x360)")
+    speed.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads per model (2)")
+    speed.add_argument("--rounds", type=int, default=7, help="rounds; each times every model once (7)")
+    speed.add_argument(
+        "--seconds", type=float, default=2.0, help="at least this long per model per round (2.0)"
+    )
+    speed.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    speed.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    speed.set_defaults(func=_speed)
     for kind in kinds.choices.values():
         kind.set_defaults(func=_under_isa(kind.get_default("func")))
 
@@ -597,6 +626,12 @@ def _memory(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     from streamer.bench.profile import run_from_args
+
+    return run_from_args(args)
+
+
+def _speed(args: argparse.Namespace) -> int:
+    from streamer.bench.speed import run_from_args
 
     return run_from_args(args)
 

@@ -140,7 +140,7 @@ class ConvLSTMEnhancer(nn.Module):
         previous: torch.Tensor,
         strength: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        frame = x[:, 0]
+        frame = x.squeeze(1)  # a Squeeze, where x[:, 0] exported as a Gather that copied the frame
         before, valid = previous[:, :3], previous[:, 3:]
         # As conv3d_t1: space-to-depth x2 and the 1x1 embedding as one 2x2 stride-2 convolution, the
         # centring (x - 0.5) folded into its bias; the previous frame (centred, zeros when there is
@@ -148,7 +148,12 @@ class ConvLSTMEnhancer(nn.Module):
         k = self.embed.weight.reshape(self.embed_channels, 3, 2, 2)
         bias = cast(torch.Tensor, self.embed.bias) - 0.5 * k.sum(dim=(1, 2, 3))
         embedded = F.conv2d(frame, k, bias, stride=2)
-        embedded = embedded + self.embed_previous(torch.cat([(before - 0.5) * valid, valid], dim=1))
+        # The previous frame is zero wherever its valid plane is (the zero state; every state the model
+        # returns has valid 1), so (before - 0.5) * valid is before - 0.5 * valid: its centring folds
+        # into the valid plane's weights and the state is read as it is, with no full-resolution work.
+        p = self.embed_previous.weight
+        p = torch.cat([p[:, :3], p[:, 3:] - 0.5 * p[:, :3].sum(dim=1, keepdim=True)], dim=1)
+        embedded = embedded + F.conv2d(previous, p, self.embed_previous.bias, stride=2)
         fused = F.conv2d(embedded, self.fuse.weight[:, :, 0], self.fuse.bias, padding=1)
         half, quarter = two_scales(fused, self.down, self.condition, strength, "ConvLSTMEnhancer")
         i, f, o, g = self.gates(torch.cat([quarter, hidden], dim=1)).chunk(4, dim=1)
@@ -157,10 +162,20 @@ class ConvLSTMEnhancer(nn.Module):
         quarter = self.body(self.merge(torch.cat([quarter, hidden_next], dim=1)))
         y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
         y = activation(self.refine(y))
-        current = frame + F.pixel_shuffle(self.head(y), 2)
+        # head (12 maps) and blend (4) as one convolution of 16 maps and one depth-to-space: CPU kernels
+        # compute output channels in blocks of 16, so apart they cost two blocks where one holds both.
+        both = F.conv2d(
+            y,
+            torch.cat([self.head.weight, self.blend.weight]),
+            torch.cat([cast(torch.Tensor, self.head.bias), cast(torch.Tensor, self.blend.bias)]),
+            padding=1,
+        )
+        shuffled = F.pixel_shuffle(both, 2)
+        residual, blend = shuffled[:, :3], shuffled[:, 3:]
+        current = frame + residual
         change = (current - before).abs().amax(dim=1, keepdim=True)
-        still = (1.0 - change / self.guard).clamp(0.0, 1.0)
-        weight = torch.sigmoid(F.pixel_shuffle(self.blend(y), 2)) * valid * still
+        still = (1.0 - change * (1.0 / self.guard)).clamp(0.0, 1.0)
+        weight = torch.sigmoid(blend) * valid * still
         out = current + weight * (before - current)
-        previous_next = torch.cat([out.clamp(0.0, 1.0), torch.ones_like(valid)], dim=1)
+        previous_next = F.pad(out.clamp(0.0, 1.0), (0, 0, 0, 0, 0, 1), value=1.0)
         return out, hidden_next, cell_next, previous_next

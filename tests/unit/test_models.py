@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F  # noqa: N812
 
 from export.distill import warm_start
-from export.objective import zero_states
+from export.objective import count_macs, zero_states
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
@@ -20,6 +21,7 @@ from streamer.models import (
     architecture_of,
     build,
 )
+from streamer.models.conv3d import activation
 from streamer.models.convlstm import BLEND_BIAS
 
 TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}
@@ -214,6 +216,59 @@ def test_convlstm_blends_in_the_previous_frame_where_it_is_close_and_never_where
     assert (after(0.25) - (alone + weight * (0.25 - alone))).abs().max() < 1e-3
     # A change of the guard or more (a block flipping from dark to light) takes nothing of it.
     assert torch.equal(after(0.8), alone)
+
+
+def test_convlstm_graph_rewrites_compute_what_its_layers_say() -> None:
+    """The forward folds the previous frame's centring into embed_previous and runs head and blend as
+    one convolution, for speed; with every weight random it is still the layers applied as named."""
+    h, w = 20, 28
+    torch.manual_seed(0)
+    model = ConvLSTMEnhancer(**TINY_LSTM).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.2)
+    x = torch.rand(2, 1, 3, h, w)
+    hidden, cell = torch.randn(2, 6, h // 4, w // 4), torch.randn(2, 6, h // 4, w // 4)
+    previous = torch.cat([torch.rand(2, 3, h, w), torch.ones(2, 1, h, w)], dim=1)
+    previous[1] = 0  # the zero state beside a carried one
+    m = model
+    with torch.no_grad():
+        out, hidden_next, cell_next, previous_next = model(x, hidden, cell, previous)
+        frame, before, valid = x[:, 0], previous[:, :3], previous[:, 3:]
+        embedded = F.conv2d(frame - 0.5, m.embed.weight.reshape(4, 3, 2, 2), m.embed.bias, stride=2)
+        embedded = embedded + m.embed_previous(torch.cat([(before - 0.5) * valid, valid], dim=1))
+        half = activation(m.fuse(embedded[:, :, None])[:, :, 0])
+        quarter = activation(m.down(half))
+        i, f, o, g = m.gates(torch.cat([quarter, hidden], dim=1)).chunk(4, dim=1)
+        c = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+        hid = torch.sigmoid(o) * torch.tanh(c)
+        quarter = m.body(m.merge(torch.cat([quarter, hid], dim=1)))
+        y = activation(m.refine(activation(half + F.pixel_shuffle(m.up(quarter), 2))))
+        current = frame + F.pixel_shuffle(m.head(y), 2)
+        still = (1 - (current - before).abs().amax(dim=1, keepdim=True) / m.guard).clamp(0, 1)
+        weight = torch.sigmoid(F.pixel_shuffle(m.blend(y), 2)) * valid * still
+        expected = current + weight * (before - current)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(hidden_next, hid, atol=1e-5, rtol=0)
+    torch.testing.assert_close(cell_next, c, atol=1e-5, rtol=0)
+    torch.testing.assert_close(previous_next, torch.cat([out.clamp(0, 1), torch.ones_like(valid)], 1))
+
+
+def test_count_macs_counts_the_convolutions_applied_as_functions_too() -> None:
+    """conv3d's embedding and Conv3d run as F.conv2d on reshaped weights; the count once missed them."""
+    t, h, w = 3, 16, 32
+    model = Conv3dEnhancer(t=t, **TINY_CONV3D).eval()
+    half, quarter = h * w // 4, h * w // 16
+    expected = (
+        t * 12 * 4 * half  # embed (space-to-depth and 1x1), per frame
+        + t * 4 * 8 * 9 * half  # the Conv3d over all T
+        + 8 * 8 * 9 * quarter  # down
+        + 2 * 8 * 8 * 9 * quarter  # one residual block
+        + 8 * 32 * quarter  # up
+        + 8 * 8 * 9 * half  # refine
+        + 8 * 12 * 9 * half  # head
+    )
+    assert count_macs(model, (torch.rand(1, t, 3, h, w),)) == expected
 
 
 def test_convlstm_gates_start_with_a_forget_bias_of_one() -> None:
