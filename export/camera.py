@@ -13,7 +13,7 @@ high-order degradation model is the pattern; this is a first order of it, for vi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
 import cv2
@@ -74,6 +74,10 @@ class CameraModel:
     spread_sigma: tuple[float, float] = (0.5, 1.2)
     compressed: float = 0.9
     """Share of damaged draws that go through the encoder."""
+    noiseless: float = 0.0
+    """Share of damaged draws with no sensor noise, always encoded: a camera in good light, whose stream
+    shows the encoder's damage alone (the quality bench's compressed-only track). 0 draws as before it
+    existed, so earlier runs' data is made again as it was."""
     crf: tuple[int, int] = (23, 40)
     gop: tuple[int, int] = (25, 60)
     bframes: tuple[int, int] = (0, 2)
@@ -81,7 +85,7 @@ class CameraModel:
     def draw(self, rng: np.random.Generator) -> CameraDamage:
         if rng.random() < self.clean:
             return NO_DAMAGE
-        return CameraDamage(
+        how = CameraDamage(
             blur=float(rng.uniform(*self.blur)),
             scale=float(rng.uniform(*self.scale)) if rng.random() < self.rescale else 1.0,
             read_sigma=float(rng.uniform(*self.read_sigma)),
@@ -91,6 +95,10 @@ class CameraModel:
             gop=int(rng.integers(self.gop[0], self.gop[1] + 1)),
             bframes=int(rng.integers(self.bframes[0], self.bframes[1] + 1)),
         )
+        if self.noiseless > 0 and rng.random() < self.noiseless:
+            crf = how.crf if how.crf is not None else int(rng.integers(self.crf[0], self.crf[1] + 1))
+            how = replace(how, read_sigma=0.0, shot=0.0, spread=0.0, crf=crf)
+        return how
 
 
 def damage(clip: Frames, how: CameraDamage, rng: np.random.Generator, fps: int = 25) -> Frames:

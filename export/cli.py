@@ -105,6 +105,13 @@ def _add_train(subparsers: Any) -> None:
         "noise, x264 CRF 23..40), from 3 draws per clip made at start (default: 0)",
     )
     p.add_argument(
+        "--camera-noiseless",
+        type=float,
+        default=0.0,
+        help="of those camera draws, the share with no sensor noise, always encoded: a camera in good light, "
+        "whose stream shows the encoder's damage alone (default: 0)",
+    )
+    p.add_argument(
         "--teacher",
         type=Path,
         help="an exported window model (float NTCHW, e.g. conv3d_t5.onnx) whose outputs are a second "
@@ -153,6 +160,7 @@ def _run_train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         clip_frames=args.clip_frames,
         camera=args.camera,
+        camera_noiseless=args.camera_noiseless,
         teacher=None if args.teacher is None else str(args.teacher),
         distill=args.distill,
         init=tuple(str(path) for path in args.init or ()),

@@ -178,6 +178,8 @@ class Degradation:
     """Noise added before encoding: what a noisy camera's stream looks like after the link."""
     camera: float = 0.0
     """Damaged as a camera does (``export.camera``); the other shares are scaled into what is left."""
+    camera_noiseless: float = 0.0
+    """Of the camera draws, the share with no sensor noise: the encoder's damage alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +231,7 @@ class TrainingData:
 
     def _encode_all(self, rng: np.random.Generator) -> None:
         if self.degradation.camera > 0:
-            cameras = CameraModel()
+            cameras = CameraModel(noiseless=self.degradation.camera_noiseless)
             for source in self.sources[1:]:
                 _, h, w, _ = source.clean.shape
                 even = np.ascontiguousarray(source.clean[:, : h - h % 2, : w - w % 2])

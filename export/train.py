@@ -95,6 +95,8 @@ class TrainConfig:
     camera: float = 0.0
     """Share of sequences damaged as a camera does (``export.camera``), the rest as ``export.data``'s
     default degradations are shared."""
+    camera_noiseless: float = 0.0
+    """Of the camera draws, the share with no sensor noise (good light: the encoder's damage alone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +230,7 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     data = TrainingData(
         seed=config.seed,
-        degradation=Degradation(camera=config.camera),
+        degradation=Degradation(camera=config.camera, camera_noiseless=config.camera_noiseless),
         clip_frames=config.clip_frames,
         photo_frames=config.photo_frames,
     )
@@ -310,6 +312,10 @@ def _check_config(config: TrainConfig) -> None:
         )
     if not 0.0 <= config.camera <= 1.0:
         raise ConfigError(f"camera is a share of the training sequences, 0..1; got {config.camera}")
+    if not 0.0 <= config.camera_noiseless <= 1.0:
+        raise ConfigError(
+            f"camera_noiseless is a share of the camera draws, 0..1; got {config.camera_noiseless}"
+        )
     if not config.distill >= 0:
         raise ConfigError(f"distill must be >= 0, got {config.distill}")
     if not config.lr > 0:

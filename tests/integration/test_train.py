@@ -16,6 +16,7 @@ from export.cli import main
 from export.data import CAMERA_DRAWS, HELDOUT_CLIP, TRAIN_CLIPS, Degradation, TrainingData, heldout_clip
 from export.objective import noise_strengths
 from export.train import CHECKPOINT, TrainConfig, load_checkpoint, train
+from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError, ModelError
 
 pytestmark = pytest.mark.slow
@@ -54,6 +55,20 @@ def test_camera_damaged_batches_are_seeded_and_come_from_each_clips_damaged_copi
     assert a.noisy.shape == (4, 4, 3, 24, 24)
     # every sequence is one of the precomputed copies (a tenth of draws are clean: those equal the clip)
     assert np.abs(a.noisy - a.clean).mean() > 0.0
+
+
+def test_noiseless_camera_draws_are_the_encoders_damage_alone_and_a_bad_share_is_refused(
+    tmp_path: Path,
+) -> None:
+    degradation = Degradation(camera=1.0, camera_noiseless=1.0)
+    data = TrainingData(seed=3, degradation=degradation, clip_frames=8, photo_frames=8)
+    noisy = TrainingData(seed=3, degradation=Degradation(camera=1.0), clip_frames=8, photo_frames=8)
+    # Every damaged copy is encoded but carries no sensor noise: the estimate reads it as almost clean.
+    quiet = [noise_sigma(copy[0]) for source in data.sources[1:] for copy in source.camera]
+    loud = [noise_sigma(copy[0]) for source in noisy.sources[1:] for copy in source.camera]
+    assert float(np.median(quiet)) < 1.5 < float(np.median(loud))
+    with pytest.raises(ConfigError, match=r"camera_noiseless is a share of the camera draws, 0\.\.1; got 2"):
+        train(dataclasses.replace(TINY, camera_noiseless=2.0), tmp_path / "bad", progress=False)
 
 
 def test_each_sequence_carries_the_strength_the_runtimes_noise_estimate_would_give_it() -> None:

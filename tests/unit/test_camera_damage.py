@@ -35,6 +35,19 @@ def test_draws_are_seeded_and_span_what_cameras_do() -> None:
     assert any(d.spread > 0 for d in draws)
 
 
+def test_noiseless_draws_are_encoded_without_sensor_noise_and_zero_keeps_the_old_draws() -> None:
+    model = CameraModel(noiseless=0.5)
+    draws = [model.draw(np.random.default_rng(seed)) for seed in range(300)]
+    damaged = [d for d in draws if d != NO_DAMAGE]
+    quiet = [d for d in damaged if d.read_sigma == 0 and d.shot == 0]
+    assert 0.35 < len(quiet) / len(damaged) < 0.65
+    assert all(d.crf is not None and d.spread == 0 for d in quiet)
+    # The share is drawn after everything else: a draw it leaves noisy is the draw made without it.
+    before = [CameraModel().draw(np.random.default_rng(seed)) for seed in range(300)]
+    assert all(d == b for d, b in zip(draws, before, strict=True) if d not in quiet)
+    assert all(b.read_sigma > 0 for b in before if b != NO_DAMAGE)
+
+
 def test_no_damage_leaves_the_clip_as_it_is() -> None:
     frames = clip()
     np.testing.assert_array_equal(damage(frames, NO_DAMAGE, np.random.default_rng(0)), frames)
