@@ -3,7 +3,8 @@
 A shipped model whose training checkpoint was not kept can still be re-exported (as a streaming
 model, in INT8, in a newer graph form) or fine-tuned (``streamer train --init MODEL.onnx``).
 A ``Conv3dEnhancer``'s graph holds every weight, most under their PyTorch names; the embedding and the
-Conv3d were reshaped at export and are read back from the first two convolutions. A
+Conv3d were reshaped at export and are read back from the first two convolutions, and ``up`` from
+the transposed convolution it runs as (files exported before that keep it by name). A
 ``StreamingEnhancer``'s two graphs hold every weight under its name; its constructor's arguments are in
 the fusion graph's ``streamer.architecture`` metadata, or in the model card beside files exported
 before that was written. The result is checked against the file with onnxruntime before it is used, so
@@ -63,6 +64,8 @@ def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
             strength=any(i.name == STRENGTH for i in graph.graph.input),
         )
         state = {k: torch.from_numpy(v.copy()) for k, v in weights.items() if k in module.state_dict()}
+        if "up.weight" not in state:  # exported since ``up`` runs as a transposed convolution
+            state |= _up_from_transposed(weights, graph, module.features)
         state["embed.weight"] = torch.from_numpy(entry.reshape(entry.shape[0], 12, 1, 1, 1).copy())
         e = module.embed_channels
         fuse5 = fuse.reshape(fuse.shape[0], t, e, 3, 3).transpose(0, 2, 1, 3, 4)
@@ -76,6 +79,20 @@ def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
     module.eval()
     _check(module, path)
     return module
+
+
+def _up_from_transposed(
+    weights: dict[str, np.ndarray], graph: onnx.ModelProto, features: int
+) -> dict[str, torch.Tensor]:
+    """``up``'s 1x1 weight and bias from the transposed convolution ``up_transposed`` exported: its
+    kernel (C + 1, F, 2, 2) holds the four taps of each of the F maps, the bias in the last row."""
+    (node,) = (n for n in graph.graph.node if n.op_type == "ConvTranspose")
+    kernel = weights[node.input[1]]
+    taps = kernel[:-1].transpose(1, 2, 3, 0).reshape(4 * features, -1)
+    return {
+        "up.weight": torch.from_numpy(np.ascontiguousarray(taps)[:, :, None, None]),
+        "up.bias": torch.from_numpy(kernel[-1].reshape(4 * features).copy()),
+    }
 
 
 def streaming_from_onnx(path: Path) -> StreamingEnhancer:

@@ -575,9 +575,9 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     speed.add_argument(
         "--model",
         action="append",
-        metavar="ONNX",
-        help="a model to time, a path or shipped:NAME, repeatable (default: shipped convlstm_strength, "
-        "convlstm, conv3d_t1, conv3d_t5)",
+        metavar="[NAME=]ONNX",
+        help="a model to time, a path or shipped:NAME, with NAME= before it to name it in the table, "
+        "repeatable (default: shipped convlstm_strength, convlstm, conv3d_t1, conv3d_t5)",
     )
     speed.add_argument(
         "--baseline",

@@ -86,7 +86,7 @@ def targets(rows: Sequence[SpeedRow], baseline: str) -> list[Target]:
 
 
 def compare(
-    paths: Sequence[Path],
+    models: Sequence[tuple[str | None, Path]],
     width: int,
     height: int,
     threads: int,
@@ -96,10 +96,11 @@ def compare(
     progress: bool = True,
 ) -> tuple[dict[str, list[float]], dict[str, bool], str]:
     """Each model's fps per round, timed in turn, the order rotated by one model each round; whether
-    each is recurrent; the baseline (``baseline``, else conv3d_t5 where timed, else the last model)."""
-    backends = [OnnxBackend(path, threads=threads, workers=1) for path in paths]
+    each is recurrent; the baseline (``baseline``, else conv3d_t5 where timed, else the last model).
+    ``models``: (name, path) pairs, a name of None taking the model's own."""
+    backends = [OnnxBackend(path, threads=threads, workers=1) for _, path in models]
     try:
-        names = [b.info.name for b in backends]
+        names = [name or b.info.name for (name, _), b in zip(models, backends, strict=True)]
         if len(set(names)) != len(names):
             raise ConfigError(f"bench speed: two models share a name ({', '.join(names)}); give each once")
         if baseline is None:
@@ -107,14 +108,14 @@ def compare(
         if baseline not in names:
             raise ConfigError(f"--baseline {baseline!r} is not one of the models given: {', '.join(names)}")
         fps: dict[str, list[float]] = {name: [] for name in names}
+        named = list(zip(names, backends, strict=True))
         for r in range(rounds):
-            order = backends[r % len(backends) :] + backends[: r % len(backends)]
-            for backend in order:
-                fps[backend.info.name].append(model_fps(backend, width, height, seconds=seconds))
+            for name, backend in named[r % len(named) :] + named[: r % len(named)]:
+                fps[name].append(model_fps(backend, width, height, seconds=seconds))
             if progress:
                 figures = ", ".join(f"{n} {v[-1]:.1f}" for n, v in fps.items())
                 print(f"round {r + 1}/{rounds}: {figures}", flush=True)
-        return fps, {b.info.name: bool(b.info.state) for b in backends}, baseline
+        return fps, {name: bool(b.info.state) for name, b in named}, baseline
     finally:
         for backend in backends:
             backend.close()
@@ -166,6 +167,17 @@ def format_markdown(rows: Sequence[SpeedRow], baseline: str, size: str, args: An
     return "\n".join(lines) + "\n"
 
 
+def _model(text: str) -> tuple[str | None, Path]:
+    """``--model``: a path, ``shipped:NAME``, or either after ``NAME=`` to name it in the table."""
+    name, sep, where = text.partition("=")
+    if not sep or SHIPPED_PREFIX in name or "/" in name:
+        name, where = "", text
+    path = Path(resolve_shipped(where))
+    if not path.is_file():
+        raise ConfigError(f"--model {where!r} is not a file; give an ONNX model or shipped:NAME")
+    return name or None, path
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     width, height = parse_size(args.size, "--size")
     if not 1 <= args.threads <= 256:
@@ -175,14 +187,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     if not 0.05 <= args.seconds <= 60:
         raise ConfigError(f"--seconds must be in 0.05..60; got {args.seconds}")
     given = args.model or [SHIPPED_PREFIX + name for name in DEFAULT_MODELS]
-    paths = [Path(resolve_shipped(m)) for m in given]
-    for path in paths:
-        if not path.is_file():
-            raise ConfigError(f"--model {str(path)!r} is not a file; give an ONNX model or shipped:NAME")
+    models = [_model(text) for text in given]
     started = time.monotonic()
     watch = LoadWatch()
     fps, recurrent, baseline = compare(
-        paths, width, height, args.threads, args.rounds, args.seconds, args.baseline
+        models, width, height, args.threads, args.rounds, args.seconds, args.baseline
     )
     rows = speed_rows(fps, recurrent, baseline)
     machine = watch.machine()

@@ -28,6 +28,7 @@ __all__ = [
     "StrengthCondition",
     "activation",
     "two_scales",
+    "up_transposed",
 ]
 
 CONDITION = 16
@@ -40,6 +41,18 @@ def activation(x: torch.Tensor) -> torch.Tensor:
     """Leaky ReLU: with plain ReLU, training at lr 1e-3 stalled as units died."""
     out: torch.Tensor = F.leaky_relu(x, 0.1)
     return out
+
+
+def up_transposed(up: nn.Conv2d, q: torch.Tensor) -> torch.Tensor:
+    """``pixel_shuffle(up(q), 2)`` for a 1x1 ``up`` of 4F maps, as one transposed convolution, which
+    onnxruntime runs 2-3x faster than the 1x1 and the depth-to-space (3.5 ms of a 360p frame's 52 on
+    2 cores): the 1x1's four outputs per map are the 2x2 kernel's taps, and its bias, which differs
+    per tap, comes in through a channel of ones."""
+    f = up.out_channels // 4
+    weight = up.weight[:, :, 0, 0].reshape(f, 2, 2, -1).permute(3, 0, 1, 2)
+    bias = cast(torch.Tensor, up.bias).reshape(1, f, 2, 2)
+    ones = torch.ones_like(q[:, :1])
+    return F.conv_transpose2d(torch.cat([q, ones], dim=1), torch.cat([weight, bias]), stride=2)
 
 
 class ResidualBlock(nn.Module):
@@ -193,6 +206,6 @@ class Conv3dEnhancer(nn.Module):
         fused = F.conv2d(frames, fuse, self.fuse.bias, padding=1)
         half, quarter = two_scales(fused, self.down, self.condition, strength, "Conv3dEnhancer")
         quarter = self.body(quarter)
-        y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
+        y = activation(half + up_transposed(self.up, quarter))
         y = self.head(activation(self.refine(y)))
         return x[:, self.slot] + F.pixel_shuffle(y, 2)

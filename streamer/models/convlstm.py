@@ -37,7 +37,7 @@ from torch import nn
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import ResidualBlock, StrengthCondition, activation, two_scales
+from streamer.models.conv3d import ResidualBlock, StrengthCondition, activation, two_scales, up_transposed
 from streamer.models.convgru import StateSpec
 
 __all__ = ["ConvLSTMEnhancer"]
@@ -160,7 +160,7 @@ class ConvLSTMEnhancer(nn.Module):
         cell_next = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
         hidden_next = torch.sigmoid(o) * torch.tanh(cell_next)
         quarter = self.body(self.merge(torch.cat([quarter, hidden_next], dim=1)))
-        y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
+        y = activation(half + up_transposed(self.up, quarter))
         y = activation(self.refine(y))
         # head (12 maps) and blend (4) as one convolution of 16 maps and one depth-to-space: CPU kernels
         # compute output channels in blocks of 16, so apart they cost two blocks where one holds both.

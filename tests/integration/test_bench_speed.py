@@ -16,16 +16,17 @@ def test_the_shipped_models_are_timed_in_rounds_and_compared_to_conv3d_t5(
 ) -> None:
     out = tmp_path / "speed.json"
     argv = ["--size", "64x48", "--rounds", "2", "--seconds", "0.05", "--json", str(out)]
-    assert run_bench("speed", [*argv, "--model", "shipped:convlstm", "--model", "shipped:conv3d_t5"]) == 0
+    models = ["--model", "lstm=shipped:convlstm", "--model", "shipped:conv3d_t5"]
+    assert run_bench("speed", [*argv, *models]) == 0
     data = json.loads(out.read_text())
     assert data["baseline"] == "conv3d_t5"
     rows = {row["model"]: row for row in data["rows"]}
-    assert set(rows) == {"convlstm", "conv3d_t5"}
-    assert rows["convlstm"]["recurrent"]
+    assert set(rows) == {"lstm", "conv3d_t5"}
+    assert rows["lstm"]["recurrent"]
     assert not rows["conv3d_t5"]["recurrent"]
     assert all(len(row["fps"]) == 2 and min(row["fps"]) > 0 for row in rows.values())
     assert rows["conv3d_t5"]["ratio"] == 1.0
-    assert [t["name"] for t in data["targets"]] == ["convlstm at least conv3d_t5's fps"]
+    assert [t["name"] for t in data["targets"]] == ["lstm at least conv3d_t5's fps"]
     assert data["targets"][0]["verdict"] in {"PASS", "FAIL"}
     table = capsys.readouterr().out
     assert "round 2/2" in table
@@ -41,6 +42,7 @@ def test_the_shipped_models_are_timed_in_rounds_and_compared_to_conv3d_t5(
         (["--model", "shipped:nope"], "no shipped model 'nope'"),
         (["--model", "/nonexistent.onnx"], "is not a file"),
         (["--model", "shipped:conv3d_t1", "--baseline", "conv3d_t5"], "--baseline 'conv3d_t5' is not one"),
+        (["--model", "shipped:conv3d_t1", "--model", "shipped:conv3d_t1"], "two models share a name"),
     ],
 )
 def test_bad_flags_are_one_line(argv: list[str], match: str) -> None:

@@ -264,7 +264,7 @@ def test_count_macs_counts_the_convolutions_applied_as_functions_too() -> None:
         + t * 4 * 8 * 9 * half  # the Conv3d over all T
         + 8 * 8 * 9 * quarter  # down
         + 2 * 8 * 8 * 9 * quarter  # one residual block
-        + 8 * 32 * quarter  # up
+        + (8 + 1) * 32 * quarter  # up, transposed, its bias through a channel of ones
         + 8 * 8 * 9 * half  # refine
         + 8 * 12 * 9 * half  # head
     )

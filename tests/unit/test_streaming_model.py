@@ -389,6 +389,28 @@ def test_a_conv3d_export_is_rebuilt_from_its_onnx_file(tmp_path: Path) -> None:
         conv3d_from_onnx(tmp_path / "s.onnx")
 
 
+def test_a_conv3d_exported_before_up_ran_transposed_is_rebuilt_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files written before ``up_transposed`` hold ``up`` by name, a 1x1 and a depth-to-space."""
+    from export.onnx_export import export_onnx
+    from export.recover import conv3d_from_onnx
+    from streamer.models import conv3d
+
+    def plain(up: torch.nn.Conv2d, q: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pixel_shuffle(up(q), 2)
+
+    window = _conv3d()
+    with monkeypatch.context() as patch:
+        patch.setattr(conv3d, "up_transposed", plain)
+        export_onnx(window, tmp_path / "old.onnx", name="old", real_frames=False)
+    ops = [node.op_type for node in onnx.load(tmp_path / "old.onnx").graph.node]
+    assert "ConvTranspose" not in ops
+    rebuilt = conv3d_from_onnx(tmp_path / "old.onnx")
+    for key, value in window.state_dict().items():
+        assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
+
+
 def test_a_conv3d_with_a_strength_is_rebuilt_with_its_conditioning(tmp_path: Path) -> None:
     from export.onnx_export import export_onnx
     from export.recover import conv3d_from_onnx
