@@ -31,9 +31,9 @@ from tests.integration.triton_server import TOKEN, TOKEN_ENV, TritonServer, serv
 
 pytestmark = pytest.mark.slow
 
-MODELS = ("temporal_filter_t5", "convlstm", "stream_t5_quarter_sep")
+MODELS = ("temporal_filter_t5", "convlstm", "stream_t5_quarter_sep", "convlstm_strength")
 """A window model (float tensors), a recurrent one (state in each request), a streaming one (uint8
-frames, two Triton models)."""
+frames, two Triton models), and one that takes a strength (a (B, 1) input beside the states)."""
 
 
 def _repo(folder: Path, models: tuple[str, ...]) -> Path:
@@ -108,7 +108,8 @@ def test_the_contract_is_read_from_the_server(server: TritonServer) -> None:
         local = OnnxBackend(ASSETS / f"{name}.onnx")
         try:
             assert remote.info.provider == f"Triton({server.url})"
-            for field in ("name", "t", "layout", "output_position", "value_range", "pad_multiple", "state"):
+            fields = ("name", "t", "layout", "output_position", "value_range", "pad_multiple", "state")
+            for field in (*fields, "strength", "strength_default"):
                 assert getattr(remote.info, field) == getattr(local.info, field), (name, field)
             assert remote.info.features == local.info.features
         finally:
@@ -131,6 +132,31 @@ def test_a_recurrent_model_carries_its_state_through_the_server_as_it_does_local
             assert np.array_equal(out, expected)
             for a, b in zip(mine, theirs, strict=True):
                 np.testing.assert_allclose(a, b, atol=1e-5)
+    finally:
+        remote.close()
+        local.close()
+
+
+def test_each_streams_strength_reaches_the_model_through_the_server_as_it_does_locally(
+    server: TritonServer,
+) -> None:
+    remote = TritonBackend(server.url, "convlstm_strength")
+    local = OnnxBackend(ASSETS / "convlstm_strength.onnx")
+    rng = np.random.default_rng(2)
+    strengths = [5.0, 40.0]
+    try:
+        assert remote.info.strength
+        mine, theirs = remote.initial_state(2, 48, 64), local.initial_state(2, 48, 64)
+        for _ in range(4):
+            frames = np.clip(128 + rng.normal(0, 25, (2, 1, 3, 48, 64)), 0, 255).astype(np.uint8)
+            out, mine = remote.step(frames, mine, strengths)
+            expected, theirs = local.step(frames, theirs, strengths)
+            assert np.array_equal(out, expected)
+        # The strength is the model's input, not ignored on the way: another one gives another frame.
+        start = remote.initial_state(2, 48, 64)
+        gentle, _ = remote.step(frames, start, [5.0, 5.0])
+        strong, _ = remote.step(frames, start, [40.0, 40.0])
+        assert not np.array_equal(gentle, strong)
     finally:
         remote.close()
         local.close()
