@@ -20,7 +20,7 @@ from torch import nn
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import ResidualBlock, activation
+from streamer.models.conv3d import ResidualBlock, activation, up_transposed
 
 __all__ = ["ConvGRUEnhancer", "StateSpec"]
 
@@ -105,6 +105,6 @@ class ConvGRUEnhancer(nn.Module):
         n = torch.tanh(self.candidate(torch.cat([f, r * h], dim=1)))
         h_next = (1 - z) * h + z * n
         quarter = self.body(activation(self.merge(torch.cat([f, h_next], dim=1))))
-        y = activation(half + F.pixel_shuffle(self.up(quarter), 2))
+        y = activation(half + up_transposed(self.up, quarter))
         y = self.head(activation(self.refine(y)))
         return frame + F.pixel_shuffle(y, 2), h_next
