@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import numpy.typing as npt
 
-from streamer.backend.base import Backend, FrameFeatures, State
+from streamer.backend.base import Backend, CachedWindow, FrameFeatures, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.core.card import no_signal_card
 from streamer.core.features import FeatureCache, FeatureCacheStats
@@ -494,7 +494,7 @@ class Pipeline:
         if self.tile is not None and max(width, height) > self.tile and not backend.info.state:
             width, height = min(width, self.tile), min(height, self.tile)
         started = time.monotonic()
-        await asyncio.to_thread(backend.warm_up, width, height)
+        await asyncio.to_thread(backend.warm_up, width, height, self.max_batch)
         log.info(
             "stream %s: model %s warmed up at %dx%d on %s in %.0f ms",
             self.source.stream_id,
@@ -658,8 +658,12 @@ class Pipeline:
                 self._model_calls += len(admitted)
                 self._batches[1] += len(admitted)
             else:
-                windows = [w.window for w in admitted if w.window is not None]
-                results = await self.scheduler.infer(self._key, windows)
+                if self._through_cache(admitted[0].frame):
+                    cached = [self._cached(w) for w in admitted]
+                    results = await self.scheduler.infer_cached(self._key, cached)
+                else:
+                    windows = [w.window for w in admitted if w.window is not None]
+                    results = await self.scheduler.infer(self._key, windows)
                 frames = [w.frame.with_pixels(r.pixels) for w, r in zip(admitted, results, strict=True)]
                 for result in results:
                     if result.call != self._last_call:
@@ -703,6 +707,8 @@ class Pipeline:
             try:
                 if self._one_at_a_time(work.frame):
                     await self.scheduler.call(lambda: self._one(work))
+                elif self._through_cache(work.frame):
+                    await self.scheduler.infer_cached(key, [self._cached(work)])
                 else:
                     await self.scheduler.infer(key, [window])
             except StreamerError as err:
@@ -726,7 +732,17 @@ class Pipeline:
         """Windows that run one by one on the model's thread rather than batched through the scheduler:
         a recurrent model's ordered steps, a streaming model's cached features, tiled frames."""
         info = self.backend.info
-        return bool(info.state) or info.streaming or info.device_frames or self._needs_tiles(frame)
+        return bool(info.state) or info.streaming or self._needs_tiles(frame)
+
+    def _through_cache(self, frame: Frame) -> bool:
+        """Windows batched with other streams' through the stream's cache: frames kept on the device."""
+        return self.backend.info.device_frames and not self._needs_tiles(frame)
+
+    def _cached(self, work: _Work) -> CachedWindow:
+        window = work.window
+        assert window is not None
+        crop = None if work.region is None else work.region.crop
+        return CachedWindow(window, work.run, self._features, crop, self._features_lock)
 
     def _one(self, work: _Work) -> Frame:
         """One window on the model's thread."""
@@ -765,8 +781,7 @@ class Pipeline:
         return work.frame.with_pixels(out)
 
     def _fuse(self, work: _Work) -> Frame:
-        """One streaming-model window, on the model's thread: its frames are encoded once per run (or,
-        for a window model with frames on the device, uploaded once)."""
+        """One streaming-model window, on the model's thread: its frames are encoded once per run."""
         window = work.window
         assert window is not None
         crop = None if work.region is None else work.region.crop

@@ -4,8 +4,9 @@ Each stream's pipeline submits the windows it wants enhanced and awaits them; a 
 the pure :class:`~streamer.core.batching.FairBatcher` when a batch is due and which windows it holds,
 and runs it on one of the model's worker threads (stacking, inference and the copy back to (H, W, C)
 all stay off the event loop); a backend sized for ``workers`` calls at once gets that many threads and
-that many batches in flight. A batch that fails is retried window by window, so one stream's bad window
-fails that stream alone.
+that many batches in flight. Windows that go through their stream's cache (frames kept on the device)
+are batched alike, each carrying its stream's cache (``infer_cached``). A batch that fails is retried
+window by window, so one stream's bad window fails that stream alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from streamer.backend.base import Backend
+from streamer.backend.base import Backend, CachedWindow
 from streamer.core.batching import FairBatcher
 from streamer.core.stats import DurationRecorder
 from streamer.errors import ConfigError, ModelUnavailableError
@@ -66,6 +67,7 @@ class SchedulerStats:
 class _Request:
     window: Hyperframe
     future: asyncio.Future[BatchResult]
+    cached: CachedWindow | None = None
 
 
 class InferenceScheduler:
@@ -111,16 +113,26 @@ class InferenceScheduler:
 
     async def infer(self, stream: str, windows: Sequence[Hyperframe]) -> list[BatchResult]:
         """The enhanced target frame of each window, in order; raises what the model raised on them."""
+        return await self._submit(stream, [(window, None) for window in windows])
+
+    async def infer_cached(self, stream: str, windows: Sequence[CachedWindow]) -> list[BatchResult]:
+        """As ``infer``, for windows that go through their stream's cache (``enhance_cached_batch``)."""
+        return await self._submit(stream, [(cached.window, cached) for cached in windows])
+
+    async def _submit(
+        self, stream: str, windows: Sequence[tuple[Hyperframe, CachedWindow | None]]
+    ) -> list[BatchResult]:
         if self._closed:
             raise RuntimeError(f"the scheduler of model {self.backend.info.name!r} is closed")
         loop = asyncio.get_running_loop()
         self._start(loop)
         now = time.monotonic()
         futures = []
-        for window in windows:
+        for window, cached in windows:
             future: asyncio.Future[BatchResult] = loop.create_future()
-            shape = (window.t, window.target_frame.height, window.target_frame.width)
-            self._batcher.submit(stream, _Request(window, future), shape, now)
+            # only windows of one shape, and of one kind, share a call
+            key = (window.t, window.target_frame.height, window.target_frame.width, cached is not None)
+            self._batcher.submit(stream, _Request(window, future, cached), key, now)
             futures.append(future)
         assert self._wake is not None
         self._wake.set()
@@ -235,6 +247,9 @@ class InferenceScheduler:
             self._on_call(size, seconds)
 
     def _infer_blocking(self, requests: list[_Request]) -> list[Pixels]:
+        cached = [r.cached for r in requests if r.cached is not None]
+        if cached:
+            return self.backend.enhance_cached_batch(cached)
         batch = np.stack([r.window.pixels() for r in requests])
         strength = [r.window.strength for r in requests]
         return [np.ascontiguousarray(out.transpose(1, 2, 0)) for out in self.backend.infer(batch, strength)]

@@ -25,6 +25,7 @@ from streamer.frame import Hyperframe, Pixels
 
 __all__ = [
     "Backend",
+    "CachedWindow",
     "ChannelOrder",
     "Declared",
     "FeatureSpec",
@@ -42,6 +43,18 @@ State = tuple[npt.NDArray[np.float32], ...]
 FrameFeatures = tuple[npt.NDArray[np.float32], ...]
 """One frame's feature maps from a streaming model's encoder, each (C, H/scale, W/scale), in the order
 of ``ModelInfo.features``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedWindow:
+    """A window to enhance through its stream's cache, with ``enhance_cached``'s arguments: what a
+    batch of such windows, from several streams, carries per window (``enhance_cached_batch``)."""
+
+    window: Hyperframe
+    run: int
+    cache: FeatureCache[FrameFeatures]
+    crop: tuple[int, int, int, int] | None = None
+    guard: contextlib.AbstractContextManager[object] | None = None
 
 
 class Layout(enum.Enum):
@@ -186,9 +199,10 @@ class Backend(abc.ABC):
         """The zero state for ``batch`` streams of frames H x W; () for stateless models."""
         return ()
 
-    def warm_up(self, width: int, height: int) -> None:
+    def warm_up(self, width: int, height: int, batch: int = 1) -> None:
         """One call at this frame size on the path live frames take, so the first of them does not wait
-        for the runtime's lazy work (cuDNN's algorithm search, TensorRT's engine build: seconds)."""
+        for the runtime's lazy work (cuDNN's algorithm search, TensorRT's engine build: seconds).
+        ``batch``: the most windows a call will take, for a backend with a graph per batch size."""
         window = np.zeros((1, self.info.t, 3, height, width), np.uint8)
         if self.info.state:
             self.step(window, self.initial_state(1, height, width))
@@ -288,6 +302,10 @@ class Backend(abc.ABC):
         ]
         enhanced: Pixels = self.fuse([window_features], target[None], [window.strength])[0]
         return enhanced
+
+    def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Pixels]:
+        """``enhance_cached`` of each window; a backend that can run them in one call does."""
+        return [self.enhance_cached(w.window, w.run, w.cache, w.crop, w.guard) for w in windows]
 
     @abc.abstractmethod
     def close(self) -> None:

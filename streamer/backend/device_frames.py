@@ -8,6 +8,13 @@ streaming model's feature maps are kept; one graph takes the window's T frames, 
 model wants (``streamer.layout.to_model_nodes``, the layout's graph form), scales them, runs the model
 and hands back the uint8 frame (``run``), through IO binding, so nothing but one frame comes down.
 
+Windows of several streams share one call (``run_batch``): the batch graph concatenates each slot's
+frames along the batch axis first. A graph's inputs are fixed, so there is one session per batch size,
+made when first needed (or by ``warm``), for powers of two only: a batch in between repeats its last
+window up to the next (a GPU's call costs more than a window's pixels at these sizes, and each session
+keeps its own memory arena, so fewer sizes keep less). Each output comes down straight into a numpy buffer
+of its own (bound, so onnxruntime makes no copy of its own).
+
 The same graph runs on the CPU provider, where device memory is host memory: CI tests this path
 against the host path (``OnnxBackend(device_frames=True)``). Making the graph needs the onnx package
 (in the CUDA image; the CPU image, which has no use for this path, leaves it out), imported only here.
@@ -27,16 +34,26 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.backend.base import ModelInfo
-from streamer.errors import BackendError, ModelError
+from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.layout import from_model_nodes, to_model_nodes
 
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["DeviceFrames", "Transfers", "device_of", "graph_tools_missing", "window_graph"]
+__all__ = [
+    "DeviceFrames",
+    "Transfers",
+    "batch_size",
+    "device_of",
+    "frame_input",
+    "graph_tools_missing",
+    "window_graph",
+]
 
 _PIXELS = "streamer.pixels"
 _FRAME = "streamer.frame_{}"
+_ROW_FRAME = "streamer.window_{}.frame_{}"
+_SLOT = "streamer.slot"
 
 
 def device_of(provider: str) -> str:
@@ -49,13 +66,21 @@ def graph_tools_missing() -> bool:
     return importlib.util.find_spec("onnx") is None
 
 
-def window_graph(model: onnx.ModelProto, info: ModelInfo) -> onnx.ModelProto:
-    """``model`` taking its window as T frames (``streamer.frame_0`` ...), each (1, H, W, 3) uint8
-    RGB, and giving the (1, H*scale, W*scale, 3) uint8 RGB frame ``streamer.pixels``; normalisation
-    folded in where the model takes floats. Changed in place and returned."""
+def frame_input(slot: int, row: int, batch: int) -> str:
+    """The window graph's input for the frame in ``slot`` of the window in ``row`` of a batch."""
+    return _FRAME.format(slot) if batch == 1 else _ROW_FRAME.format(row, slot)
+
+
+def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onnx.ModelProto:
+    """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, H, W, 3)
+    uint8 RGB, and giving the (batch, H*scale, W*scale, 3) uint8 RGB frames ``streamer.pixels``;
+    normalisation folded in where the model takes floats. Changed in place and returned."""
     from onnx import TensorProto, helper
 
     from streamer.fold import fold_uint8_io
+
+    if batch < 1:
+        raise ConfigError(f"a window graph takes at least one window; got a batch of {batch}")
 
     graph = model.graph
     if info.uint8_input != info.uint8_output:
@@ -66,19 +91,32 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo) -> onnx.ModelProto:
     if not info.uint8_input:
         fold_uint8_io(model, info.value_range)
     window, made = graph.input[0], graph.output[0]
-    frames = [_FRAME.format(k) for k in range(info.t)]
-    head, head_consts = to_model_nodes(frames, info.layout, info.channel_order, window.name)
+    inputs = [frame_input(k, b, batch) for b in range(batch) for k in range(info.t)]
+    rows: list[onnx.NodeProto] = []
+    slots = [_FRAME.format(k) for k in range(info.t)]
+    if batch > 1:  # each slot's frames, one per window, stacked along the batch axis
+        slots = [f"{_SLOT}_{k}" for k in range(info.t)]
+        rows = [
+            helper.make_node("Concat", [frame_input(k, b, batch) for b in range(batch)], [slot], axis=0)
+            for k, slot in enumerate(slots)
+        ]
+    head, head_consts = to_model_nodes(slots, info.layout, info.channel_order, window.name)
     tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS)
-    nodes = [*head, *graph.node, *tail]
+    nodes = [*rows, *head, *graph.node, *tail]
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend([*head_consts, *tail_consts])
     graph.input.remove(window)
-    for k, name in enumerate(frames):
+    for k, name in enumerate(inputs):
         graph.input.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "H", "W", 3]))
     graph.output.remove(made)
-    graph.output.insert(0, helper.make_tensor_value_info(_PIXELS, TensorProto.UINT8, [1, "OH", "OW", 3]))
+    graph.output.insert(0, helper.make_tensor_value_info(_PIXELS, TensorProto.UINT8, [batch, "OH", "OW", 3]))
     return model
+
+
+def batch_size(rows: int) -> int:
+    """The size of the graph that runs ``rows`` windows: the power of two at or above it."""
+    return 1 << (rows - 1).bit_length()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +130,8 @@ class Transfers:
 
 
 class DeviceFrames:
-    """The window graph of one model in its own session, and the frames' trips to and from it."""
+    """The window graphs of one model, a session per batch size, and the frames' trips to and from
+    them."""
 
     def __init__(
         self,
@@ -105,27 +144,42 @@ class DeviceFrames:
         import onnx
 
         try:
-            model = onnx.load(str(path))
+            self._model = onnx.load(str(path))
         except (OSError, ValueError) as err:
             raise ModelError(f"cannot read {str(path)!r} to keep its frames on the device: {err}") from err
-        graph = window_graph(model, info)
-        settings = [dict(provider_options.get(p, {})) for p in providers]
-        try:
-            self._session = ort.InferenceSession(
-                graph.SerializeToString(),
-                sess_options=options,
-                providers=providers,
-                provider_options=settings,
-            )
-        except Exception as err:
-            raise ModelError(
-                f"onnxruntime cannot load {info.name} with its window made on the device: {err}; set "
-                "model.device_frames: false to run it on host-made windows"
-            ) from err
         self._info = info
-        self.device = device_of(self._session.get_providers()[0])
+        self._options = options
+        self._providers = providers
+        self._settings = [dict(provider_options.get(p, {})) for p in providers]
+        self._sessions: dict[int, ort.InferenceSession] = {}
+        self._opening = threading.Lock()
         self._lock = threading.Lock()
         self._uploads = self._uploaded = self._downloads = self._downloaded = 0
+        self.device = device_of(self._session(1).get_providers()[0])
+
+    def _session(self, batch: int) -> ort.InferenceSession:
+        """The session of the graph for ``batch`` windows, made on first use."""
+        with self._opening:
+            session = self._sessions.get(batch)
+            if session is not None:
+                return session
+            model = type(self._model)()
+            model.CopyFrom(self._model)
+            graph = window_graph(model, self._info, batch)
+            try:
+                session = ort.InferenceSession(
+                    graph.SerializeToString(),
+                    sess_options=self._options,
+                    providers=self._providers,
+                    provider_options=self._settings,
+                )
+            except Exception as err:
+                raise ModelError(
+                    f"onnxruntime cannot load {self._info.name} with its window made on the device "
+                    f"(batch {batch}): {err}; set model.device_frames: false to run it on host-made windows"
+                ) from err
+            self._sessions[batch] = session
+            return session
 
     def transfers(self) -> Transfers:
         with self._lock:
@@ -141,21 +195,44 @@ class DeviceFrames:
 
     def run(self, frames: Sequence[ort.OrtValue]) -> npt.NDArray[np.uint8]:
         """The enhanced (H*scale, W*scale, 3) frame of the window of ``frames``, in slot order."""
-        binding = self._session.io_binding()
-        for k, value in enumerate(frames):
-            binding.bind_ortvalue_input(_FRAME.format(k), value)
-        binding.bind_output(_PIXELS, "cpu")
-        try:
-            self._session.run_with_iobinding(binding)
-        except Exception as err:
-            shape = frames[0].shape() if frames else None
-            raise BackendError(
-                f"onnxruntime failed running {self._info.name} on a window of frames {shape} kept on the "
-                f"device: {err}"
-            ) from err
-        (out,) = binding.copy_outputs_to_cpu()
-        pixels: npt.NDArray[np.uint8] = out[0]
-        with self._lock:
-            self._downloads += 1
-            self._downloaded += pixels.nbytes
+        pixels: npt.NDArray[np.uint8] = self.run_batch([frames])[0]
         return pixels
+
+    def run_batch(self, windows: Sequence[Sequence[ort.OrtValue]]) -> npt.NDArray[np.uint8]:
+        """The enhanced (B, H*scale, W*scale, 3) frames of ``windows`` (frames of one size), in one call."""
+        rows = len(windows)
+        t = self._info.t
+        if not windows or any(len(frames) != t for frames in windows):
+            raise FrameError(
+                f"model {self._info.name} takes windows of T={t} frames; got {[len(w) for w in windows]}"
+            )
+        batch = batch_size(rows)
+        session = self._session(batch)
+        _, h, w, _ = windows[0][0].shape()
+        s = self._info.scale
+        out = np.empty((batch, h * s, w * s, 3), np.uint8)
+        binding = session.io_binding()
+        for b in range(batch):
+            for k, value in enumerate(windows[min(b, rows - 1)]):
+                binding.bind_ortvalue_input(frame_input(k, b, batch), value)
+        binding.bind_output(_PIXELS, "cpu", 0, np.uint8, list(out.shape), out.ctypes.data)
+        try:
+            session.run_with_iobinding(binding)
+        except Exception as err:
+            raise BackendError(
+                f"onnxruntime failed running {self._info.name} on {rows} window(s) of frames {w}x{h} kept "
+                f"on the device: {err}"
+            ) from err
+        with self._lock:  # a batch filled up with repeats brings those down too
+            self._downloads += batch
+            self._downloaded += out.nbytes
+        return out[:rows]
+
+    def warm(self, frame: ort.OrtValue, batch: int) -> None:
+        """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it."""
+        size = 1
+        while True:
+            self.run_batch([[frame] * self._info.t] * size)
+            if size >= batch:
+                return
+            size *= 2

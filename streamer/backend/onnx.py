@@ -49,6 +49,7 @@ import onnxruntime as ort
 
 from streamer.backend.base import (
     Backend,
+    CachedWindow,
     ChannelOrder,
     Declared,
     FeatureSpec,
@@ -318,26 +319,52 @@ class OnnxBackend(Backend):
         device = self._device
         if device is None or tiles is not None:
             return super().enhance_cached(window, run, cache, crop, guard, tiles)
+        return self._cropped(device.run(self._device_window(device, window, run, cache, guard)), window, crop)
+
+    def _device_window(
+        self,
+        device: DeviceFrames,
+        window: Hyperframe,
+        run: int,
+        cache: FeatureCache[FrameFeatures],
+        guard: contextlib.AbstractContextManager[object] | None,
+    ) -> list[ort.OrtValue]:
+        """The window's frames in device memory, uploading those its stream's cache lacks."""
         frames = {f.index: f for f in window.frames}
         with guard if guard is not None else contextlib.nullcontext():
             for index in cache.missing(frames, run):
                 # The cache is the stream's and holds what its model makes per frame: here, device frames.
                 uploaded = device.upload(self._pad_frames(frames[index].pixels[None])[0])
                 cache.put(index, run, cast(FrameFeatures, (uploaded,)))
-            values = [cast(ort.OrtValue, cache.get(i)[0]) for i in window.indices]
+            return [cast(ort.OrtValue, cache.get(i)[0]) for i in window.indices]
+
+    def _cropped(
+        self, out: npt.NDArray[np.uint8], window: Hyperframe, crop: tuple[int, int, int, int] | None
+    ) -> Pixels:
+        """The part of a whole (padded) frame's output that the window asked for."""
         target, s = window.target_frame, self._info.scale
-        out = device.run(values)
         top, bottom, left, right = crop if crop is not None else (0, target.height, 0, target.width)
         return np.ascontiguousarray(out[top * s : bottom * s, left * s : right * s])
 
-    def warm_up(self, width: int, height: int) -> None:
-        """With frames on the device, its graph too: tiles and probes still take the host path."""
+    def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Pixels]:
+        """With frames on the device, windows of several streams (of one size) in one call: each
+        stream's new frames uploaded into its own cache, the windows made and run together."""
+        device = self._device
+        if device is None:
+            return super().enhance_cached_batch(windows)
+        values = [self._device_window(device, w.window, w.run, w.cache, w.guard) for w in windows]
+        out = device.run_batch(values)
+        return [self._cropped(pixels, w.window, w.crop) for pixels, w in zip(out, windows, strict=True)]
+
+    def warm_up(self, width: int, height: int, batch: int = 1) -> None:
+        """With frames on the device, its graphs too (one per batch size up to ``batch``): tiles and
+        probes still take the host path."""
         super().warm_up(width, height)
         device = self._device
         if device is not None:
             m = self._info.pad_multiple
             frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
-            device.run([device.upload(frame)] * self._info.t)
+            device.warm(device.upload(frame), batch)
 
     @property
     def device_frames(self) -> DeviceFrames | None:

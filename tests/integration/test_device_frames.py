@@ -17,13 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamer.app import build_pipeline
+from streamer.app import build_pipeline, build_stream
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.onnx import OnnxBackend
+from streamer.bench.gpu import pattern_window
 from streamer.config import load_config
-from streamer.errors import ConfigError
+from streamer.errors import ConfigError, FrameError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, PipelineReport
+from streamer.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.scheduler import InferenceScheduler, SchedulerStats
 from tests.onnx_models import ema_model
 
 FRAMES = 24
@@ -110,3 +112,87 @@ def test_warm_up_runs_the_device_path_once_before_the_first_frame_and_says_how_l
     assert moved.uploads == FRAMES + 1  # one zero frame, T times in its window
     assert report.frames_out == FRAMES
     assert all(np.array_equal(a.pixels, b.pixels) for a, b in zip(plain, warmed, strict=True))
+
+
+def test_windows_of_several_sizes_in_one_call_give_each_window_alone() -> None:
+    """A batch of 3 runs on the graph of 4 (its last window repeated): the same frames as one by one."""
+    backend = OnnxBackend(DEFAULT_MODEL, device_frames=True)
+    device = backend.device_frames
+    assert device is not None
+    t = backend.info.t
+    clips = [
+        np.ascontiguousarray(pattern_window(1, t, WIDTH, HEIGHT, seed=seed)[0].transpose(0, 2, 3, 1))
+        for seed in range(3)
+    ]
+    windows = [[device.upload(frame) for frame in clip] for clip in clips]
+    alone = [device.run(window) for window in windows]
+    before = device.transfers()
+    together = device.run_batch(windows)
+    moved = device.transfers()
+    assert together.shape == (3, HEIGHT, WIDTH, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(alone, together, strict=True))
+    assert moved.uploads == before.uploads  # the batch reads the frames already up
+    frame_bytes = WIDTH * HEIGHT * 3
+    assert (moved.downloads - before.downloads, moved.downloaded_bytes - before.downloaded_bytes) == (
+        4,
+        4 * frame_bytes,  # the repeat comes down too: the graph's output is its whole batch
+    )
+    with pytest.raises(FrameError, match=r"windows of T=5 frames; got \[5, 4\]"):
+        device.run_batch([windows[0], windows[1][:4]])
+
+
+def test_streams_sharing_a_model_with_frames_on_the_device_share_its_calls(tmp_path: Path) -> None:
+    """Three streams, one scheduler: windows of several streams go in one call, each stream's frames
+    uploaded once into its own cache, every frame what that stream gives alone on the host path."""
+    backend = OnnxBackend(DEFAULT_MODEL, device_frames=True)
+    seen: dict[str, list[Frame]] = {}
+
+    def stream(name: str, seed: int, scheduler: InferenceScheduler | None, device: bool) -> Pipeline:
+        source = {
+            "kind": "synthetic",
+            "frames": FRAMES,
+            "width": WIDTH,
+            "height": HEIGHT,
+            "noise_sigma": 20.0,
+            "seed": seed,
+        }
+        config = load_config(
+            None,
+            {"streams": [{"id": name, "source": source, "sink": {"kind": "null"}}], "gate.enabled": False},
+        )
+        (settings,) = config.stream_configs()
+        runtime = config.runtime.model_copy(update={"max_batch": 4, "max_wait_ms": 50.0})
+        own = backend if device else OnnxBackend(DEFAULT_MODEL, device_frames=False)
+        return build_stream(
+            settings,
+            runtime,
+            own,
+            scheduler=scheduler,
+            on_output=lambda source, frame, outcome: seen.setdefault(name, []).append(frame),
+        )
+
+    async def together() -> SchedulerStats:
+        shared = InferenceScheduler(backend, max_batch=4, max_wait_ms=50.0)
+        try:
+            await asyncio.gather(*(stream(f"s{i}", i, shared, True).run() for i in range(3)))
+        finally:
+            await shared.aclose()
+        return shared.stats()
+
+    stats = asyncio.run(together())
+    batched = {name: frames for name, frames in seen.items()}
+    seen.clear()
+    for i in range(3):
+        asyncio.run(stream(f"s{i}", i, None, False).run())
+    assert stats.windows == 3 * FRAMES
+    assert max(stats.batch_sizes) > 1  # some calls carried windows of several streams
+    for name, host in seen.items():
+        assert len(batched[name]) == len(host) == FRAMES
+        worst = max(
+            int(np.abs(a.pixels.astype(np.int16) - b.pixels.astype(np.int16)).max())
+            for a, b in zip(host, batched[name], strict=True)
+        )
+        assert worst <= 1
+    moved = backend.transfers()
+    assert moved is not None
+    assert moved.uploads == 3 * FRAMES  # each stream's frames once, whatever batch they ran in
