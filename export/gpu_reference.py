@@ -18,6 +18,7 @@ import functools
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -158,36 +159,84 @@ def measure(
     return rows
 
 
+def _profiled(run: Callable[[], object], calls: int) -> dict[str, float]:
+    """Microseconds of GPU time by kernel over ``calls`` runs, after three unprofiled ones. CUPTI sees
+    every kernel of the process, onnxruntime's CUDA provider's as well as torch's."""
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            run()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:  # the kernels themselves, not the ops that launched them
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time_total
+    return totals
+
+
+def _table(title: str, totals: dict[str, float], calls: int, count: int) -> str:
+    lines = [f"top kernels, {title}, GPU ms per call:"]
+    whole = sum(totals.values()) / calls / 1000
+    for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:count]:
+        lines.append(f"  {us / calls / 1000:8.3f}  {100 * us / calls / 1000 / whole:5.1f}%  {name[:110]}")
+    lines.append(f"  {whole:8.3f}  100.0%  all {len(totals)} kernels")
+    return "\n".join(lines)
+
+
 def top_kernels(
     path: Path, size: tuple[int, int], batch: int, dtype: str, layout: str, count: int = 15
 ) -> str:
     """The kernels that took the most GPU time over 20 forward calls at one setting, per call."""
-    from torch.profiler import DeviceType, ProfilerActivity, profile
-
     torch.backends.cudnn.benchmark = True
     memory = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     model = _placed(conv3d_from_onnx(path).eval(), DTYPES[dtype], memory)
     width, height = size
     x = torch.rand(batch, model.t, 3, height, width, device="cuda", dtype=DTYPES[dtype])
-    calls = 20
     with torch.inference_mode():
-        for _ in range(3):
-            model(x)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                model(x)
-            torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for event in prof.events():
-        if event.device_type == DeviceType.CUDA:  # the kernels themselves, not the ops that launched them
-            totals[event.name] = totals.get(event.name, 0.0) + event.device_time_total
-    lines = [f"top kernels, {width}x{height} b{batch} {dtype} {layout}, GPU ms per call:"]
-    whole = sum(totals.values()) / calls / 1000
-    for name, us in sorted(totals.items(), key=lambda kv: -kv[1])[:count]:
-        lines.append(f"  {us / calls / 1000:8.3f}  {100 * us / calls / 1000 / whole:5.1f}%  {name[:110]}")
-    lines.append(f"  {whole:8.3f}  100.0%  all kernels")
-    return "\n".join(lines)
+        totals = _profiled(lambda: model(x), 20)
+    return _table(f"torch, {width}x{height} b{batch} {dtype} {layout}", totals, 20, count)
+
+
+def onnxruntime_kernels(path: Path, size: tuple[int, int], batch: int, count: int = 15) -> str:
+    """The same table for onnxruntime's CUDA provider running the file as ``streamer bench gpu``'s
+    device path does (fp16 by onnxruntime's converter, uint8 in and out, IO binding)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from streamer.backend.onnx import OnnxBackend
+    from streamer.bench.gpu import fold_uint8_io, half_precision, pattern_window
+
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+    width, height = size
+    with tempfile.TemporaryDirectory(prefix="streamer-ref-") as folder:
+        value_range = OnnxBackend(path, providers=["CPUExecutionProvider"]).info.value_range
+        file = fold_uint8_io(half_precision(path, Path(folder)), Path(folder), value_range)
+        backend = OnnxBackend(file, providers=["CUDAExecutionProvider"], device_frames=False)
+    if backend.info.provider != "CUDAExecutionProvider":
+        return f"onnxruntime kernels: not measured (the model runs on {backend.info.provider})"
+    session = backend.session
+    feed = backend.model_input(pattern_window(batch, backend.info.t, width, height))
+    x = ort.OrtValue.ortvalue_from_numpy(feed, "cuda", 0)
+    scale = backend.info.scale
+    shape = [batch, 3, feed.shape[-2] * scale, feed.shape[-1] * scale]
+    y = ort.OrtValue.ortvalue_from_shape_and_type(shape, np.uint8, "cuda", 0)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input(session.get_inputs()[0].name, x)
+    binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
+
+    def run() -> None:
+        session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+
+    totals = _profiled(run, 20)
+    return _table(
+        f"onnxruntime {ort.__version__} CUDA, {width}x{height} b{batch} fp16 uint8", totals, 20, count
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,6 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile",
         default="1280x720:8:fp16:nhwc",
         help="SIZE:BATCH:DTYPE:LAYOUT of the kernel table; '' for none",
+    )
+    parser.add_argument(
+        "--onnxruntime",
+        default="",
+        help="SIZE:BATCH: also the kernel table of onnxruntime's CUDA provider on the model (fp16, uint8)",
     )
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
@@ -226,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         size, batch, dtype, layout = args.profile.split(":")
         print(top_kernels(args.model, _size(size), int(batch), dtype, layout))
+    if args.onnxruntime:
+        size, batch = args.onnxruntime.split(":")
+        print(onnxruntime_kernels(args.model, _size(size), int(batch)))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
     return 0

@@ -23,6 +23,7 @@ against the host path (``OnnxBackend(device_frames=True)``). Making the graph ne
 from __future__ import annotations
 
 import importlib.util
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.backend.base import ModelInfo
+from streamer.backend.host_buffers import BufferPool, cuda_host_memory
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.layout import from_model_nodes, to_model_nodes
 
@@ -46,6 +48,7 @@ __all__ = [
     "batch_size",
     "device_of",
     "frame_input",
+    "frame_output",
     "graph_tools_missing",
     "window_graph",
 ]
@@ -53,6 +56,13 @@ __all__ = [
 _PIXELS = "streamer.pixels"
 _FRAME = "streamer.frame_{}"
 _ROW_FRAME = "streamer.window_{}.frame_{}"
+DEVICE_FRAMES_KEPT = 1024
+"""Device frames of one size kept for reuse: a stream's cache holds T plus the frames of its windows in
+flight, so this covers dozens of streams (6.2 MB each at 1080p); past it, frames are allocated anew."""
+OUTPUTS_KEPT = 256
+"""Host buffers of one size kept for output frames: those in flight to the encoders of every stream."""
+STAGING_KEPT = 16
+"""Page-locked buffers of one size kept for frames on their way up: one per upload under way."""
 _SLOT = "streamer.slot"
 
 
@@ -71,11 +81,17 @@ def frame_input(slot: int, row: int, batch: int) -> str:
     return _FRAME.format(slot) if batch == 1 else _ROW_FRAME.format(row, slot)
 
 
+def frame_output(row: int, batch: int) -> str:
+    """The window graph's output for the window in ``row`` of a batch."""
+    return _PIXELS if batch == 1 else f"{_PIXELS}_{row}"
+
+
 def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onnx.ModelProto:
     """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, H, W, 3)
-    uint8 RGB, and giving the (batch, H*scale, W*scale, 3) uint8 RGB frames ``streamer.pixels``;
+    uint8 RGB, and giving each window's (1, H*scale, W*scale, 3) uint8 RGB frame
+    (:func:`frame_output`), each its own output so that each comes down into a buffer of its own;
     normalisation folded in where the model takes floats. Changed in place and returned."""
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     from streamer.fold import fold_uint8_io
 
@@ -102,6 +118,11 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
         ]
     head, head_consts = to_model_nodes(slots, info.layout, info.channel_order, window.name)
     tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS)
+    outputs = [frame_output(b, batch) for b in range(batch)]
+    if batch > 1:  # one output per window
+        ones = numpy_helper.from_array(np.ones(batch, np.int64), f"{_PIXELS}_rows")
+        tail.append(helper.make_node("Split", [_PIXELS, ones.name], outputs, axis=0))
+        tail_consts.append(ones)
     nodes = [*rows, *head, *graph.node, *tail]
     del graph.node[:]
     graph.node.extend(nodes)
@@ -110,7 +131,8 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
     for k, name in enumerate(inputs):
         graph.input.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "H", "W", 3]))
     graph.output.remove(made)
-    graph.output.insert(0, helper.make_tensor_value_info(_PIXELS, TensorProto.UINT8, [batch, "OH", "OW", 3]))
+    for b, name in enumerate(outputs):
+        graph.output.insert(b, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "OH", "OW", 3]))
     return model
 
 
@@ -156,6 +178,15 @@ class DeviceFrames:
         self._lock = threading.Lock()
         self._uploads = self._uploaded = self._downloads = self._downloaded = 0
         self.device = device_of(self._session(1).get_providers()[0])
+        memory = cuda_host_memory() if self.device == "cuda" else None
+        self._pin = None if memory is None else memory.pin
+        self._host: dict[tuple[int, ...], BufferPool] = {}
+        self._frames: dict[tuple[int, ...], list[ort.OrtValue]] = {}
+        self._pools = threading.Lock()
+        self.reuse = True
+        """Frames cross through kept (and, on a GPU, page-locked) buffers, and device frames are
+        written into kept device memory; False: fresh arrays and allocations each time (``bench gpu``
+        compares the two)."""
 
     def _session(self, batch: int) -> ort.InferenceSession:
         """The session of the graph for ``batch`` windows, made on first use."""
@@ -185,9 +216,39 @@ class DeviceFrames:
         with self._lock:
             return Transfers(self._uploads, self._uploaded, self._downloads, self._downloaded)
 
+    def _buffers(self, shape: tuple[int, ...], cap: int) -> BufferPool:
+        """The host buffers of one size and use (``cap`` tells staging from outputs)."""
+        with self._pools:
+            pool = self._host.get((cap, *shape))
+            if pool is None:
+                pool = self._host[(cap, *shape)] = BufferPool(shape, cap, self._pin)
+            return pool
+
+    def _device_frame(self, shape: tuple[int, ...]) -> ort.OrtValue:
+        """Device memory for one frame that no cache or window holds any more, else new."""
+        with self._pools:
+            kept = self._frames.setdefault(shape, [])
+            for value in kept:
+                if sys.getrefcount(value) == 3:  # the list, this loop and the call: nobody else
+                    return value
+            value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.uint8, self.device, 0)
+            if len(kept) < DEVICE_FRAMES_KEPT:
+                kept.append(value)
+            return value
+
     def upload(self, frame: npt.NDArray[np.uint8]) -> ort.OrtValue:
         """One (H, W, 3) uint8 frame, padded to the model's multiple, copied into device memory."""
-        value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(frame[None]), self.device, 0)
+        shape = (1, *frame.shape)
+        if not self.reuse:
+            value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(frame[None]), self.device, 0)
+        else:
+            value = self._device_frame(shape)
+            source = np.ascontiguousarray(frame[None])
+            if self._pin is not None:  # through a page-locked copy, which the GPU reads by DMA
+                stage = self._buffers(shape, STAGING_KEPT).take()
+                np.copyto(stage, source)
+                source = stage
+            value.update_inplace(source)
         with self._lock:
             self._uploads += 1
             self._uploaded += frame.nbytes
@@ -195,11 +256,11 @@ class DeviceFrames:
 
     def run(self, frames: Sequence[ort.OrtValue]) -> npt.NDArray[np.uint8]:
         """The enhanced (H*scale, W*scale, 3) frame of the window of ``frames``, in slot order."""
-        pixels: npt.NDArray[np.uint8] = self.run_batch([frames])[0]
-        return pixels
+        return self.run_batch([frames])[0]
 
-    def run_batch(self, windows: Sequence[Sequence[ort.OrtValue]]) -> npt.NDArray[np.uint8]:
-        """The enhanced (B, H*scale, W*scale, 3) frames of ``windows`` (frames of one size), in one call."""
+    def run_batch(self, windows: Sequence[Sequence[ort.OrtValue]]) -> list[npt.NDArray[np.uint8]]:
+        """The enhanced (H*scale, W*scale, 3) frame of each of ``windows`` (frames of one size), in one
+        call."""
         rows = len(windows)
         t = self._info.t
         if not windows or any(len(frames) != t for frames in windows):
@@ -210,12 +271,14 @@ class DeviceFrames:
         session = self._session(batch)
         _, h, w, _ = windows[0][0].shape()
         s = self._info.scale
-        out = np.empty((batch, h * s, w * s, 3), np.uint8)
+        shape = (1, h * s, w * s, 3)
+        pool = self._buffers(shape, OUTPUTS_KEPT) if self.reuse else None
+        outs = [np.empty(shape, np.uint8) if pool is None else pool.take() for _ in range(batch)]
         binding = session.io_binding()
         for b in range(batch):
             for k, value in enumerate(windows[min(b, rows - 1)]):
                 binding.bind_ortvalue_input(frame_input(k, b, batch), value)
-        binding.bind_output(_PIXELS, "cpu", 0, np.uint8, list(out.shape), out.ctypes.data)
+            binding.bind_output(frame_output(b, batch), "cpu", 0, np.uint8, list(shape), outs[b].ctypes.data)
         try:
             session.run_with_iobinding(binding)
         except Exception as err:
@@ -225,8 +288,8 @@ class DeviceFrames:
             ) from err
         with self._lock:  # a batch filled up with repeats brings those down too
             self._downloads += batch
-            self._downloaded += out.nbytes
-        return out[:rows]
+            self._downloaded += batch * outs[0].nbytes
+        return [out[0] for out in outs[:rows]]
 
     def warm(self, frame: ort.OrtValue, batch: int) -> None:
         """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it."""

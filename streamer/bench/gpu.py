@@ -11,7 +11,10 @@ window, and for each provider, precision, frame size and batch, two speeds of th
 - ``frames``: the runtime's path on a GPU (``model.device_frames``): per output frame one new uint8
   frame uploaded into the device-side ring of the last T, the window made inside the graph, one uint8
   frame downloaded (``streamer.backend.device_frames``); at batch B, B streams' windows in one call,
-  as the scheduler batches them.
+  as the scheduler batches them. Frames cross through kept, page-locked host buffers into kept device
+  memory (``streamer.backend.host_buffers``);
+- ``frames_fresh``: the same with a fresh host array and device allocation for every frame, as before
+  the buffers were kept: what keeping them is worth.
 
 fp16 is the fp32 file converted here by onnxruntime's own converter (float32 inputs and outputs kept),
 so both precisions feed alike. How many 1080p30 streams one GPU holds is read off the best batch of
@@ -66,8 +69,9 @@ class Speed:
     size: str
     batch: int
     path: str
-    """``device`` (IO binding, nothing crosses PCIe), ``host`` (``OnnxBackend.infer``) or ``frames``
-    (frames uploaded once into a device-side ring, one frame down)."""
+    """``device`` (IO binding, nothing crosses PCIe), ``host`` (``OnnxBackend.infer``), ``frames``
+    (frames uploaded once into a device-side ring, one frame down) or ``frames_fresh`` (the same
+    through fresh buffers)."""
     fps: float | None
     """Output frames per second at the median batch time; None where the row failed (``error``)."""
     batch_ms: float | None
@@ -223,10 +227,11 @@ def _speed_row(
 
             median, cpu, runs, first = _timed(once, batch, seconds, 3)
             moved = 0
-        elif path == "frames":
+        elif path in ("frames", "frames_fresh"):
             device = backend.device_frames
             if device is None:
                 return _failed(provider, variant, size, batch, path, "no device frames for this model")
+            device.reuse = path == "frames"
             frames = np.ascontiguousarray(
                 pattern_window(1, info.t + 1, width, height, seed=0)[0].transpose(0, 2, 3, 1)
             )
@@ -239,7 +244,10 @@ def _speed_row(
                     del ring[0]
                 device.run_batch(rings)
 
-            median, cpu, runs, first = _timed(step, batch, seconds, 3)
+            try:
+                median, cpu, runs, first = _timed(step, batch, seconds, 3)
+            finally:
+                device.reuse = True
             moved = 0 if provider == CPU else 3 * height * width * (1 + info.scale**2)
         else:
             median, cpu, runs, first = _timed(lambda: backend.infer(window), batch, seconds, 3)
@@ -387,14 +395,14 @@ def run_gpu_bench(
                 if provider != CPU:
                     parity.append(_parity(backend, reference, provider, variant))
                     progress(f"parity {provider} {variant}: {parity[-1].max_levels} levels at most")
-                paths = ["device", "host", "frames"]
+                paths = ["device", "host", "frames", "frames_fresh"]
                 if provider == CUDA and (cuda_options or {}).get("enable_cuda_graph") == "1":
                     paths = ["device"]
                     note = "host path with enable_cuda_graph=1: not run (CUDA graphs need IO binding)"
                     skipped.extend([note] if note not in skipped else [])
                 for size, batch in rows:
                     for path in paths:
-                        if path == "frames" and backend.device_frames is None:
+                        if path.startswith("frames") and backend.device_frames is None:
                             continue
                         if time.perf_counter() - begun > budget_s:
                             speeds.append(

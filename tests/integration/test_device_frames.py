@@ -129,7 +129,7 @@ def test_windows_of_several_sizes_in_one_call_give_each_window_alone() -> None:
     before = device.transfers()
     together = device.run_batch(windows)
     moved = device.transfers()
-    assert together.shape == (3, HEIGHT, WIDTH, 3)
+    assert [pixels.shape for pixels in together] == [(HEIGHT, WIDTH, 3)] * 3
     assert all(np.array_equal(a, b) for a, b in zip(alone, together, strict=True))
     assert moved.uploads == before.uploads  # the batch reads the frames already up
     frame_bytes = WIDTH * HEIGHT * 3
@@ -196,3 +196,29 @@ def test_streams_sharing_a_model_with_frames_on_the_device_share_its_calls(tmp_p
     moved = backend.transfers()
     assert moved is not None
     assert moved.uploads == 3 * FRAMES  # each stream's frames once, whatever batch they ran in
+
+
+def test_frames_and_outputs_reuse_buffers_nobody_holds_and_never_one_still_held() -> None:
+    backend = OnnxBackend(DEFAULT_MODEL, device_frames=True)
+    device = backend.device_frames
+    assert device is not None
+    t = backend.info.t
+    clip = np.ascontiguousarray(pattern_window(1, t + 1, WIDTH, HEIGHT, seed=4)[0].transpose(0, 2, 3, 1))
+    ring = [device.upload(frame) for frame in clip[:t]]
+    first = device.run(ring)
+    kept = first.copy()
+    second = device.run(ring)  # ``first`` is still held: the second output must not overwrite it
+    assert first.ctypes.data != second.ctypes.data
+    assert np.array_equal(first, kept)
+    assert np.array_equal(second, kept)
+    address = first.ctypes.data
+    del first
+    assert device.run(ring).ctypes.data == address  # let go of, its buffer serves again
+    oldest = ring.pop(0).data_ptr()
+    ring.append(device.upload(clip[t]))
+    assert ring[-1].data_ptr() == oldest  # the frame that left every window gave its device memory
+    fresh = [device.upload(frame) for frame in clip[1:]]
+    assert {v.data_ptr() for v in fresh}.isdisjoint(v.data_ptr() for v in ring)
+    assert np.array_equal(device.run(fresh), device.run(ring))
+    device.reuse = False  # fresh allocations each time (what bench gpu compares): the same frames
+    assert np.array_equal(device.run([device.upload(frame) for frame in clip[1:]]), device.run(ring))
