@@ -386,7 +386,8 @@ class Pipeline:
         """The strength windows get now: the set one, or (auto) the noise estimate; None: the model's
         default (auto before the first estimate)."""
         if self.strength == "auto":
-            return self.noise.sigma
+            sigma = self.noise.sigma
+            return None if sigma is None else self.backend.info.auto_strength(sigma)
         return float(self.strength)
 
     def strength_status(self) -> dict[str, object] | None:

@@ -154,6 +154,11 @@ class ModelInfo:
     (``model.strength`` sets it per stream: a number, or auto from the stream's noise estimate)."""
     strength_default: float = 25.0
     """What a window without a strength of its own gets (``streamer.strength_default``)."""
+    strength_curve: tuple[tuple[float, float], ...] = ()
+    """(noise estimate, strength) points, the estimate rising: what ``model.strength: auto`` gives
+    the model for a stream's estimate, between points on a straight line, flat past the ends
+    (``streamer.strength_curve``, measured by ``python -m export.calibrate_strength``). Empty: the
+    estimate itself."""
     activation_bytes_per_pixel: int | None = None
     """Peak memory one call takes per pixel of its frames, measured once (``streamer bench memory``)
     and kept in the model's card; None: not measured (memory admission assumes a default)."""
@@ -164,6 +169,13 @@ class ModelInfo:
     @property
     def streaming(self) -> bool:
         return bool(self.features)
+
+    def auto_strength(self, sigma: float) -> float:
+        """The strength ``auto`` gives for a stream whose noise estimate is ``sigma``."""
+        if not self.strength_curve:
+            return sigma
+        xs, ys = zip(*self.strength_curve, strict=True)
+        return float(np.interp(sigma, xs, ys))
 
     @property
     def on_cpu(self) -> bool:

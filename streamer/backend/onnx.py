@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -72,11 +73,13 @@ __all__ = [
     "CPU_PROVIDER",
     "PROVIDER_PREFERENCE",
     "STRENGTH",
+    "STRENGTH_CURVE",
     "OnnxBackend",
     "Session",
     "card_bytes_per_pixel",
     "provider_fallback",
     "resolve_providers",
+    "strength_curve",
 ]
 
 logger = logging.getLogger(__name__)
@@ -119,6 +122,8 @@ _FRAME = "frame"
 _TARGET = "target"
 STRENGTH = "strength"
 """The optional input of a model that takes a strength: (B, 1) float32, the noise sigma in 0..255."""
+STRENGTH_CURVE = "streamer.strength_curve"
+"""The metadata key of a strength model's measured curve: noise estimate to strength (``auto``)."""
 
 
 def resolve_providers(providers: str | Sequence[str]) -> list[str]:
@@ -762,6 +767,7 @@ def _read_streaming_contract(fusion: Session, encoder: Session, path: Path, enco
         features=features,
         strength=strength,
         strength_default=_strength_default(meta, where),
+        strength_curve=strength_curve(meta.get(STRENGTH_CURVE), where),
     )
 
 
@@ -849,6 +855,7 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
         state=state,
         strength=strength,
         strength_default=_strength_default(meta, where),
+        strength_curve=strength_curve(meta.get(STRENGTH_CURVE), where),
     )
     return info, image.name, out.name
 
@@ -878,6 +885,27 @@ def _strength_default(meta: Mapping[str, str], where: str) -> float:
     if not 0.0 <= value <= 255.0:
         raise ModelError(f"{where} has streamer.strength_default={raw!r}; it must be a number in 0..255")
     return value
+
+
+def strength_curve(raw: str | None, where: str) -> tuple[tuple[float, float], ...]:
+    """``streamer.strength_curve``, ``estimate:strength`` pairs, comma-separated, estimates rising, all in
+    0..255; () where absent; a ModelError naming the text otherwise."""
+    if raw is None:
+        return ()
+    points: list[tuple[float, float]] = []
+    try:
+        for pair in raw.split(","):
+            x, y = pair.split(":")
+            points.append((float(x), float(y)))
+    except ValueError:
+        points = []
+    rising = all(a[0] < b[0] for a, b in itertools.pairwise(points))
+    if not points or not rising or not all(0 <= v <= 255 for point in points for v in point):
+        raise ModelError(
+            f"{where} has {STRENGTH_CURVE}={raw!r}; write estimate:strength pairs, comma-separated, the "
+            "estimates rising, all in 0..255 (python -m export.calibrate_strength writes it)"
+        )
+    return tuple(points)
 
 
 def _infer_layout(shape: list[int | str | None], name: str, where: str) -> Layout:

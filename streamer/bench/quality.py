@@ -361,13 +361,16 @@ def _nlmeans_multi(clip: Clip, h: float) -> Iterator[Pixels]:
         yield cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
 
 
-def model_frames(backend: Backend, clip: Clip, fps: Fraction = Fraction(25)) -> Iterator[Pixels]:
+def model_frames(
+    backend: Backend, clip: Clip, fps: Fraction = Fraction(25), strength: float | None = None
+) -> Iterator[Pixels]:
     """One output per frame, as the live pipeline makes it: the windower's tasks in order, replicate
     edges, state carried from window to window for recurrent models (``step`` is ``infer`` otherwise),
     each frame encoded once through a feature cache for streaming models, and a model that takes a
-    strength given the clip's running noise estimate, as ``model.strength: auto`` gives it live."""
+    strength given ``strength``, or where None what ``model.strength: auto`` gives it live for the
+    clip's running noise estimate."""
     info = backend.info
-    noise = NoiseEstimator() if info.strength else None
+    noise = NoiseEstimator() if info.strength and strength is None else None
     windower = Windower(info.t, position=info.output_position, edge=EdgePolicy.REPLICATE, max_gap=None)
     planes = clip.transpose(0, 3, 1, 2)
     state = backend.initial_state(1, clip.shape[1], clip.shape[2])
@@ -379,7 +382,8 @@ def model_frames(backend: Backend, clip: Clip, fps: Fraction = Fraction(25)) -> 
         frames[index] = Frame(clip[index], index, None, Fraction(1), 0.0)
         if noise is not None:
             noise.observe(clip[index], index / float(fps))
-        strength = None if noise is None else noise.sigma
+            sigma = noise.sigma
+            strength = None if sigma is None else info.auto_strength(sigma)
         tasks = windower.push(frames[index])
         if index == last:
             tasks += windower.flush()
