@@ -400,7 +400,8 @@ class ModelConfig(_Strict):
     strength: Strength = "auto"
     """For a model that takes a strength (an input ``strength``): the noise sigma, in 0..255 levels,
     it removes; ``auto``: the stream's own noise estimate (``streamer.core.noise``, shown in /streams as
-    noise_sigma), the model's default until the first. Changed live with PATCH /streams/{id}. Models
+    noise_sigma; through the model's ``streamer.strength_curve`` where it has one), the model's default
+    until the first. Changed live with PATCH /streams/{id}. Models
     without the input ignore it."""
 
     @model_validator(mode="after")

@@ -54,6 +54,6 @@ def test_the_measured_curve_rises_with_the_estimate_and_never_falls() -> None:
         _level(10, 9.0, 9),
         _level(3, 1.2, 6),
     ]
-    # sorted by estimate; a level whose best is under an earlier one's keeps the earlier strength, and
-    # two levels with one estimate become one point with the higher strength
-    assert curve_of(levels) == ((1.2, 6.0), (5.0, 12.0), (9.0, 12.0), (24.0, 30.0))
+    # from (0, 0), sorted by estimate; a level whose best is under an earlier one's keeps the earlier
+    # strength, and two levels with one estimate become one point with the higher strength
+    assert curve_of(levels) == ((0.0, 0.0), (1.2, 6.0), (5.0, 12.0), (9.0, 12.0), (24.0, 30.0))
