@@ -22,13 +22,14 @@ against the host path (``OnnxBackend(device_frames=True)``). Making the graph ne
 
 from __future__ import annotations
 
+import collections
 import importlib.util
-import sys
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -181,7 +182,9 @@ class DeviceFrames:
         memory = cuda_host_memory() if self.device == "cuda" else None
         self._pin = None if memory is None else memory.pin
         self._host: dict[tuple[int, ...], BufferPool] = {}
-        self._frames: dict[tuple[int, ...], list[ort.OrtValue]] = {}
+        self._frames: dict[tuple[int, ...], collections.deque[Any]] = {}
+        """By shape, the device memory of frames nobody holds (onnxruntime's own values)."""
+        self._made: dict[tuple[int, ...], int] = {}
         self._pools = threading.Lock()
         self.reuse = True
         """Frames cross through kept (and, on a GPU, page-locked) buffers, and device frames are
@@ -225,16 +228,22 @@ class DeviceFrames:
             return pool
 
     def _device_frame(self, shape: tuple[int, ...]) -> ort.OrtValue:
-        """Device memory for one frame that no cache or window holds any more, else new."""
+        """Device memory for one frame that no cache or window holds any more, else new. Each hand-out
+        is a wrapper of its own around the kept memory: when the last cache and window let go of it,
+        its finalizer gives the memory back."""
         with self._pools:
-            kept = self._frames.setdefault(shape, [])
-            for value in kept:
-                if sys.getrefcount(value) == 3:  # the list, this loop and the call: nobody else
-                    return value
-            value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.uint8, self.device, 0)
-            if len(kept) < DEVICE_FRAMES_KEPT:
-                kept.append(value)
-            return value
+            free = self._frames.setdefault(shape, collections.deque())
+            made = self._made.get(shape, 0)
+            if not free and made >= DEVICE_FRAMES_KEPT:
+                return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.uint8, self.device, 0)
+            if not free:
+                self._made[shape] = made + 1
+                made_value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.uint8, self.device, 0)
+                free.append(made_value._get_c_value())
+            memory = free.pop()
+        value = ort.OrtValue(memory)
+        weakref.finalize(value, free.append, memory)
+        return value
 
     def upload(self, frame: npt.NDArray[np.uint8]) -> ort.OrtValue:
         """One (H, W, 3) uint8 frame, padded to the model's multiple, copied into device memory."""

@@ -1,11 +1,12 @@
 """Host buffers for frames crossing to and from a GPU: reused, and page-locked where CUDA allows.
 
-Measured on an H100 (docs/benchmarks.md, GPU): frames kept on the device moved at about 5 GB/s,
-because each crossing was from or to fresh pageable memory: CUDA copies pageable memory through a
-bounce buffer, and a fresh array of a batch's output (50 MB at 1080p, batch 8) is mapped page by page
-by the kernel as the copy first touches it, so batching windows made the path slower. Buffers that
-stay (a pool) are touched once; page-locked ("pinned") ones are copied by the GPU's DMA engine
-directly, without the bounce.
+Measured on an H100 (docs/benchmarks.md, GPU): frames kept on the device crossed at about 4.5 GB/s,
+and batching windows made that path slower. Each crossing was from or to fresh pageable memory, the
+likely cause: CUDA copies pageable memory through a bounce buffer, and a fresh array of a batch's
+output (50 MB at 1080p, batch 8) is mapped page by page by the kernel as the copy first touches it.
+Buffers that stay (a pool) are touched once; page-locked ("pinned") ones are copied by the GPU's DMA
+engine directly, without the bounce. Not yet measured on a GPU (``bench gpu``'s ``frames_fresh`` path
+is the comparison).
 
 A buffer goes back into use once nothing outside the pool refers to it: an output frame lives on in
 the pipeline (queued for the encoder, kept as the last enhanced frame) for as long as it is needed,
@@ -17,9 +18,9 @@ what a process pins is capped (``PINNED_BYTES``); past it, buffers are plain.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import logging
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -109,9 +110,21 @@ def _aligned(shape: tuple[int, ...]) -> npt.NDArray[np.uint8]:
     return raw[start : start + size].reshape(shape)
 
 
+class _Lease:
+    """What a handed-out array's memory belongs to while it is out. numpy makes an array (and every view
+    of it) keep the object its memory came from, so this lives exactly as long as the last of them,
+    and its end gives the buffer back (``weakref.finalize``): no reference counting by hand."""
+
+    __slots__ = ("__array_interface__", "__weakref__", "buffer")
+
+    def __init__(self, buffer: npt.NDArray[np.uint8]) -> None:
+        self.buffer = buffer
+        self.__array_interface__ = buffer.__array_interface__
+
+
 class BufferPool:
-    """Host arrays of one shape, handed out again once nothing outside the pool holds them (or a
-    view of them); at most ``cap`` kept, past which ``take`` gives plain fresh arrays."""
+    """Host arrays of one shape, handed out again once nothing holds them (or a view of them) any
+    more; at most ``cap`` kept, past which ``take`` gives plain fresh arrays."""
 
     def __init__(
         self,
@@ -122,26 +135,32 @@ class BufferPool:
         self.shape = shape
         self.cap = cap
         self._pin = pin
-        self._kept: list[npt.NDArray[np.uint8]] = []
+        self._free: collections.deque[npt.NDArray[np.uint8]] = collections.deque()
+        """Buffers nobody holds: appended by the finalizers (on whichever thread let go last; a
+        deque's append and pop need no lock)."""
+        self._made = 0
         self._lock = threading.Lock()
         self.pinned = 0
         """How many of the kept buffers are page-locked."""
 
     def take(self) -> npt.NDArray[np.uint8]:
         """A buffer nobody else holds: a kept one, else a new one (kept while under ``cap``)."""
-        with self._lock:
-            for array in self._kept:
-                # Idle: the array referred to only by the list, this loop and the call (3), and its
-                # memory's owner only by the array and the call (2); a view held anywhere adds one.
-                if sys.getrefcount(array) == 3 and sys.getrefcount(array.base) == 2:
-                    return array
-            array = _aligned(self.shape)
-            if len(self._kept) < self.cap:
-                if self._pin is not None and self._pin(array):
+        try:
+            buffer = self._free.pop()
+        except IndexError:
+            with self._lock:
+                if self._made >= self.cap:
+                    return np.empty(self.shape, np.uint8)
+                self._made += 1
+            buffer = _aligned(self.shape)
+            if self._pin is not None and self._pin(buffer):
+                with self._lock:
                     self.pinned += 1
-                self._kept.append(array)
-            return array
+        lease = _Lease(buffer)
+        weakref.finalize(lease, self._free.append, buffer)
+        handed: npt.NDArray[np.uint8] = np.asarray(lease)
+        return handed
 
     @property
     def kept(self) -> int:
-        return len(self._kept)
+        return self._made
