@@ -7,6 +7,7 @@ itself is the real one.
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Any
 
 import numpy as np
@@ -85,3 +86,24 @@ def test_a_refusal_from_cuda_is_said_once_and_buffers_stay_plain(caplog: Any) ->
         "cudaHostRegister refused 64 bytes (CUDA error 2): frames cross to the GPU from pageable memory, "
         "more slowly"
     ]
+
+
+def test_threads_taking_and_letting_go_never_share_a_buffer() -> None:
+    pool = BufferPool((64,), cap=4)
+    clashes: list[int] = []
+
+    def work(mark: int) -> None:
+        for _ in range(500):
+            buffer = pool.take()
+            buffer[:] = mark
+            if not (buffer == mark).all():  # another holder wrote into it meanwhile
+                clashes.append(mark)
+            del buffer
+
+    threads = [threading.Thread(target=work, args=(mark,)) for mark in range(1, 7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert clashes == []
+    assert 1 <= pool.kept <= 4  # never more kept than the cap, however many threads asked
