@@ -204,11 +204,10 @@ def top_kernels(
 def onnxruntime_kernels(path: Path, size: tuple[int, int], batch: int, count: int = 15) -> str:
     """The same table for onnxruntime's CUDA provider running the file as ``streamer bench gpu``'s
     device path does (fp16 by onnxruntime's converter, uint8 in and out, IO binding)."""
-    import numpy as np
     import onnxruntime as ort
 
     from streamer.backend.onnx import OnnxBackend
-    from streamer.bench.gpu import fold_uint8_io, half_precision, pattern_window
+    from streamer.bench.gpu import fold_uint8_io, half_precision, on_device, pattern_window
 
     if hasattr(ort, "preload_dlls"):
         ort.preload_dlls()
@@ -219,21 +218,7 @@ def onnxruntime_kernels(path: Path, size: tuple[int, int], batch: int, count: in
         backend = OnnxBackend(file, providers=["CUDAExecutionProvider"], device_frames=False)
     if backend.info.provider != "CUDAExecutionProvider":
         return f"onnxruntime kernels: not measured (the model runs on {backend.info.provider})"
-    session = backend.session
-    feed = backend.model_input(pattern_window(batch, backend.info.t, width, height))
-    x = ort.OrtValue.ortvalue_from_numpy(feed, "cuda", 0)
-    scale = backend.info.scale
-    shape = [batch, 3, feed.shape[-2] * scale, feed.shape[-1] * scale]
-    y = ort.OrtValue.ortvalue_from_shape_and_type(shape, np.uint8, "cuda", 0)
-    binding = session.io_binding()
-    binding.bind_ortvalue_input(session.get_inputs()[0].name, x)
-    binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
-
-    def run() -> None:
-        session.run_with_iobinding(binding)
-        binding.synchronize_outputs()
-
-    totals = _profiled(run, 20)
+    totals = _profiled(on_device(backend, pattern_window(batch, backend.info.t, width, height)), 20)
     return _table(
         f"onnxruntime {ort.__version__} CUDA, {width}x{height} b{batch} fp16 uint8", totals, 20, count
     )

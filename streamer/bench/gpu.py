@@ -47,7 +47,7 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
 from streamer.errors import ConfigError, StreamerError
 
-__all__ = ["GpuReport", "Parity", "Speed", "run_gpu_bench"]
+__all__ = ["GpuReport", "Parity", "Speed", "on_device", "run_gpu_bench"]
 
 TENSORRT = "TensorrtExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -188,6 +188,30 @@ def _device_kind(provider: str) -> str:
     return "cpu" if provider == CPU else "cuda"
 
 
+def on_device(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[], None]:
+    """A call of ``backend``'s model on ``window`` already in device memory, its output left there
+    (IO binding): the model's own speed, nothing crossing PCIe."""
+    info, session = backend.info, backend.session
+    where = _device_kind(info.provider)
+    feed = backend.model_input(window)
+    x = ort.OrtValue.ortvalue_from_numpy(feed, where, 0)
+    # A preallocated output keeps every address fixed, as CUDA graphs need.
+    shape = [window.shape[0], 3, feed.shape[-2] * info.scale, feed.shape[-1] * info.scale]
+    y = ort.OrtValue.ortvalue_from_shape_and_type(
+        shape, np.uint8 if info.uint8_output else np.float32, where, 0
+    )
+    binding = session.io_binding()
+    binding.bind_ortvalue_input(session.get_inputs()[0].name, x)
+    binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
+
+    def once() -> None:
+        session.run_with_iobinding(binding)
+        # a replayed CUDA graph returns before the GPU is done: wait for it, or the time is a lie
+        binding.synchronize_outputs()
+
+    return once
+
+
 def _failed(provider: str, variant: Variant, size: tuple[int, int], batch: int, path: str, why: str) -> Speed:
     label = f"{size[0]}x{size[1]}"
     return Speed(provider, *variant, label, batch, path, None, None, None, 0, 0, why[:300])
@@ -207,25 +231,7 @@ def _speed_row(
     window = pattern_window(batch, info.t, width, height, seed=0)
     try:
         if path == "device":
-            session = backend.session
-            where = _device_kind(provider)
-            feed = backend.model_input(window)
-            x = ort.OrtValue.ortvalue_from_numpy(feed, where, 0)
-            # A preallocated output keeps every address fixed, as CUDA graphs need.
-            shape = [batch, 3, feed.shape[-2] * info.scale, feed.shape[-1] * info.scale]
-            y = ort.OrtValue.ortvalue_from_shape_and_type(
-                shape, np.uint8 if info.uint8_output else np.float32, where, 0
-            )
-            binding = session.io_binding()
-            binding.bind_ortvalue_input(session.get_inputs()[0].name, x)
-            binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
-
-            def once() -> None:
-                session.run_with_iobinding(binding)
-                # a replayed CUDA graph returns before the GPU is done: wait for it, or the time is a lie
-                binding.synchronize_outputs()
-
-            median, cpu, runs, first = _timed(once, batch, seconds, 3)
+            median, cpu, runs, first = _timed(on_device(backend, window), batch, seconds, 3)
             moved = 0
         elif path in ("frames", "frames_fresh"):
             device = backend.device_frames
