@@ -291,13 +291,24 @@ def _crossing_scene(path: Path, frames: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize("model", [DEFAULT_MODEL, STREAMING_MODEL], ids=["window", "streaming"])
-def test_the_tile_gate_enhances_only_the_box_around_a_moving_subject(tmp_path: Path, model: Path) -> None:
+@pytest.mark.parametrize(
+    ("model", "device_frames"),
+    [(DEFAULT_MODEL, False), (STREAMING_MODEL, False), (DEFAULT_MODEL, True)],
+    ids=["window", "streaming", "window-device-frames"],
+)
+def test_the_tile_gate_enhances_only_the_box_around_a_moving_subject(
+    tmp_path: Path, model: Path, device_frames: bool
+) -> None:
     clip = _crossing_scene(tmp_path / "scene.mkv", 30)
     outputs: dict[str, dict[int, np.ndarray]] = {"whole": {}, "tiles": {}}
     pixels = {}
     for name, gate in (("whole", {"gate.enabled": False}), ("tiles", {"gate.tile": 64})):
-        settings = {"gate.refresh_s": None, "model.path": str(model), **gate}
+        settings = {
+            "gate.refresh_s": None,
+            "model.path": str(model),
+            "model.device_frames": device_frames,
+            **gate,
+        }
         config = configured(source={"kind": "file", "path": str(clip)}, **settings)
         written = outputs[name]
 
