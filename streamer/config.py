@@ -362,10 +362,11 @@ class ModelConfig(_Strict):
     time per stream. None: 2 on the CPU provider (``streamer.app.CPU_WORKERS``; 1 with ``threads``
     set or on a one-core machine), 1 on a GPU's."""
     device_frames: bool | None = None
-    """A window model (conv3d_t5, your own) keeps each frame on the device once uploaded and makes its
-    windows there, so one frame goes up and one comes down per output frame rather than a whole window
-    (``streamer.backend.device_frames``). None: on for GPU providers (CUDA, TensorRT), off on the CPU's,
-    where it saves nothing. Recurrent and streaming models keep their own paths."""
+    """A window model (conv3d_t5, conv3d_t1_strength, your own) keeps each frame on the device once
+    uploaded and makes its windows there, so one frame goes up and one comes down per output frame
+    rather than a whole window (``streamer.backend.device_frames``). None: on for GPU providers (CUDA,
+    TensorRT), off on the CPU's, where it saves nothing. Recurrent and streaming models keep their own
+    paths."""
     tensorrt: TensorRtConfig = Field(default_factory=TensorRtConfig)
     warm_up: bool | None = None
     """Run the model once at a stream's frame size when its source opens, before the first live frame,

@@ -24,6 +24,7 @@ from streamer.errors import ModelError
 from streamer.frame import Hyperframe, Pixels
 
 __all__ = [
+    "STRENGTH",
     "Backend",
     "CachedWindow",
     "ChannelOrder",
@@ -36,6 +37,9 @@ __all__ = [
     "StateSpec",
     "Strengths",
 ]
+
+STRENGTH = "strength"
+"""The optional input of a model that takes a strength: (B, 1) float32, the noise sigma in 0..255."""
 
 State = tuple[npt.NDArray[np.float32], ...]
 """A recurrent model's hidden tensors, in the order of ``ModelInfo.state``; () for stateless models."""

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from streamer.backend.base import ModelInfo
+from streamer.backend.base import STRENGTH, ModelInfo
 from streamer.backend.host_buffers import BufferPool, cuda_host_memory
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.layout import from_model_nodes, to_model_nodes
@@ -107,7 +107,9 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
         )
     if not info.uint8_input:
         fold_uint8_io(model, info.value_range)
-    window, made = graph.input[0], graph.output[0]
+    # The frames input: the first one that is not the strength (a strength stays an input as it is).
+    window = next(i for i in graph.input if i.name != STRENGTH)
+    made = graph.output[0]
     inputs = [frame_input(k, b, batch) for b in range(batch) for k in range(info.t)]
     rows: list[onnx.NodeProto] = []
     slots = [_FRAME.format(k) for k in range(info.t)]
@@ -129,7 +131,7 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
     graph.node.extend(nodes)
     graph.initializer.extend([*head_consts, *tail_consts])
     graph.input.remove(window)
-    for k, name in enumerate(inputs):
+    for k, name in enumerate(inputs):  # the frames first, then the strength where there is one
         graph.input.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "H", "W", 3]))
     graph.output.remove(made)
     for b, name in enumerate(outputs):
@@ -263,13 +265,15 @@ class DeviceFrames:
             self._uploaded += frame.nbytes
         return value
 
-    def run(self, frames: Sequence[ort.OrtValue]) -> npt.NDArray[np.uint8]:
+    def run(self, frames: Sequence[ort.OrtValue], strength: float | None = None) -> npt.NDArray[np.uint8]:
         """The enhanced (H*scale, W*scale, 3) frame of the window of ``frames``, in slot order."""
-        return self.run_batch([frames])[0]
+        return self.run_batch([frames], [strength])[0]
 
-    def run_batch(self, windows: Sequence[Sequence[ort.OrtValue]]) -> list[npt.NDArray[np.uint8]]:
+    def run_batch(
+        self, windows: Sequence[Sequence[ort.OrtValue]], strengths: Sequence[float | None] | None = None
+    ) -> list[npt.NDArray[np.uint8]]:
         """The enhanced (H*scale, W*scale, 3) frame of each of ``windows`` (frames of one size), in one
-        call."""
+        call; a model that takes a strength gets ``strengths``, one per window (None: its default)."""
         rows = len(windows)
         t = self._info.t
         if not windows or any(len(frames) != t for frames in windows):
@@ -288,6 +292,14 @@ class DeviceFrames:
             for k, value in enumerate(windows[min(b, rows - 1)]):
                 binding.bind_ortvalue_input(frame_input(k, b, batch), value)
             binding.bind_output(frame_output(b, batch), "cpu", 0, np.uint8, list(shape), outs[b].ctypes.data)
+        if self._info.strength:
+            given = list(strengths) if strengths is not None else [None] * rows
+            if len(given) != rows:
+                raise FrameError(f"model {self._info.name}: {len(given)} strengths for {rows} windows")
+            default = self._info.strength_default
+            values = [default if v is None else v for v in given]
+            values += [values[-1]] * (batch - rows)
+            binding.bind_cpu_input(STRENGTH, np.asarray(values, np.float32).reshape(batch, 1))
         try:
             session.run_with_iobinding(binding)
         except Exception as err:
@@ -304,7 +316,7 @@ class DeviceFrames:
         """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it."""
         size = 1
         while True:
-            self.run_batch([[frame] * self._info.t] * size)
+            self.run_batch([[frame] * self._info.t] * size, [None] * size)
             if size >= batch:
                 return
             size *= 2

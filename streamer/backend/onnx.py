@@ -49,6 +49,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.backend.base import (
+    STRENGTH,
     Backend,
     CachedWindow,
     ChannelOrder,
@@ -120,8 +121,6 @@ _ENCODER = "streamer.encoder"
 _FEATURES = "streamer.features"
 _FRAME = "frame"
 _TARGET = "target"
-STRENGTH = "strength"
-"""The optional input of a model that takes a strength: (B, 1) float32, the noise sigma in 0..255."""
 STRENGTH_CURVE = "streamer.strength_curve"
 """The metadata key of a strength model's measured curve: noise estimate to strength (``auto``)."""
 
@@ -218,18 +217,11 @@ class OnnxBackend(Backend):
             reach_px=card_reach(self.path),
         )
         wanted = device_frames if device_frames is not None else device_of(self._info.provider) != "cpu"
-        if wanted and (self._info.state or self._info.streaming or self._info.strength):
+        if wanted and (self._info.state or self._info.streaming):
             if device_frames:
-                kind = (
-                    "recurrent"
-                    if self._info.state
-                    else "a streaming model"
-                    if self._info.streaming
-                    else "a model that takes a strength"
-                )
+                kind = "recurrent" if self._info.state else "a streaming model"
                 raise ConfigError(
-                    f"model {self._info.name} is {kind}: model.device_frames is for window models without "
-                    "one; remove it"
+                    f"model {self._info.name} is {kind}: model.device_frames is for window models; remove it"
                 )
         elif wanted and graph_tools_missing():
             if device_frames:
@@ -324,7 +316,8 @@ class OnnxBackend(Backend):
         device = self._device
         if device is None or tiles is not None:
             return super().enhance_cached(window, run, cache, crop, guard, tiles)
-        return self._cropped(device.run(self._device_window(device, window, run, cache, guard)), window, crop)
+        values = self._device_window(device, window, run, cache, guard)
+        return self._cropped(device.run(values, window.strength), window, crop)
 
     def _device_window(
         self,
@@ -358,7 +351,7 @@ class OnnxBackend(Backend):
         if device is None:
             return super().enhance_cached_batch(windows)
         values = [self._device_window(device, w.window, w.run, w.cache, w.guard) for w in windows]
-        out = device.run_batch(values)
+        out = device.run_batch(values, [w.window.strength for w in windows])
         return [self._cropped(pixels, w.window, w.crop) for pixels, w in zip(out, windows, strict=True)]
 
     def warm_up(self, width: int, height: int, batch: int = 1) -> None:

@@ -222,3 +222,21 @@ def test_frames_and_outputs_reuse_buffers_nobody_holds_and_never_one_still_held(
     assert np.array_equal(device.run(fresh), device.run(ring))
     device.reuse = False  # fresh allocations each time (what bench gpu compares): the same frames
     assert np.array_equal(device.run([device.upload(frame) for frame in clip[1:]]), device.run(ring))
+
+
+def test_a_model_that_takes_a_strength_gets_each_windows_own_on_the_device() -> None:
+    """conv3d_t1_strength (the camera profile's model) on frames kept on the device: three windows with
+    their own strengths in one call give what the host path gives each with its strength."""
+    model = DEFAULT_MODEL.parent / "conv3d_t1_strength.onnx"
+    host = OnnxBackend(model, device_frames=False)
+    backend = OnnxBackend(model, device_frames=True)
+    device = backend.device_frames
+    assert device is not None
+    clip = np.ascontiguousarray(pattern_window(1, 3, WIDTH, HEIGHT, seed=7)[0].transpose(0, 2, 3, 1))
+    strengths = [4.0, None, 30.0]
+    together = device.run_batch([[device.upload(frame)] for frame in clip], strengths)
+    for frame, strength, got in zip(clip, strengths, together, strict=True):
+        expected = host.infer(frame.transpose(2, 0, 1)[None, None], [strength])[0].transpose(1, 2, 0)
+        assert int(np.abs(got.astype(np.int16) - expected).max()) <= 1
+    gentle, strong = (device.run([device.upload(clip[0])], s) for s in (4.0, 30.0))
+    assert int(np.abs(gentle.astype(np.int16) - strong).max()) > 10  # the strength reached the model
