@@ -12,8 +12,9 @@ Windows of several streams share one call (``run_batch``): the batch graph conca
 frames along the batch axis first. A graph's inputs are fixed, so there is one session per batch size,
 made when first needed (or by ``warm``), for powers of two only: a batch in between repeats its last
 window up to the next (a GPU's call costs more than a window's pixels at these sizes, and each session
-keeps its own memory arena, so fewer sizes keep less). Each output comes down straight into a numpy buffer
-of its own (bound, so onnxruntime makes no copy of its own).
+keeps its own memory arena, so fewer sizes keep less). Each window's output comes down straight into a
+host buffer of its own, bound, so onnxruntime makes no copy of its own; host buffers and device frames
+are kept and reused once nobody holds them, page-locked on a GPU (``streamer.backend.host_buffers``).
 
 The same graph runs on the CPU provider, where device memory is host memory: CI tests this path
 against the host path (``OnnxBackend(device_frames=True)``). Making the graph needs the onnx package
@@ -183,7 +184,7 @@ class DeviceFrames:
         self.device = device_of(self._session(1).get_providers()[0])
         memory = cuda_host_memory() if self.device == "cuda" else None
         self._pin = None if memory is None else memory.pin
-        self._host: dict[tuple[int, ...], BufferPool] = {}
+        self._host: dict[tuple[str, tuple[int, ...]], BufferPool] = {}
         self._frames: dict[tuple[int, ...], collections.deque[Any]] = {}
         """By shape, the device memory of frames nobody holds (onnxruntime's own values)."""
         self._made: dict[tuple[int, ...], int] = {}
@@ -221,12 +222,12 @@ class DeviceFrames:
         with self._lock:
             return Transfers(self._uploads, self._uploaded, self._downloads, self._downloaded)
 
-    def _buffers(self, shape: tuple[int, ...], cap: int) -> BufferPool:
-        """The host buffers of one size and use (``cap`` tells staging from outputs)."""
+    def _buffers(self, use: str, shape: tuple[int, ...], cap: int) -> BufferPool:
+        """The host buffers of one use (``staging``, ``outputs``) and size."""
         with self._pools:
-            pool = self._host.get((cap, *shape))
+            pool = self._host.get((use, shape))
             if pool is None:
-                pool = self._host[(cap, *shape)] = BufferPool(shape, cap, self._pin)
+                pool = self._host[(use, shape)] = BufferPool(shape, cap, self._pin)
             return pool
 
     def _device_frame(self, shape: tuple[int, ...]) -> ort.OrtValue:
@@ -256,7 +257,7 @@ class DeviceFrames:
             value = self._device_frame(shape)
             source = np.ascontiguousarray(frame[None])
             if self._pin is not None:  # through a page-locked copy, which the GPU reads by DMA
-                stage = self._buffers(shape, STAGING_KEPT).take()
+                stage = self._buffers("staging", shape, STAGING_KEPT).take()
                 np.copyto(stage, source)
                 source = stage
             value.update_inplace(source)
@@ -285,7 +286,7 @@ class DeviceFrames:
         _, h, w, _ = windows[0][0].shape()
         s = self._info.scale
         shape = (1, h * s, w * s, 3)
-        pool = self._buffers(shape, OUTPUTS_KEPT) if self.reuse else None
+        pool = self._buffers("outputs", shape, OUTPUTS_KEPT) if self.reuse else None
         outs = [np.empty(shape, np.uint8) if pool is None else pool.take() for _ in range(batch)]
         binding = session.io_binding()
         for b in range(batch):
