@@ -50,6 +50,8 @@ class CudaHostMemory:
         self._unregister.restype = ctypes.c_int
         self.budget = budget
         self.pinned = 0
+        self.peak = 0
+        """The most bytes pinned at once, for reports."""
         self._lock = threading.Lock()
         self._failed = False
 
@@ -70,10 +72,16 @@ class CudaHostMemory:
                 )
                 return False
             self.pinned += size
+            self.peak = max(self.peak, self.pinned)
         # Unpinned before numpy frees the memory: a freed range left registered would refuse the next.
         owner = array.base if array.base is not None else array
         weakref.finalize(owner, self._release, array.ctypes.data, size)
         return True
+
+    @property
+    def failed(self) -> bool:
+        """CUDA refused to pin once, and nothing has been pinned since."""
+        return self._failed
 
     def _release(self, address: int, size: int) -> None:
         self._unregister(address)

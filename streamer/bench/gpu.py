@@ -43,6 +43,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
+from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
 from streamer.errors import ConfigError, StreamerError
@@ -116,6 +117,9 @@ class GpuReport:
     speeds: list[Speed]
     streams_1080p30: dict[str, int]
     """By ``provider precision path``: the best 1080p fps over 30, the model alone."""
+    pinned: str
+    """Whether the frames path's host buffers were page-locked (``streamer.backend.host_buffers``):
+    what its fps rest on."""
     wall_s: float
 
 
@@ -434,7 +438,19 @@ def run_gpu_bench(
         parity=parity,
         speeds=speeds,
         streams_1080p30=_streams(speeds),
+        pinned=_pinned(any_gpu),
         wall_s=time.perf_counter() - begun,
+    )
+
+
+def _pinned(any_gpu: bool) -> str:
+    memory = cuda_host_memory() if any_gpu else None
+    if memory is None:
+        why = "no CUDA runtime in this process" if any_gpu else "no GPU provider ran"
+        return f"{why}: host buffers kept, not page-locked"
+    return (
+        f"at most {memory.peak / 1e6:.0f} MB page-locked at once (of {memory.budget / 1e6:.0f} MB allowed)"
+        + ("; cudaHostRegister refused (see the warning)" if memory.failed else "")
     )
 
 
@@ -481,6 +497,7 @@ def format_report(report: GpuReport) -> tuple[str, str]:
         f"providers listed: {', '.join(report.available)}; "
         f"loaded the model: {', '.join(report.loaded) or 'none'}",
         f"model: {report.model} (T={report.t}); CUDA provider options: {report.cuda_options or 'defaults'}",
+        f"frames path host buffers: {report.pinned}",
     ]
     parity = [
         f"parity vs CPU fp32, {p.size}: {p.provider} {p.precision} {p.io}: at most {p.max_levels} levels "

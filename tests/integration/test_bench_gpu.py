@@ -47,6 +47,7 @@ def test_each_row_has_every_path_and_the_cpu_moves_nothing_over_pcie(
     assert any("fp16 on the CPU provider" in s for s in report["skipped"])
     assert "| CPU | fp32 | uint8 | 96x64 | 2 | host |" in markdown.read_text()
     assert "loaded the model: CPUExecutionProvider" in capsys.readouterr().out
+    assert report["pinned"] == "no GPU provider ran: host buffers kept, not page-locked"
 
 
 @pytest.mark.skipif(

@@ -73,6 +73,7 @@ def test_pinned_buffers_are_unpinned_before_their_memory_is_freed_and_the_budget
     gc.collect()
     assert cudart.registered == {}
     assert memory.pinned == 0
+    assert memory.peak == 3000
 
 
 def test_a_refusal_from_cuda_is_said_once_and_buffers_stay_plain(caplog: Any) -> None:
@@ -81,6 +82,7 @@ def test_a_refusal_from_cuda_is_said_once_and_buffers_stay_plain(caplog: Any) ->
     held = [pool.take() for _ in range(3)]
     assert pool.pinned == 0
     assert len(held) == 3
+    assert memory.failed
     said = [r.getMessage() for r in caplog.records if "cudaHostRegister" in r.getMessage()]
     assert said == [
         "cudaHostRegister refused 64 bytes (CUDA error 2): frames cross to the GPU from pageable memory, "
