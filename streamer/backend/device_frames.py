@@ -236,14 +236,15 @@ class DeviceFrames:
         its finalizer gives the memory back."""
         with self._pools:
             free = self._frames.setdefault(shape, collections.deque())
-            made = self._made.get(shape, 0)
-            if not free and made >= DEVICE_FRAMES_KEPT:
-                return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.uint8, self.device, 0)
-            if not free:
+            if free:
+                memory = free.pop()
+            else:
+                fresh = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.uint8, self.device, 0)
+                made = self._made.get(shape, 0)
+                if made >= DEVICE_FRAMES_KEPT:
+                    return fresh  # past the cap: not kept
                 self._made[shape] = made + 1
-                made_value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.uint8, self.device, 0)
-                free.append(made_value._get_c_value())
-            memory = free.pop()
+                memory = fresh._get_c_value()
         value = ort.OrtValue(memory)
         weakref.finalize(value, free.append, memory)
         return value

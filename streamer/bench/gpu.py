@@ -43,6 +43,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
+from streamer.backend.device_frames import device_of
 from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
@@ -188,15 +189,11 @@ def _timed(
     return statistics.median(times), cpu / (len(times) * frames), len(times), first
 
 
-def _device_kind(provider: str) -> str:
-    return "cpu" if provider == CPU else "cuda"
-
-
 def on_device(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[], None]:
     """A call of ``backend``'s model on ``window`` already in device memory, its output left there
     (IO binding): the model's own speed, nothing crossing PCIe."""
     info, session = backend.info, backend.session
-    where = _device_kind(info.provider)
+    where = device_of(info.provider)
     feed = backend.model_input(window)
     x = ort.OrtValue.ortvalue_from_numpy(feed, where, 0)
     # A preallocated output keeps every address fixed, as CUDA graphs need.
