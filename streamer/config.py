@@ -365,8 +365,9 @@ class ModelConfig(_Strict):
     """A window model (conv3d_t5, conv3d_t1_strength, your own) keeps each frame on the device once
     uploaded and makes its windows there, so one frame goes up and one comes down per output frame
     rather than a whole window (``streamer.backend.device_frames``). None: on for GPU providers (CUDA,
-    TensorRT), off on the CPU's, where it saves nothing. Recurrent and streaming models keep their own
-    paths."""
+    TensorRT), off on the CPU's, where it saves nothing. A recurrent model (convlstm_strength) keeps
+    its state there too, step to step: one frame up and one down per step instead of the whole state
+    both ways. Streaming models keep their own path."""
     tensorrt: TensorRtConfig = Field(default_factory=TensorRtConfig)
     warm_up: bool | None = None
     """Run the model once at a stream's frame size when its source opens, before the first live frame,

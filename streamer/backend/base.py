@@ -13,6 +13,7 @@ import contextlib
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,8 +42,10 @@ __all__ = [
 STRENGTH = "strength"
 """The optional input of a model that takes a strength: (B, 1) float32, the noise sigma in 0..255."""
 
-State = tuple[npt.NDArray[np.float32], ...]
-"""A recurrent model's hidden tensors, in the order of ``ModelInfo.state``; () for stateless models."""
+State = tuple[Any, ...]
+"""A recurrent model's hidden tensors, in the order of ``ModelInfo.state``; () for stateless models.
+float32 host arrays, or a backend's own values in device memory where it keeps the state there
+(``model.device_frames``): callers pass back what the last step returned."""
 
 FrameFeatures = tuple[npt.NDArray[np.float32], ...]
 """One frame's feature maps from a streaming model's encoder, each (C, H/scale, W/scale), in the order
@@ -152,7 +155,7 @@ class ModelInfo:
     device_frames: bool = False
     """A window model whose frames are uploaded once and kept on the device, windows made there
     (``streamer.backend.device_frames``): windows go through ``enhance_cached`` like a streaming
-    model's, with the frames in the cache."""
+    model's, with the frames in the cache. A recurrent model's steps keep its state there."""
     strength: bool = False
     """The model takes a ``strength`` input: per window, the noise sigma (0..255 levels) to remove
     (``model.strength`` sets it per stream: a number, or auto from the stream's noise estimate)."""

@@ -16,6 +16,10 @@ keeps its own memory arena, so fewer sizes keep less). Each window's output come
 host buffer of its own, bound, so onnxruntime makes no copy of its own; host buffers and device frames
 are kept and reused once nobody holds them, page-locked on a GPU (``streamer.backend.host_buffers``).
 
+A recurrent model runs the same graph one step at a time (``step``), its state inputs bound to the
+last step's state outputs, which onnxruntime leaves in device memory: one frame up and one down per
+step, where the host path carries the whole state both ways.
+
 The same graph runs on the CPU provider, where device memory is host memory: CI tests this path
 against the host path (``OnnxBackend(device_frames=True)``). Making the graph needs the onnx package
 (in the CUDA image; the CPU image, which has no use for this path, leaves it out), imported only here.
@@ -27,7 +31,7 @@ import collections
 import importlib.util
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,8 +112,10 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
         )
     if not info.uint8_input:
         fold_uint8_io(model, info.value_range)
-    # The frames input: the first one that is not the strength (a strength stays an input as it is).
-    window = next(i for i in graph.input if i.name != STRENGTH)
+    # The frames input: the first one that is neither the strength nor a recurrent state (those stay
+    # inputs as they are, and the state's outputs outputs).
+    kept = {STRENGTH, *(s.input for s in info.state)}
+    window = next(i for i in graph.input if i.name not in kept)
     made = graph.output[0]
     inputs = [frame_input(k, b, batch) for b in range(batch) for k in range(info.t)]
     rows: list[onnx.NodeProto] = []
@@ -166,7 +172,10 @@ class DeviceFrames:
         options: ort.SessionOptions,
         providers: list[str],
         provider_options: Mapping[str, Mapping[str, str]],
+        starved: Callable[[Exception, str], None] | None = None,
     ) -> None:
+        """``starved``: called with a failed call's error and what it ran on, before the BackendError
+        this raises, to raise its own where the device ran out of memory (the host path's rule)."""
         import onnx
 
         try:
@@ -174,6 +183,7 @@ class DeviceFrames:
         except (OSError, ValueError) as err:
             raise ModelError(f"cannot read {str(path)!r} to keep its frames on the device: {err}") from err
         self._info = info
+        self._starved = starved
         self._options = options
         self._providers = providers
         self._settings = [dict(provider_options.get(p, {})) for p in providers]
@@ -188,6 +198,8 @@ class DeviceFrames:
         self._frames: dict[tuple[int, ...], collections.deque[Any]] = {}
         """By shape, the device memory of frames nobody holds (onnxruntime's own values)."""
         self._made: dict[tuple[int, ...], int] = {}
+        self._zeros: dict[tuple[int, ...], ort.OrtValue] = {}
+        """By shape, a recurrent model's zero state on the device, shared by every run's first step."""
         self._pools = threading.Lock()
         self.reuse = True
         """Frames cross through kept (and, on a GPU, page-locked) buffers, and device frames are
@@ -276,43 +288,131 @@ class DeviceFrames:
     ) -> list[npt.NDArray[np.uint8]]:
         """The enhanced (H*scale, W*scale, 3) frame of each of ``windows`` (frames of one size), in one
         call; a model that takes a strength gets ``strengths``, one per window (None: its default)."""
+        if self._info.state:
+            raise ModelError(
+                f"model {self._info.name} is recurrent: its frames run one step at a time, with its state "
+                "(DeviceFrames.step), not as windows"
+            )
         rows = len(windows)
+        self._check_window(windows)
+        batch = batch_size(rows)
+        session = self._session(batch)
+        outs = self._outputs(windows[0][0], batch)
+        binding = session.io_binding()
+        for b in range(batch):
+            for k, value in enumerate(windows[min(b, rows - 1)]):
+                binding.bind_ortvalue_input(frame_input(k, b, batch), value)
+            self._bind_pixels(binding, frame_output(b, batch), outs[b])
+        self._bind_strengths(binding, strengths, rows, batch)
+        self._execute(session, binding, outs, f"{rows} window(s) of frames {self._size(windows[0][0])}")
+        return [out[0] for out in outs[:rows]]
+
+    def step(
+        self, frames: Sequence[ort.OrtValue], state: Sequence[ort.OrtValue], strength: float | None = None
+    ) -> tuple[npt.NDArray[np.uint8], tuple[ort.OrtValue, ...]]:
+        """A recurrent model's enhanced (H*scale, W*scale, 3) frame of ``frames`` (its T, in slot order)
+        and its next state, which stays in device memory: the state read is the last step's output, so
+        nothing but the frame crosses (a ConvLSTM's state is 49.8 MB per 1080p frame each way)."""
+        self._check_window([frames])
+        session = self._session(1)
+        (out,) = self._outputs(frames[0], 1)
+        binding = session.io_binding()
+        for k, value in enumerate(frames):
+            binding.bind_ortvalue_input(frame_input(k, 0, 1), value)
+        for spec, value in zip(self._info.state, state, strict=True):
+            binding.bind_ortvalue_input(spec.input, value)
+        self._bind_pixels(binding, frame_output(0, 1), out)
+        for spec in self._info.state:  # onnxruntime allocates each on the device (its arena, on a GPU)
+            binding.bind_output(spec.output, self.device, 0)
+        self._bind_strengths(binding, [strength], 1, 1)
+        self._execute(session, binding, [out], f"a step on frames {self._size(frames[0])}")
+        _, *made = binding.get_outputs()  # in the order bound: the frame, then the state
+        return out[0], tuple(made)
+
+    def zero_state(self, shapes: Sequence[tuple[int, ...]]) -> tuple[ort.OrtValue, ...]:
+        """A recurrent model's zero state in device memory, uploaded once per shape and shared: a step
+        only reads its state inputs."""
+        made = []
+        for shape in shapes:
+            with self._pools:
+                value = self._zeros.get(shape)
+            if value is None:
+                value = self.to_device(np.zeros(shape, np.float32))
+                with self._pools:
+                    value = self._zeros.setdefault(shape, value)
+            made.append(value)
+        return tuple(made)
+
+    def to_device(self, array: npt.NDArray[np.float32]) -> ort.OrtValue:
+        """A host tensor (a state a caller kept on the host) copied into device memory, its bytes
+        counted."""
+        value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
+        with self._lock:
+            self._uploaded += array.nbytes
+        return value
+
+    def _check_window(self, windows: Sequence[Sequence[ort.OrtValue]]) -> None:
         t = self._info.t
         if not windows or any(len(frames) != t for frames in windows):
             raise FrameError(
                 f"model {self._info.name} takes windows of T={t} frames; got {[len(w) for w in windows]}"
             )
-        batch = batch_size(rows)
-        session = self._session(batch)
-        _, h, w, _ = windows[0][0].shape()
+
+    @staticmethod
+    def _size(frame: ort.OrtValue) -> str:
+        _, h, w, _ = frame.shape()
+        return f"{w}x{h}"
+
+    def _outputs(self, frame: ort.OrtValue, batch: int) -> list[npt.NDArray[np.uint8]]:
+        """Host buffers for ``batch`` output frames of ``frame``'s size: kept ones unless ``reuse`` is
+        off."""
+        _, h, w, _ = frame.shape()
         s = self._info.scale
         shape = (1, h * s, w * s, 3)
-        pool = self._buffers("outputs", shape, OUTPUTS_KEPT) if self.reuse else None
-        outs = [np.empty(shape, np.uint8) if pool is None else pool.take() for _ in range(batch)]
-        binding = session.io_binding()
-        for b in range(batch):
-            for k, value in enumerate(windows[min(b, rows - 1)]):
-                binding.bind_ortvalue_input(frame_input(k, b, batch), value)
-            binding.bind_output(frame_output(b, batch), "cpu", 0, np.uint8, list(shape), outs[b].ctypes.data)
-        if self._info.strength:
-            given = list(strengths) if strengths is not None else [None] * rows
-            if len(given) != rows:
-                raise FrameError(f"model {self._info.name}: {len(given)} strengths for {rows} windows")
-            default = self._info.strength_default
-            values = [default if v is None else v for v in given]
-            values += [values[-1]] * (batch - rows)
-            binding.bind_cpu_input(STRENGTH, np.asarray(values, np.float32).reshape(batch, 1))
+        if not self.reuse:
+            return [np.empty(shape, np.uint8) for _ in range(batch)]
+        pool = self._buffers("outputs", shape, OUTPUTS_KEPT)
+        return [pool.take() for _ in range(batch)]
+
+    @staticmethod
+    def _bind_pixels(binding: ort.IOBinding, name: str, out: npt.NDArray[np.uint8]) -> None:
+        """The output frame straight into ``out``, so onnxruntime makes no copy of its own."""
+        binding.bind_output(name, "cpu", 0, np.uint8, list(out.shape), out.ctypes.data)
+
+    def _bind_strengths(
+        self, binding: ort.IOBinding, strengths: Sequence[float | None] | None, rows: int, batch: int
+    ) -> None:
+        """Each window's strength, for a model that takes one; repeats fill a batch up."""
+        if not self._info.strength:
+            return
+        given = list(strengths) if strengths is not None else [None] * rows
+        if len(given) != rows:
+            raise FrameError(f"model {self._info.name}: {len(given)} strengths for {rows} windows")
+        default = self._info.strength_default
+        values = [default if v is None else v for v in given]
+        values += [values[-1]] * (batch - rows)
+        binding.bind_cpu_input(STRENGTH, np.asarray(values, np.float32).reshape(batch, 1))
+
+    def _execute(
+        self,
+        session: ort.InferenceSession,
+        binding: ort.IOBinding,
+        outs: Sequence[npt.NDArray[np.uint8]],
+        what: str,
+    ) -> None:
+        """Runs a bound call; counts the frames that came down (a batch filled up with repeats brings
+        those down too)."""
         try:
             session.run_with_iobinding(binding)
         except Exception as err:
+            if self._starved is not None:
+                self._starved(err, f"{what} kept on the device")
             raise BackendError(
-                f"onnxruntime failed running {self._info.name} on {rows} window(s) of frames {w}x{h} kept "
-                f"on the device: {err}"
+                f"onnxruntime failed running {self._info.name} on {what} kept on the device: {err}"
             ) from err
-        with self._lock:  # a batch filled up with repeats brings those down too
-            self._downloads += batch
-            self._downloaded += batch * outs[0].nbytes
-        return [out[0] for out in outs[:rows]]
+        with self._lock:
+            self._downloads += len(outs)
+            self._downloaded += sum(out.nbytes for out in outs)
 
     def warm(self, frame: ort.OrtValue, batch: int) -> None:
         """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it."""

@@ -217,11 +217,11 @@ class OnnxBackend(Backend):
             reach_px=card_reach(self.path),
         )
         wanted = device_frames if device_frames is not None else device_of(self._info.provider) != "cpu"
-        if wanted and (self._info.state or self._info.streaming):
+        if wanted and self._info.streaming:
             if device_frames:
-                kind = "recurrent" if self._info.state else "a streaming model"
                 raise ConfigError(
-                    f"model {self._info.name} is {kind}: model.device_frames is for window models; remove it"
+                    f"model {self._info.name} is a streaming model: model.device_frames is for window and "
+                    "recurrent models; remove it"
                 )
         elif wanted and graph_tools_missing():
             if device_frames:
@@ -236,7 +236,12 @@ class OnnxBackend(Backend):
             )
         elif wanted:
             self._device = DeviceFrames(
-                self.path, self._info, options("device"), requested, provider_options or {}
+                self.path,
+                self._info,
+                options("device"),
+                requested,
+                provider_options or {},
+                self._raise_if_out_of_memory,
             )
             self._info = dataclasses.replace(self._info, device_frames=True)
         logger.info(
@@ -291,7 +296,7 @@ class OnnxBackend(Backend):
             windows = [features[i * t : (i + 1) * t] for i in range(b)]
             targets = frames[self._info.output_position.slot(t) :: t]
             return self.fuse(windows, targets, strength).transpose(0, 3, 1, 2)
-        return self._run(batch, self.initial_state(b, h, w), strength)[0]
+        return self._run(batch, self._zero_state(b, h, w), strength)[0]
 
     def _strength(self, rows: int, strength: Strengths) -> dict[str, npt.NDArray[np.float32]]:
         """The ``strength`` feed of a model that takes one, (B, 1) float32; nothing for others."""
@@ -359,7 +364,7 @@ class OnnxBackend(Backend):
         probes still take the host path."""
         super().warm_up(width, height)
         device = self._device
-        if device is not None:
+        if device is not None and not self._info.state:  # a recurrent model's one graph ran above
             m = self._info.pad_multiple
             frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
             device.warm(device.upload(frame), batch)
@@ -446,34 +451,65 @@ class OnnxBackend(Backend):
             return frames
         return _pad(frames, ((0, 0), (0, ph), (0, pw), (0, 0)))
 
-    def initial_state(self, batch: int, height: int, width: int) -> State:
+    def _state_shapes(self, batch: int, height: int, width: int) -> list[tuple[int, ...]]:
         m = self._info.pad_multiple
         hp, wp = height + -height % m, width + -width % m
-        return tuple(
-            np.zeros((batch, s.channels, math.ceil(hp / s.scale), math.ceil(wp / s.scale)), np.float32)
-            for s in self._info.state
-        )
+        return [
+            (batch, s.channels, math.ceil(hp / s.scale), math.ceil(wp / s.scale)) for s in self._info.state
+        ]
+
+    def _zero_state(self, batch: int, height: int, width: int) -> State:
+        return tuple(np.zeros(shape, np.float32) for shape in self._state_shapes(batch, height, width))
+
+    def initial_state(self, batch: int, height: int, width: int) -> State:
+        """With frames on the device, the state is there too: values only ``step`` reads."""
+        if self._device is not None and self._info.state:
+            return self._device.zero_state(self._state_shapes(batch, height, width))
+        return self._zero_state(batch, height, width)
 
     def step(
         self, batch: npt.NDArray[np.uint8], state: State, strength: Strengths = None
     ) -> tuple[npt.NDArray[np.uint8], State]:
         self._check_batch(batch)
         b, _, _, h, w = batch.shape
-        expected = self.initial_state(b, h, w)
-        for spec, given, zero in zip(self._info.state, state, expected, strict=False):
-            if given.shape != zero.shape or given.dtype != np.float32:
-                raise FrameError(
-                    f"state {spec.input!r} of model {self._info.name} is {given.shape} {given.dtype}; frames "
-                    f"of {h}x{w} need {zero.shape} float32: start from initial_state({b}, {h}, {w})"
-                )
-        if len(state) != len(expected):
+        shapes = self._state_shapes(b, h, w)
+        if len(state) != len(shapes):
             raise FrameError(
-                f"model {self._info.name} carries {len(expected)} state tensors, got {len(state)}; "
+                f"model {self._info.name} carries {len(shapes)} state tensors, got {len(state)}; "
                 "start from initial_state()"
             )
+        for spec, given, shape in zip(self._info.state, state, shapes, strict=True):
+            seen = _tensor_of(given)
+            if seen != (shape, "float32"):
+                raise FrameError(
+                    f"state {spec.input!r} of model {self._info.name} is {seen[0]} {seen[1]}; frames "
+                    f"of {h}x{w} need {shape} float32: start from initial_state({b}, {h}, {w})"
+                )
         if not self._info.state:  # stateless, a streaming model included: ``infer``, as the port says
             return self.infer(batch, strength), state
+        if self._device is not None:
+            return self._device_step(self._device, batch, state, strength)
         return self._run(batch, state, strength)
+
+    def _device_step(
+        self, device: DeviceFrames, batch: npt.NDArray[np.uint8], state: State, strength: Strengths
+    ) -> tuple[npt.NDArray[np.uint8], State]:
+        """One stream's step with its state in device memory: its frame goes up, the frame comes down,
+        the next state stays (a host array given as state goes up once)."""
+        b, _, _, h, w = batch.shape
+        if b != 1:
+            raise FrameError(
+                f"model {self._info.name} keeps its state on the device one stream at a time: a batch of 1, "
+                f"got {b}; step each stream on its own, or set model.device_frames: false"
+            )
+        if strength is not None and len(strength) != 1:
+            raise FrameError(f"model {self._info.name}: {len(strength)} strengths for a batch of 1")
+        frames = self._pad_frames(np.ascontiguousarray(batch[0].transpose(0, 2, 3, 1)))
+        values = [device.upload(frame) for frame in frames]
+        kept = [device.to_device(v) if isinstance(v, np.ndarray) else v for v in state]
+        out, next_state = device.step(values, kept, None if strength is None else strength[0])
+        s = self._info.scale
+        return out[None, : h * s, : w * s].transpose(0, 3, 1, 2), next_state
 
     @property
     def session(self) -> ort.InferenceSession:
@@ -631,6 +667,14 @@ def _card_count(model: Path, key: str, low: int, high: int, fallback: str) -> in
         )
         return None
     return value
+
+
+def _tensor_of(value: npt.NDArray[Any] | ort.OrtValue) -> tuple[tuple[int, ...], str]:
+    """The shape and element type of a host array or a device value."""
+    if isinstance(value, np.ndarray):
+        return value.shape, str(value.dtype)
+    kind = value.data_type()
+    return tuple(value.shape()), "float32" if kind == "tensor(float)" else kind
 
 
 def _pad(batch: npt.NDArray[np.uint8], widths: tuple[tuple[int, int], ...]) -> npt.NDArray[np.uint8]:

@@ -16,6 +16,11 @@ window, and for each provider, precision, frame size and batch, two speeds of th
 - ``frames_fresh``: the same with a fresh host array and device allocation for every frame, as before
   the buffers were kept: what keeping them is worth.
 
+A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``
+keeps it on the device both ways; ``host`` sends it up and brings it down with every call, as
+``model.device_frames: false`` does (49.8 MB per 1080p frame each way for the ConvLSTM); ``frames``
+steps B streams in turn, each state left on the device, one uint8 frame up and one down per step.
+
 fp16 is the fp32 file converted here by onnxruntime's own converter (float32 inputs and outputs kept),
 so both precisions feed alike. How many 1080p30 streams one GPU holds is read off the best batch of
 each path, for the model alone: decode and encode run on the CPU and are not in it. Only numpy and
@@ -43,7 +48,8 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
-from streamer.backend.device_frames import device_of
+from streamer.backend.base import STRENGTH
+from streamer.backend.device_frames import DeviceFrames, device_of
 from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
@@ -204,6 +210,14 @@ def on_device(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[
     binding = session.io_binding()
     binding.bind_ortvalue_input(session.get_inputs()[0].name, x)
     binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
+    b, _, _, h, w = window.shape
+    for spec, zero in zip(info.state, backend.initial_state(b, h, w), strict=True):
+        # a recurrent model's state stays on the device both ways, as on its frames path
+        given = ort.OrtValue.ortvalue_from_numpy(zero, where, 0) if isinstance(zero, np.ndarray) else zero
+        binding.bind_ortvalue_input(spec.input, given)
+        binding.bind_output(spec.output, where, 0)
+    if info.strength:
+        binding.bind_cpu_input(STRENGTH, np.full((b, 1), info.strength_default, np.float32))
 
     def once() -> None:
         session.run_with_iobinding(binding)
@@ -211,6 +225,44 @@ def on_device(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[
         binding.synchronize_outputs()
 
     return once
+
+
+def _window_steps(
+    backend: OnnxBackend, device: DeviceFrames, size: tuple[int, int], batch: int
+) -> Callable[[], None]:
+    """One output frame for each of ``batch`` streams: each uploads its new frame into its ring of the
+    last T and the B windows run in one call."""
+    t = backend.info.t
+    frames = np.ascontiguousarray(pattern_window(1, t + 1, *size, seed=0)[0].transpose(0, 2, 3, 1))
+    rings = [[device.upload(f) for f in frames[:t]] for _ in range(batch)]
+    fresh = iter(range(10**12))
+
+    def step() -> None:
+        for ring in rings:
+            ring.append(device.upload(frames[next(fresh) % len(frames)]))
+            del ring[0]
+        device.run_batch(rings)
+
+    return step
+
+
+def _recurrent_steps(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[], None]:
+    """One step for each of a recurrent model's streams (one per row of ``window``), each state
+    kept on the device: steps chain, so streams take turns rather than share a call."""
+    b, _, _, h, w = window.shape
+    states = [backend.initial_state(1, h, w) for _ in range(b)]
+
+    def step() -> None:
+        for row in range(b):
+            _, states[row] = backend.step(window[row : row + 1], states[row])
+
+    return step
+
+
+def _state_shapes(backend: OnnxBackend, width: int, height: int) -> list[tuple[int, ...]]:
+    """A recurrent model's state tensors for one stream of ``width`` x ``height``; none for others."""
+    state = backend.initial_state(1, height, width)
+    return [tuple(v.shape) if isinstance(v, np.ndarray) else tuple(v.shape()) for v in state]
 
 
 def _failed(provider: str, variant: Variant, size: tuple[int, int], batch: int, path: str, why: str) -> Speed:
@@ -239,17 +291,11 @@ def _speed_row(
             if device is None:
                 return _failed(provider, variant, size, batch, path, "no device frames for this model")
             device.reuse = path == "frames"
-            frames = np.ascontiguousarray(
-                pattern_window(1, info.t + 1, width, height, seed=0)[0].transpose(0, 2, 3, 1)
+            step = (
+                _recurrent_steps(backend, window)
+                if info.state
+                else _window_steps(backend, device, size, batch)
             )
-            rings = [[device.upload(f) for f in frames[: info.t]] for _ in range(batch)]
-            fresh = iter(range(10**12))
-
-            def step() -> None:
-                for ring in rings:  # one new frame per stream
-                    ring.append(device.upload(frames[next(fresh) % len(frames)]))
-                    del ring[0]
-                device.run_batch(rings)
 
             try:
                 median, cpu, runs, first = _timed(step, batch, seconds, 3)
@@ -260,7 +306,8 @@ def _speed_row(
             median, cpu, runs, first = _timed(lambda: backend.infer(window), batch, seconds, 3)
             up = backend.model_input(window[:1]).nbytes
             down = 3 * height * width * info.scale**2 * (1 if info.uint8_output else 4)
-            moved = 0 if provider == CPU else up + down
+            state = sum(math.prod(shape) * 4 for shape in _state_shapes(backend, width, height))
+            moved = 0 if provider == CPU else up + down + 2 * state  # a recurrent state both ways
     except Exception as err:  # a row that fails (out of device memory, say) is reported, the rest run
         line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         return _failed(provider, variant, size, batch, path, line)
@@ -377,7 +424,7 @@ def run_gpu_bench(
         any_gpu = any(p in GPU_PROVIDERS for p in loaded)
         reference = OnnxBackend(model, providers=[CPU])
         files = _variant_files(model, reference.info.value_range, variants, cache, skipped)
-        windows = not reference.info.state and not reference.info.streaming  # the ring is for window models
+        kept = not reference.info.streaming  # frames (and a recurrent state) kept on the device
         for provider in loaded:
             chosen = variants
             rows = [(s, b) for s in sizes for b in batches]
@@ -397,7 +444,7 @@ def run_gpu_bench(
                 if provider == CUDA and cuda_options:
                     options[CUDA] = dict(cuda_options)
                 backend = OnnxBackend(
-                    file, providers=_chain(provider), provider_options=options, device_frames=windows
+                    file, providers=_chain(provider), provider_options=options, device_frames=kept
                 )
                 if provider != CPU:
                     parity.append(_parity(backend, reference, provider, variant))

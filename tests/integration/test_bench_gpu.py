@@ -50,6 +50,35 @@ def test_each_row_has_every_path_and_the_cpu_moves_nothing_over_pcie(
     assert report["pinned"] == "no GPU provider ran: host buffers kept, not page-locked"
 
 
+def test_a_recurrent_model_that_takes_a_strength_runs_every_path_with_its_state(tmp_path: Path) -> None:
+    """convlstm_strength: its state bound on the device path, sent both ways on the host path, kept on
+    the device by the frames path's steps, one stream after another at batch 2."""
+    out = tmp_path / "gpu.json"
+    model = str(DEFAULT_MODEL.parent / "convlstm_strength.onnx")
+    argv = [
+        *TINY,
+        "--io",
+        "uint8",
+        "--providers",
+        "CPUExecutionProvider",
+        "--model",
+        model,
+        "--json",
+        str(out),
+    ]
+    assert run_bench("gpu", argv) == 0
+    report = json.loads(out.read_text())
+    assert report["t"] == 1
+    rows = {(s["size"], s["batch"], s["path"]): s for s in report["speeds"]}
+    assert set(rows) == {
+        (size, b, path)
+        for size in ("64x48", "96x64")
+        for b in (1, 2)
+        for path in ("device", "host", "frames", "frames_fresh")
+    }
+    assert all(s["fps"] > 0 and s["error"] is None for s in rows.values())
+
+
 @pytest.mark.skipif(
     "CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime has CUDA"
 )

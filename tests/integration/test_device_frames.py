@@ -10,8 +10,11 @@ frame per output frame instead of a window.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +36,7 @@ WIDTH, HEIGHT = 160, 96
 
 
 def run(
-    tmp_path: Path, device_frames: bool, warm_up: bool = False
+    tmp_path: Path, device_frames: bool, warm_up: bool = False, model: Path = DEFAULT_MODEL
 ) -> tuple[PipelineReport, list[Frame], OnnxBackend]:
     config = load_config(
         None,
@@ -46,6 +49,7 @@ def run(
                 "noise_sigma": 20.0,
             },
             "sink": {"kind": "file", "path": str(tmp_path / f"out-{device_frames}.mp4")},
+            "model.path": str(model),
             "model.device_frames": device_frames,
             "model.warm_up": warm_up,
             "gate.enabled": False,
@@ -81,9 +85,78 @@ def test_the_default_model_on_device_frames_matches_the_host_path_with_one_frame
     assert (moved.downloads, moved.downloaded_bytes) == (FRAMES, FRAMES * frame_bytes)
 
 
-def test_device_frames_asked_for_a_recurrent_model_is_refused_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"model\.device_frames is for window models"):
-        OnnxBackend(ema_model(tmp_path / "ema.onnx"), device_frames=True)
+def test_device_frames_asked_for_a_streaming_model_is_refused_in_one_line() -> None:
+    with pytest.raises(
+        ConfigError, match=r"streaming model: model\.device_frames is for window and recurrent"
+    ):
+        OnnxBackend(DEFAULT_MODEL.parent / "stream_t5_lite.onnx", device_frames=True)
+
+
+def test_a_recurrent_models_state_stays_on_the_device_and_gives_the_host_paths_frames() -> None:
+    """convlstm_strength (the low-latency profile's model) at a size its multiple pads: each step
+    sends its frame up and brings the frame down; the state went up once, as zeros, and never came
+    down, where the host path carries all of it both ways every step."""
+    model = DEFAULT_MODEL.parent / "convlstm_strength.onnx"
+    host = OnnxBackend(model, device_frames=False)
+    backend = OnnxBackend(model, device_frames=True)
+    assert backend.info.device_frames
+    width, height, steps = 90, 54, 6
+    clip = pattern_window(1, steps, width, height, seed=3)[0]
+    strengths = [None, 5.0, 30.0, 30.0, None, 12.0]
+    state, theirs = backend.initial_state(1, height, width), host.initial_state(1, height, width)
+    assert not any(isinstance(v, np.ndarray) for v in state)  # device values, not host arrays
+    for frame, strength in zip(clip, strengths, strict=True):
+        got, state = backend.step(frame[None, None], state, [strength])
+        expected, theirs = host.step(frame[None, None], theirs, [strength])
+        assert got.shape == expected.shape == (1, 3, height, width)
+        assert int(np.abs(got.astype(np.int16) - expected).max()) <= 1
+    assert not any(isinstance(v, np.ndarray) for v in state)
+    m = backend.info.pad_multiple
+    padded = (height + -height % m) * (width + -width % m) * 3
+    state_bytes = sum(v.nbytes for v in {v.shape: v for v in theirs}.values())  # zeros of a shape shared
+    moved = backend.transfers()
+    assert moved is not None
+    assert (moved.uploads, moved.uploaded_bytes) == (steps, steps * padded + state_bytes)
+    assert (moved.downloads, moved.downloaded_bytes) == (steps, steps * padded)
+
+
+def test_a_recurrent_stream_with_its_state_on_the_device_gives_the_host_paths_frames(tmp_path: Path) -> None:
+    model = DEFAULT_MODEL.parent / "convlstm.onnx"
+    host_report, host, _ = run(tmp_path, device_frames=False, model=model)
+    report, device, backend = run(tmp_path, device_frames=True, model=model, warm_up=True)
+    assert report.frames_out == host_report.frames_out == FRAMES
+    assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
+    worst = max(
+        int(np.abs(a.pixels.astype(np.int16) - b.pixels.astype(np.int16)).max())
+        for a, b in zip(host, device, strict=True)
+    )
+    assert worst <= 1
+    moved = backend.transfers()
+    assert moved is not None
+    assert (moved.uploads, moved.downloads) == (FRAMES + 1, FRAMES + 1)  # and the warm-up's zero frame
+
+
+def test_a_recurrent_model_on_the_device_carries_its_state_exactly_and_restarts_from_zeros(
+    tmp_path: Path,
+) -> None:
+    """The EMA model's exact values: a state carried step to step, restarted by a new zero state,
+    taken from a host array too; a batch of several streams and a wrong state refused."""
+    backend = OnnxBackend(ema_model(tmp_path / "ema.onnx"), device_frames=True)
+    frame = np.full((1, 1, 3, 6, 10), 200, np.uint8)
+    state = backend.initial_state(1, 6, 10)
+    levels = []
+    for _ in range(3):
+        out, state = backend.step(frame, state)
+        levels.append(int(out[0, 0, 0, 0]))
+    assert levels == [100, 150, 175]
+    again, _ = backend.step(frame, backend.initial_state(1, 6, 10))
+    assert int(again[0, 0, 0, 0]) == 100
+    from_host, _ = backend.step(frame, (np.full((1, 3, 6, 10), 100 / 255, np.float32),))
+    assert int(from_host[0, 0, 0, 0]) == 150
+    with pytest.raises(FrameError, match=r"one stream at a time: a batch of 1, got 2"):
+        backend.step(np.repeat(frame, 2, axis=0), backend.initial_state(2, 6, 10))
+    with pytest.raises(FrameError, match=r"state 'h' of model ema is \(1, 3, 4, 4\) float32; frames of 6x10"):
+        backend.step(frame, backend.initial_state(1, 4, 4))
 
 
 def test_without_the_onnx_package_asking_for_device_frames_says_what_to_install(
@@ -240,3 +313,40 @@ def test_a_model_that_takes_a_strength_gets_each_windows_own_on_the_device() -> 
         assert int(np.abs(got.astype(np.int16) - expected).max()) <= 1
     gentle, strong = (device.run([device.upload(clip[0])], s) for s in (4.0, 30.0))
     assert int(np.abs(gentle.astype(np.int16) - strong).max()) > 10  # the strength reached the model
+
+
+_OUT_OF_MEMORY = """
+import json, resource, numpy as np
+from streamer.assets import DEFAULT_MODEL
+from streamer.backend.onnx import OnnxBackend
+from streamer.errors import ModelUnavailableError
+backend = OnnxBackend(DEFAULT_MODEL, threads=1, device_frames=True)
+device = backend.device_frames
+device.run([device.upload(np.zeros((64, 64, 3), np.uint8))] * backend.info.t)
+window = [device.upload(np.full((720, 1280, 3), 9 * k, np.uint8)) for k in range(backend.info.t)]
+used = int(open("/proc/self/statm").read().split()[0]) * 4096
+resource.setrlimit(resource.RLIMIT_AS, (used + 100 * 2**20, resource.RLIM_INFINITY))
+try:
+    device.run(window)
+    starved = "no error"
+except ModelUnavailableError as err:
+    starved = str(err) if err.batch_bound else "not batch-bound"
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(json.dumps({"starved": starved, "after": list(device.run(window).shape)}))
+"""
+
+
+def test_a_window_the_device_has_no_memory_for_fails_alone_into_a_pass_through() -> None:
+    """A real allocation failure (the address space capped under a 720p window's needs) on the
+    device path: the host path's rule, the frame passes through and memory back serves again."""
+    result = subprocess.run(
+        [sys.executable, "-c", _OUT_OF_MEMORY], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (
+        "CPUExecutionProvider ran out of memory for conv3d_t5 on 1 window(s) of frames 1280x720 kept on "
+        in (report["starved"])
+    )
+    assert "the frame passes through" in report["starved"]
+    assert report["after"] == [720, 1280, 3]
