@@ -107,6 +107,7 @@ def build_source(
             keep_audio=keep_audio,
             realtime=config.realtime,
             loop=config.loop,
+            decode=config.decode,
         )
     if isinstance(config, RtspSourceConfig):
         return RtspSource(
@@ -118,6 +119,7 @@ def build_source(
             stall_timeout_s=config.stall_timeout_s,
             capacity=queue_size,
             keep_audio=keep_audio,
+            decode=config.decode,
             **config.backoff(),
         )
     if isinstance(config, WhipSourceConfig):
@@ -196,6 +198,7 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None, relay_ori
             transport=config.transport,
             timeout_s=config.timeout_s,
             threads=config.threads,
+            codec=config.codec,
             keep_audio=config.audio == "keep",
             **config.backoff(),
         )

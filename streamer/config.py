@@ -29,6 +29,7 @@ from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
+from streamer.hwcodec import Decode, VideoCodec
 from streamer.pipeline import SkipAction
 from streamer.samples import resolve_sample
 from streamer.webrtc.cors import check_origins
@@ -76,6 +77,9 @@ class FileSourceConfig(_Strict):
     """Release each frame at its PTS on the wall clock, as a live camera (drops its oldest, never queues)."""
     loop: bool = False
     """Start again at the end, timestamps continuing; each restart is a discontinuity. Drops the audio."""
+    decode: Decode = "cpu"
+    """Where the video is decoded: ``cpu``; ``nvdec``, an NVIDIA GPU's decoder (an error where it does
+    not work); ``auto``, NVDEC where it works, the CPU otherwise, said once (``streamer.hwcodec``)."""
 
     @field_validator("path", mode="before")
     @classmethod
@@ -124,6 +128,9 @@ class RtspSourceConfig(_Backoff):
     read_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     stall_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     """No frame for this long: drop the connection and reconnect."""
+    decode: Decode = "cpu"
+    """Where the video is decoded: ``cpu``; ``nvdec``, an NVIDIA GPU's decoder (an error where it does
+    not work); ``auto``, NVDEC where it works, the CPU otherwise, said once (``streamer.hwcodec``)."""
 
 
 class WhipSourceConfig(_Strict):
@@ -143,6 +150,8 @@ class FileSinkConfig(_Strict):
     overwrite: bool = True
     """Replace an existing file. A stream added through the control API must set it to true itself."""
     codec: str = "libx264"
+    """Any encoder PyAV has; ``auto``: h264_nvenc where NVENC works, libx264 otherwise, said once;
+    h264_nvenc takes preset and crf as its nearest (``streamer.hwcodec``)."""
     preset: str = "veryfast"
     crf: int = Field(18, ge=0, le=51)
     bitrate: int | None = Field(None, ge=1, le=10**9)
@@ -175,6 +184,10 @@ class RtspSinkConfig(_Backoff):
     timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     threads: int | None = Field(None, ge=1, le=64)
     """libx264's threads; None: its own choice (about 1.5 per core), which competes with the model's."""
+    codec: VideoCodec = "libx264"
+    """``libx264``; ``h264_nvenc``, an NVIDIA GPU's encoder, which costs no host cores (an error where
+    it does not work: the H100 and H200 have none); ``auto``, NVENC where it works, libx264 otherwise,
+    said once. preset and tune are libx264's names; NVENC gets their nearest (``streamer.hwcodec``)."""
     audio: Literal["keep", "drop"] = "keep"
     """``keep``: the source's first audio stream (a file's, an RTSP camera's or a WHIP publisher's) is
     published as a second track, in sync with the video (AAC, G.711 and Opus as they are, other codecs

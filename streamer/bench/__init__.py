@@ -24,7 +24,7 @@ __all__ = ["register"]
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload``, ``soak``,
-    ``batching``, ``live``, ``gpu`` and ``triton`` to a CLI's subcommands; the handler is
+    ``batching``, ``live``, ``gpu``, ``codecs`` and ``triton`` to a CLI's subcommands; the handler is
     ``args.func(args) -> int``."""
     bench = subparsers.add_parser(
         "bench", help="measure enhancement quality and speed", description="Benchmarks of streamer."
@@ -91,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_batching(kinds)
     _register_live(kinds)
     _register_gpu(kinds)
+    _register_codecs(kinds)
     _register_triton(kinds)
 
 
@@ -173,6 +174,36 @@ def _triton(args: argparse.Namespace) -> int:
 
 def _gpu(args: argparse.Namespace) -> int:
     from streamer.bench.gpu import run_from_args
+
+    return run_from_args(args)
+
+
+def _register_codecs(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    codecs = kinds.add_parser(
+        "codecs",
+        help="what decoding and encoding a live stream costs the host, on the CPU and on NVDEC/NVENC",
+        description="Times H.264 decode (libavcodec, NVDEC) and encode (libx264, h264_nvenc) of one "
+        "stream, one thread, as the RTSP source and sink run them (rgb24 conversions included), on a "
+        "camera-like clip made here, and says how many live streams' decode and encode one core and this "
+        "machine's cores carry. Engines that do not work here are listed with FFmpeg's reason.",
+    )
+    codecs.add_argument(
+        "--sizes", default="1920x1080,1280x720", metavar="WxH,...", help="frame sizes (1920x1080,1280x720)"
+    )
+    codecs.add_argument("--frames", type=int, default=30, help="frames in the clip, each round's work (30)")
+    codecs.add_argument(
+        "--fps", type=int, default=30, help="the live streams' frame rate the counts are for (30)"
+    )
+    codecs.add_argument(
+        "--seconds", type=float, default=3.0, help="timed seconds per row, at least 3 rounds (3)"
+    )
+    codecs.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
+    codecs.add_argument("--markdown", metavar="PATH", help="also write the tables as markdown here")
+    codecs.set_defaults(func=_codecs)
+
+
+def _codecs(args: argparse.Namespace) -> int:
+    from streamer.bench.codecs import run_from_args
 
     return run_from_args(args)
 

@@ -34,6 +34,7 @@ from streamer.audio import AudioTrack
 from streamer.colour import from_rgb
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
+from streamer.hwcodec import encoder_options, resolve_encoder
 from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import PacketSink
 from streamer.sinks.clock import TIME_BASE
@@ -57,7 +58,9 @@ def _storage_trouble(exc: Exception) -> bool:
 
 
 class FileSink(PacketSink):
-    """Writes frames in the order sent; ``options`` go to the encoder and win over preset/crf/bf."""
+    """Writes frames in the order sent; ``options`` go to the encoder and win over preset/crf/bf.
+    ``codec``: any encoder PyAV has; ``auto`` is h264_nvenc where NVENC works, libx264 otherwise
+    (``streamer.hwcodec``), and h264_nvenc gets libx264's preset and CRF as its nearest."""
 
     def __init__(
         self,
@@ -70,7 +73,7 @@ class FileSink(PacketSink):
         options: dict[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
-        self.codec = codec
+        self.codec = resolve_encoder(codec, f"file sink '{path}'")
         self.preset = preset
         self.crf = crf
         self.bitrate = bitrate
@@ -225,7 +228,7 @@ class FileSink(PacketSink):
         opts = {"preset": self.preset, "bf": "0"}
         if self.bitrate is None:
             opts["crf"] = str(self.crf)
-        return opts | self.options
+        return encoder_options(self.codec, opts) | self.options
 
     def _encode(self, frame: Frame, info: StreamInfo) -> None:
         with self._lock:

@@ -38,6 +38,7 @@ from av.video.stream import VideoStream
 from streamer.colour import from_rgb
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
+from streamer.hwcodec import encoder_options, resolve_encoder
 from streamer.nodelay import disable_nagle, rtsp_peer
 from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import PacketSink
@@ -111,7 +112,10 @@ class RtspSink(PacketSink):
         timeout_s: float = 5.0,
         threads: int | None = None,
         keep_audio: bool = True,
+        codec: str = "libx264",
     ) -> None:
+        """``codec``: libx264, h264_nvenc or auto (``streamer.hwcodec``); preset and tune are libx264's
+        names, which NVENC gets as its nearest."""
         check_rtsp_url(url, "RTSP sink")
         if transport not in ("tcp", "udp"):
             raise ConfigError(f"RTSP sink transport must be 'tcp' or 'udp', got {transport!r}")
@@ -125,6 +129,7 @@ class RtspSink(PacketSink):
             )
         check_backoff(backoff_initial_s, backoff_max_s, jitter, max_attempts, "RTSP sink")
         self.url = url
+        self.codec = resolve_encoder(codec, f"RTSP sink {redact_url(url)}")
         self.bitrate = bitrate
         self.gop = gop
         self.preset = preset
@@ -217,7 +222,7 @@ class RtspSink(PacketSink):
             self._track.take(self._spill)
 
     def encoding(self) -> Encoding:
-        return Encoding.of("libx264", self._codec_options(), bitrate=self.bitrate)
+        return Encoding.of(self.codec, self._codec_options(), bitrate=self.bitrate)
 
     async def open_encoded(self, info: StreamInfo, encoder: SharedEncoder) -> None:
         self._encoder = encoder
@@ -357,10 +362,10 @@ class RtspSink(PacketSink):
         }
         if self.threads is not None:
             codec["threads"] = str(self.threads)
-        return codec
+        return encoder_options(self.codec, codec)
 
     def _add_video(self, container: OutputContainer, info: StreamInfo) -> VideoStream:
-        """The connection's video stream: its own libx264, or a copy of the shared encoder's."""
+        """The connection's video stream: its own encoder, or a copy of the shared encoder's."""
         if self._encoder is None:
             return add_video(container, self.encoding(), info, TIME_BASE)
         stream = container.add_stream_from_template(self._encoder.template)

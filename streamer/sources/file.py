@@ -35,6 +35,7 @@ from streamer.colour import colour_of, to_rgb
 from streamer.core.pacing import LoopTimeline, Pacer
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
+from streamer.hwcodec import Decode, decoder_hwaccel
 from streamer.metadata import kept_tags
 from streamer.sources.base import ThreadedSource
 from streamer.sources.noise import GaussianNoise
@@ -63,7 +64,7 @@ class FileSource(ThreadedSource):
 
     ``realtime``: pace frames to the wall clock and report a live stream; ``policy`` then defaults to
     DROP_OLDEST. ``loop``: play the file again and again (``max_frames`` counts across passes), without
-    its audio.
+    its audio. ``decode``: where the video is decoded (``streamer.hwcodec``).
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class FileSource(ThreadedSource):
         keep_audio: bool = False,
         realtime: bool = False,
         loop: bool = False,
+        decode: Decode = "cpu",
     ) -> None:
         if max_frames is not None and max_frames < 1:
             raise ConfigError(f"max_frames must be at least 1 or None (the whole file), got {max_frames}")
@@ -86,6 +88,7 @@ class FileSource(ThreadedSource):
             policy = DropPolicy.DROP_OLDEST if realtime else DropPolicy.BLOCK
         super().__init__(stream_id, capacity, policy)
         self.path = Path(path)
+        self._hwaccel = decoder_hwaccel(decode, f"file source '{path}'")
         self.max_frames = max_frames
         self.keep_audio = keep_audio
         self.realtime = realtime
@@ -115,7 +118,7 @@ class FileSource(ThreadedSource):
                 f"'{self.path}' is not a regular file (a FIFO, device or directory); pass a video file"
             )
         try:
-            self._container = av.open(str(self.path))
+            self._container = av.open(str(self.path), hwaccel=self._hwaccel)
         except av.error.FFmpegError as exc:
             raise SourceError(
                 f"PyAV cannot open '{self.path}': {_reason(exc)}; pass a video file FFmpeg can read"

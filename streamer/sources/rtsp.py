@@ -48,6 +48,7 @@ from streamer.channel import DropPolicy
 from streamer.colour import colour_of, to_rgb
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
+from streamer.hwcodec import Decode, decoder_hwaccel
 from streamer.redact import redact_url
 from streamer.sources.base import ThreadedSource
 
@@ -177,7 +178,9 @@ class RtspSource(ThreadedSource):
         jitter: float = 0.2,
         capacity: int = 8,
         keep_audio: bool = False,
+        decode: Decode = "cpu",
     ) -> None:
+        """``decode``: where the video is decoded (``streamer.hwcodec``)."""
         check_rtsp_url(url, "RTSP source")
         if transport not in ("tcp", "udp"):
             raise ConfigError(f"RTSP source transport must be 'tcp' or 'udp', got {transport!r}")
@@ -204,6 +207,7 @@ class RtspSource(ThreadedSource):
         self._audio: AudioTrack | None = None
         self._audio_mismatch_said = False
         self._shown = redact_url(url)
+        self._hwaccel = decoder_hwaccel(decode, f"RTSP source {self._shown}")
         self._rng = random.Random()
         self._container: InputContainer | None = None
         # Counters are written by the decode thread and read from the event loop.
@@ -369,7 +373,10 @@ class RtspSource(ThreadedSource):
             started = time.monotonic()
             try:
                 container = av.open(
-                    self.url, options=options, timeout=(self.open_timeout_s, self.stall_timeout_s)
+                    self.url,
+                    options=options,
+                    timeout=(self.open_timeout_s, self.stall_timeout_s),
+                    hwaccel=self._hwaccel,
                 )
             except av.error.FFmpegError as exc:
                 reason = ffmpeg_reason(exc)

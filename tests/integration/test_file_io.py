@@ -132,6 +132,28 @@ def test_file_source_decodes_rgb_in_channel_order(make_clip: MakeClip) -> None:
     assert got.frames[0].pixels[:, -4:, 0].mean() > 235
 
 
+def test_auto_decode_and_encode_without_a_gpu_take_the_cpu_and_give_the_same_frames(
+    make_clip: MakeClip, tmp_path: Path
+) -> None:
+    """``decode: auto`` and ``codec: auto`` on a machine whose probes find no NVDEC or NVENC (this one,
+    CI's): the CPU's decoder and libx264, the same frames as asked for by name."""
+    from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
+
+    if nvdec_unavailable() is None or nvenc_unavailable() is None:
+        pytest.skip("this machine's GPU decodes or encodes: auto takes it")
+    clip = make_clip(frames=12)
+    plain = drain(FileSource(clip))
+    auto = drain(FileSource(clip, decode="auto"))
+    assert [f.pixels.tobytes() for f in auto.frames] == [f.pixels.tobytes() for f in plain.frames]
+    sink = FileSink(tmp_path / "auto.mp4", codec="auto")
+    assert sink.codec == "libx264"
+    asyncio.run(_copy(FileSource(clip), sink))
+    asyncio.run(_copy(FileSource(clip), FileSink(tmp_path / "named.mp4", codec="libx264")))
+    written, named = read_back(tmp_path / "auto.mp4"), read_back(tmp_path / "named.mp4")
+    assert len(written.blue) == 12
+    assert written == named
+
+
 def test_missing_file_is_source_not_found(tmp_path: Path) -> None:
     missing = tmp_path / "nope.mp4"
 

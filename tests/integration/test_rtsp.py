@@ -131,6 +131,41 @@ def test_every_camera_frame_reaches_an_independent_reader_in_order(rtsp_server: 
     )
 
 
+def test_auto_codecs_without_a_gpu_decode_and_encode_on_the_cpu_through_a_real_server(
+    rtsp_server: RtspServer,
+) -> None:
+    """``decode: auto`` on the source and ``codec: auto`` on the sink where no NVDEC or NVENC works:
+    libavcodec and libx264 carry every frame, in order, as when named."""
+    from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
+
+    if nvdec_unavailable() is None or nvenc_unavailable() is None:
+        pytest.skip("this machine's GPU decodes or encodes: auto takes it")
+    frames = 60
+    reader = Reader(rtsp_server.url("out"), reconnect=False)
+    camera = Publisher(rtsp_server.publish_url("cam"), frames=frames + TAIL)
+    source = RtspSource(rtsp_server.url("cam"), capacity=frames + TAIL, decode="auto")
+    sink = RtspSink(rtsp_server.publish_url("out"), bitrate=2_000_000, gop=30, codec="auto")
+    assert sink.codec == "libx264"
+    pipeline = build(source, sink)
+
+    async def scenario() -> PipelineReport:
+        running = await start(rtsp_server, reader, pipeline, camera)
+        everything = frames + TAIL
+        await until(lambda: pipeline.counters()["in"] >= everything or running.done(), 120, "70 frames in")
+        report = await finish(pipeline, source, running)
+        await until(lambda: reader.ends >= 1, 10, "the reader's session to end")
+        return report
+
+    try:
+        report = asyncio.run(scenario())
+    finally:
+        reader.stop()
+        camera.stop()
+    assert camera.error is None
+    assert report.frames_in == report.frames_out == frames + TAIL
+    assert codes_of(reader)[:frames] == list(range(frames))
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["own-encode", "shared-encode"])
 def test_server_restart_mid_stream_reconnects_and_frames_flow_again(
     rtsp_server: RtspServer, tmp_path: Path, shared: bool

@@ -1,0 +1,333 @@
+"""``streamer bench codecs``: what decoding and encoding a stream costs the host, on each engine that
+works here, and so how many live streams the host's cores carry around the model.
+
+A GPU that runs the model for 64 1080p30 streams still needs each stream decoded and encoded, and the
+issue's stream count includes both. Each row times one engine on one stream's frames, one thread, as the
+runtime runs it: decode is the RTSP source's work (H.264 packets to rgb24 frames, ``to_rgb``), encode
+the RTSP sink's (rgb24 to the encoder's format, ``from_rgb``, then the live output's settings, through
+:func:`streamer.hwcodec.encoder_options`). The clip is made here: a moving picture with a sensor's
+noise, through libx264 as a camera sends it (no B-frames, a keyframe a second).
+
+Engines: ``cpu`` (libavcodec's H.264 decoder) and ``nvdec`` (FFmpeg's CUDA hwaccel, frames back in host
+memory); ``libx264`` and ``h264_nvenc``. An engine that does not work here is listed with FFmpeg's
+reason, not timed. Host CPU time is this process's, all threads: what the engine leaves for the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+
+import av
+import numpy as np
+import numpy.typing as npt
+from av.codec.hwaccel import HWAccel
+from av.container import InputContainer
+from av.video.stream import VideoStream
+
+from streamer.bench.gpu import gpu_name
+from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
+from streamer.colour import from_rgb, to_rgb
+from streamer.errors import ConfigError
+from streamer.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
+
+__all__ = ["CodecReport", "CodecSpeed", "run_codec_bench"]
+
+LIVE_OUTPUT = {"preset": "ultrafast", "tune": "zerolatency", "bf": "0", "g": "30", "threads": "1"}
+"""The RTSP sink's defaults (``sink.preset``, ``tune``, ``gop``), one encoder thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class CodecSpeed:
+    stage: str
+    """``decode`` or ``encode``."""
+    engine: str
+    """``cpu`` or ``nvdec``; ``libx264`` or ``h264_nvenc``."""
+    size: str
+    fps: float | None
+    """Frames per second of one stream, one thread, at the median round; None where it did not run."""
+    host_ms: float | None
+    """Host CPU time per frame, all threads of this process."""
+    rounds: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCount:
+    size: str
+    decode: str
+    encode: str
+    host_ms: float
+    """Host CPU time per frame of one stream, decoded and encoded."""
+    per_core: float
+    """Live streams at the rate asked for that one core decodes and encodes."""
+    here: int
+    """The same on this machine's cores, rounded down (the model's host work not included)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CodecReport:
+    cpu: str
+    isa: tuple[str, ...]
+    cores: int
+    gpu: str
+    fps: int
+    """The live streams' frame rate the counts are for."""
+    nvdec: str
+    nvenc: str
+    speeds: list[CodecSpeed]
+    streams: list[StreamCount]
+    wall_s: float
+
+
+def camera_clip(
+    width: int, height: int, frames: int, fps: int, seed: int = 0
+) -> tuple[bytes, list[npt.NDArray[np.uint8]]]:
+    """H.264 (Annex B) of a panning picture with a sensor's noise, as a camera sends it, and its rgb24
+    frames: what the decode rows read and the encode rows write."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    pixels = []
+    for k in range(frames):
+        shift = 6.0 * k
+        base = np.stack(
+            [
+                127 + 100 * np.sin((x + shift) / 37.0) * np.cos(y / 53.0),
+                127 + 100 * np.sin((x - y + shift) / 71.0),
+                127 + 100 * np.cos((y + shift) / 29.0),
+            ],
+            axis=-1,
+        )
+        noisy = base + rng.normal(0.0, 3.0, base.shape)
+        pixels.append(np.clip(noisy, 0, 255).astype(np.uint8))
+    out = io.BytesIO()
+    with av.open(out, "w", format="h264") as container:
+        stream = container.add_stream(
+            X264,
+            rate=fps,
+            options={"preset": "veryfast", "crf": "23", "bf": "0", "g": str(fps), "sc_threshold": "0"},
+        )
+        assert isinstance(stream, VideoStream)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for k, frame in enumerate(pixels):
+            made = av.VideoFrame.from_ndarray(frame, format="rgb24")
+            made.pts, made.time_base = k, Fraction(1, fps)
+            container.mux(stream.encode(made))
+        container.mux(stream.encode(None))
+    return out.getvalue(), pixels
+
+
+def _timed(once: Callable[[], int], seconds: float) -> tuple[float, float, int]:
+    """Frames per second at the median round, host CPU ms per frame, rounds: ``once`` runs one round
+    and returns the frames it did; after one round untimed (the engine's own start-up)."""
+    once()
+    rates: list[float] = []
+    frames = 0
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    while len(rates) < 3 or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        done = once()
+        rates.append(done / (time.perf_counter() - t0))
+        frames += done
+    cpu = time.process_time() - cpu0
+    return statistics.median(rates), 1000 * cpu / frames, len(rates)
+
+
+def _decode_round(clip: bytes, accel: HWAccel | None) -> Callable[[], int]:
+    def once() -> int:
+        with av.open(io.BytesIO(clip), "r", format="h264", hwaccel=accel) as given:
+            assert isinstance(given, InputContainer)
+            stream = given.streams.video[0]
+            stream.thread_type, stream.thread_count = "SLICE", 1
+            return sum(1 for frame in given.decode(stream) if to_rgb(frame).size)
+
+    return once
+
+
+def _encode_round(pixels: Sequence[npt.NDArray[np.uint8]], codec: str, fps: int) -> Callable[[], int]:
+    height, width = pixels[0].shape[:2]
+
+    def once() -> int:
+        context = av.CodecContext.create(codec, "w")
+        assert isinstance(context, av.video.codeccontext.VideoCodecContext)
+        context.width, context.height, context.pix_fmt = width, height, "yuv420p"
+        context.time_base = Fraction(1, fps)
+        context.bit_rate = 2_000_000 * width * height // (1280 * 720)
+        context.options = encoder_options(codec, LIVE_OUTPUT)
+        context.open()
+        for k, frame in enumerate(pixels):
+            made = from_rgb(frame, context)
+            made.pts = k
+            context.encode(made)
+        context.encode(None)
+        return len(pixels)
+
+    return once
+
+
+def _row(
+    stage: str, engine: str, size: str, why: str | None, once: Callable[[], int], seconds: float
+) -> CodecSpeed:
+    if why is not None:
+        return CodecSpeed(stage, engine, size, None, None, 0, why)
+    try:
+        fps, host_ms, rounds = _timed(once, seconds)
+    except (av.error.FFmpegError, ValueError, OSError) as err:
+        return CodecSpeed(stage, engine, size, None, None, 0, str(err).strip().splitlines()[0][:300])
+    return CodecSpeed(stage, engine, size, fps, host_ms, rounds)
+
+
+def _counts(speeds: Sequence[CodecSpeed], fps: int, cores: int) -> list[StreamCount]:
+    counts = []
+    done = [s for s in speeds if s.host_ms is not None]
+    for size in dict.fromkeys(s.size for s in done):
+        for dec in (s for s in done if s.size == size and s.stage == "decode"):
+            for enc in (s for s in done if s.size == size and s.stage == "encode"):
+                assert dec.host_ms is not None
+                assert enc.host_ms is not None
+                host_ms = dec.host_ms + enc.host_ms
+                per_core = 1000.0 / (fps * host_ms)
+                counts.append(
+                    StreamCount(size, dec.engine, enc.engine, host_ms, per_core, math.floor(per_core * cores))
+                )
+    return counts
+
+
+def run_codec_bench(
+    sizes: Sequence[tuple[int, int]],
+    frames: int,
+    fps: int,
+    seconds: float,
+    progress: Callable[[str], None] = lambda _: None,
+) -> CodecReport:
+    begun = time.perf_counter()
+    nvdec, nvenc = nvdec_unavailable(), nvenc_unavailable()
+    speeds: list[CodecSpeed] = []
+    for width, height in sizes:
+        size = f"{width}x{height}"
+        progress(f"{size}: making a {frames}-frame camera clip")
+        clip, pixels = camera_clip(width, height, frames, fps)
+        nvdec_accel = HWAccel("cuda", allow_software_fallback=False)
+        rows = [
+            ("decode", "cpu", None, _decode_round(clip, None)),
+            ("decode", "nvdec", nvdec and "unavailable (NVDEC above)", _decode_round(clip, nvdec_accel)),
+            ("encode", X264, None, _encode_round(pixels, X264, fps)),
+            ("encode", NVENC, nvenc and "unavailable (NVENC above)", _encode_round(pixels, NVENC, fps)),
+        ]
+        for stage, engine, why, once in rows:
+            speeds.append(_row(stage, engine, size, why, once, seconds))
+            row = speeds[-1]
+            done = (
+                f"{row.fps:.1f} fps, {row.host_ms:.2f} host ms/frame" if row.fps else f"not run: {row.error}"
+            )
+            progress(f"{size} {stage} {engine}: {done}")
+    cores = os.cpu_count() or 1
+    return CodecReport(
+        cpu=cpu_name(),
+        isa=cpu_isa(),
+        cores=cores,
+        gpu=gpu_name(),
+        fps=fps,
+        nvdec=nvdec or "works",
+        nvenc=nvenc or "works",
+        speeds=speeds,
+        streams=_counts(speeds, fps, cores),
+        wall_s=time.perf_counter() - begun,
+    )
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def format_report(report: CodecReport) -> tuple[str, str]:
+    head = [
+        f"host: {report.cpu} ({', '.join(report.isa) or 'no AVX flags'}), {report.cores} cores",
+        f"GPU: {report.gpu}",
+        f"NVDEC: {report.nvdec}",
+        f"NVENC: {report.nvenc}",
+        "",
+    ]
+    columns = [
+        "stage",
+        "engine",
+        "size",
+        "fps (one stream, one thread)",
+        "host CPU ms/frame",
+        "rounds",
+        "not run",
+    ]
+    rows = [
+        [s.stage, s.engine, s.size, _cell(s.fps), _cell(s.host_ms, 2), str(s.rounds), s.error or ""]
+        for s in report.speeds
+    ]
+    counts_columns = [
+        "size",
+        "decode",
+        "encode",
+        "host ms/frame",
+        f"{report.fps} fps streams per core",
+        f"on {report.cores} cores",
+    ]
+    counts = [
+        [c.size, c.decode, c.encode, _cell(c.host_ms, 2), _cell(c.per_core, 2), str(c.here)]
+        for c in report.streams
+    ]
+    tail = [
+        "",
+        f"streams: live {report.fps} fps streams whose decode and encode the host's cores carry, the model's "
+        "own host work not included",
+        f"total {report.wall_s:.1f} s",
+    ]
+    table = "\n".join(
+        [
+            *head,
+            " | ".join(columns),
+            *(" | ".join(r) for r in rows),
+            "",
+            " | ".join(counts_columns),
+            *(" | ".join(r) for r in counts),
+            *tail,
+        ]
+    )
+    markdown = "\n".join(
+        [
+            *head,
+            "| " + " | ".join(columns) + " |",
+            "|" + "---|" * len(columns),
+            *("| " + " | ".join(r) + " |" for r in rows),
+            "",
+            "| " + " | ".join(counts_columns) + " |",
+            "|" + "---|" * len(counts_columns),
+            *("| " + " | ".join(r) + " |" for r in counts),
+            *tail,
+        ]
+    )
+    return table, markdown
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    if not 2 <= args.frames <= 600:
+        raise ConfigError(f"--frames {args.frames}: give a number of frames from 2 to 600")
+    if not 1 <= args.fps <= 240:
+        raise ConfigError(f"--fps {args.fps}: give a frame rate from 1 to 240")
+    if not math.isfinite(args.seconds) or not 0 < args.seconds <= 600:
+        raise ConfigError(f"--seconds {args.seconds}: give a number of seconds above 0, at most 600")
+    report = run_codec_bench(
+        parse_sizes(args.sizes, "--sizes"),
+        args.frames,
+        args.fps,
+        args.seconds,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    table, markdown = format_report(report)
+    return emit(table, markdown, asdict(report), args.json, args.markdown)
