@@ -3,7 +3,8 @@
 ``overhead`` weighs the pipeline against a bare decode -> model -> encode loop; ``motion`` what the
 motion gate saves; ``overload`` a model slower than the frame rate, budget on and off; ``soak`` memory
 over minutes of live stream; ``batching`` streams sharing a model with cross-stream batching on and
-off; ``live`` whether each model tier keeps up with a live RTSP camera at 360p and 720p.
+off; ``live`` whether each model tier keeps up with a live RTSP camera at 360p and 720p; ``codecs``
+what decoding and encoding a stream costs the host, on the CPU and on a GPU's NVDEC and NVENC.
 
 ``register`` only builds the argparse commands; each benchmark is imported when its command runs, so
 ``streamer run`` works without the quality benchmark's ``bench`` extra (OpenCV, scikit-image) and starts

@@ -55,7 +55,7 @@ class CodecSpeed:
     fps: float | None
     """Frames per second of one stream, one thread, at the median round; None where it did not run."""
     host_ms: float | None
-    """Host CPU time per frame, all threads of this process."""
+    """Host CPU time per frame, all threads of this process, at the median round."""
     rounds: int
     error: str | None = None
 
@@ -126,20 +126,18 @@ def camera_clip(
 
 
 def _timed(once: Callable[[], int], seconds: float) -> tuple[float, float, int]:
-    """Frames per second at the median round, host CPU ms per frame, rounds: ``once`` runs one round
-    and returns the frames it did; after one round untimed (the engine's own start-up)."""
+    """Frames per second and host CPU ms per frame, each at its median round, and the rounds: ``once``
+    runs one round and returns the frames it did; after one round untimed (the engine's start-up)."""
     once()
     rates: list[float] = []
-    frames = 0
-    cpu0 = time.process_time()
+    costs: list[float] = []
     start = time.perf_counter()
     while len(rates) < 3 or time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
+        cpu0, t0 = time.process_time(), time.perf_counter()
         done = once()
         rates.append(done / (time.perf_counter() - t0))
-        frames += done
-    cpu = time.process_time() - cpu0
-    return statistics.median(rates), 1000 * cpu / frames, len(rates)
+        costs.append(1000 * (time.process_time() - cpu0) / done)
+    return statistics.median(rates), statistics.median(costs), len(rates)
 
 
 def _decode_round(clip: bytes, accel: HWAccel | None) -> Callable[[], int]:

@@ -23,9 +23,9 @@ steps B streams in turn, each state left on the device, one uint8 frame up and o
 
 fp16 is the fp32 file converted here by onnxruntime's own converter (float32 inputs and outputs kept),
 so both precisions feed alike. How many 1080p30 streams one GPU holds is read off the best batch of
-each path, for the model alone: decode and encode run on the CPU and are not in it. Only numpy and
-onnxruntime are imported (onnx for fp16), so ``python -m streamer.bench gpu`` runs on a GPU machine that
-has neither PyAV nor the service's dependencies.
+each path, for the model alone: decode and encode are not in it (``streamer bench codecs`` times
+them). Only numpy and onnxruntime are imported (onnx for fp16), so ``python -m streamer.bench gpu``
+runs on a GPU machine that has neither PyAV nor the service's dependencies.
 """
 
 from __future__ import annotations
