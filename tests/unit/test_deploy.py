@@ -453,6 +453,11 @@ def test_cpu_image_installs_onnxruntime_and_never_the_gpu_build() -> None:
     assert "onnxruntime-gpu" not in " ".join(args for _, args in _instructions(DOCKERFILES["cpu"]))
 
 
+def test_cuda_image_asks_for_the_video_engines_nvdec_and_nvenc_need() -> None:
+    envs = " ".join(args for keyword, args in _instructions(DOCKERFILES["cuda"]) if keyword == "ENV")
+    assert re.search(r"NVIDIA_DRIVER_CAPABILITIES=compute,utility,video\b", envs), envs
+
+
 def test_cuda_image_installs_onnxruntime_gpu_and_never_plain_onnxruntime() -> None:
     names = _installed_names(DOCKERFILES["cuda"])
     assert "onnxruntime-gpu" in names
