@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The prepared GPU check of issue 12, for a lent GPU machine whose image has Python 3.12, numpy, onnx
+# and torch but neither onnxruntime-gpu nor PyAV. Run from the repository root with $OUT set (the
+# device tool sets it), once the wheels' pieces are in .lease/ (carried over warm calls; see
+# docs/benchmarks.md, "GPU", for how they are made): ort.part.* (onnxruntime-gpu, extracted, tar | xz)
+# and, optionally, av.part.* (PyAV, the same way). About 6 minutes; each step has its own timeout so a
+# hung step leaves the others' figures, and every log lands in $OUT.
+set -u
+: "${OUT:?set OUT to the folder whose files come back}"
+site=/tmp/site
+mkdir -p "$site"
+for wheel in ort av; do
+    if compgen -G ".lease/$wheel.part.*" > /dev/null; then
+        cat .lease/"$wheel".part.* | xz -dc -T0 | tar xf - -C "$site" || echo "unpacking $wheel failed"
+    fi
+done
+export PYTHONPATH="$site" PYTHONUNBUFFERED=1
+python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+ls /usr/lib/x86_64-linux-gnu/ | grep -E 'libnvcuvid|libnvidia-encode|libnvinfer' || echo "no NVDEC/NVENC/TensorRT libraries mounted"
+
+step() {  # name, seconds, command...
+    local name=$1 seconds=$2
+    shift 2
+    timeout "$seconds" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name: rc $?"
+    grep -v constant_folding "$OUT/$name.log" | tail -40
+}
+
+# 1. The default model: kept, page-locked buffers (frames) against fresh ones (frames_fresh), batched.
+step gpu 200 python3 -m streamer.bench gpu --providers TensorrtExecutionProvider,CUDAExecutionProvider \
+    --precisions fp16 --io uint8 --sizes 1280x720,1920x1080 --batches 1,8,16 --seconds 1 --budget-s 170 \
+    --json "$OUT/gpu.json" --markdown "$OUT/gpu.md"
+# 2. The ConvLSTM: its state kept on the device (frames) against sent both ways (host).
+step recurrent 100 python3 -m streamer.bench gpu --model streamer/assets/convlstm_strength.onnx \
+    --providers CUDAExecutionProvider --precisions fp16 --io uint8 --sizes 1920x1080 --batches 1,4 \
+    --seconds 1 --budget-s 80 --json "$OUT/recurrent.json" --markdown "$OUT/recurrent.md"
+# 3. Decode and encode: NVDEC and NVENC against the host's cores (needs PyAV).
+if python3 -c "import av" 2> /dev/null; then
+    step codecs 60 python3 -m streamer.bench codecs --sizes 1920x1080 --seconds 3 \
+        --json "$OUT/codecs.json" --markdown "$OUT/codecs.md"
+else
+    echo "== codecs: skipped, no PyAV (carry av.part.*)"
+fi
+# 4. onnxruntime's own kernel table beside torch's best.
+step reference 150 python3 -m export.gpu_reference --sizes 1280x720 --batches 8 --dtypes fp16 \
+    --layouts nhwc --seconds 0.5 --profile 1280x720:8:fp16:nhwc --onnxruntime 1280x720:8
