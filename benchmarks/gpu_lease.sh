@@ -2,16 +2,18 @@
 # The prepared GPU check of issue 12, for a lent GPU machine whose image has Python 3.12, numpy, onnx
 # and torch but neither onnxruntime-gpu nor PyAV. Run from the repository root with $OUT set (the
 # device tool sets it), once the wheels' pieces are in .lease/ (carried over warm calls; see
-# docs/benchmarks.md, "GPU", for how they are made): ort.part.* (onnxruntime-gpu, extracted, tar | xz)
-# and, optionally, av.part.* (PyAV, the same way). About 6 minutes; each step has its own timeout so a
-# hung step leaves the others' figures, and every log lands in $OUT.
+# docs/benchmarks.md, "GPU"): ort.whl.part.* (the onnxruntime-gpu wheel, split) and, optionally,
+# av.whl.part.* (PyAV's). About 6 minutes; each step has its own timeout so a hung step leaves the
+# others' figures, and every log lands in $OUT.
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
-site=/tmp/site
-mkdir -p "$site"
+site=/tmp/site pieces=/tmp/lease
+mkdir -p "$site" "$pieces"
+cp .lease/* "$pieces"/ 2> /dev/null  # this call's piece; earlier calls left theirs in /tmp/lease
 for wheel in ort av; do
-    if compgen -G ".lease/$wheel.part.*" > /dev/null; then
-        cat .lease/"$wheel".part.* | xz -dc -T0 | tar xf - -C "$site" || echo "unpacking $wheel failed"
+    if compgen -G "$pieces/$wheel.whl.part.*" > /dev/null; then
+        cat "$pieces/$wheel".whl.part.* > "/tmp/$wheel.whl"
+        python3 -m zipfile -e "/tmp/$wheel.whl" "$site" || echo "unpacking $wheel failed"
     fi
 done
 export PYTHONPATH="$site" PYTHONUNBUFFERED=1
