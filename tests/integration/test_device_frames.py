@@ -63,6 +63,14 @@ def run(
     return report, sent, backend
 
 
+def worst_levels(these: list[Frame], those: list[Frame]) -> int:
+    """The largest difference between two runs' frames, in levels of 255."""
+    return max(
+        int(np.abs(a.pixels.astype(np.int16) - b.pixels.astype(np.int16)).max())
+        for a, b in zip(these, those, strict=True)
+    )
+
+
 def test_the_default_model_on_device_frames_matches_the_host_path_with_one_frame_each_way(
     tmp_path: Path,
 ) -> None:
@@ -71,11 +79,7 @@ def test_the_default_model_on_device_frames_matches_the_host_path_with_one_frame
     assert host_backend.transfers() is None
     assert report.frames_out == host_report.frames_out == FRAMES
     assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
-    worst = max(
-        int(np.abs(a.pixels.astype(np.int16) - b.pixels.astype(np.int16)).max())
-        for a, b in zip(host, device, strict=True)
-    )
-    assert worst <= 1
+    assert worst_levels(host, device) <= 1
     moved = backend.transfers()
     assert moved is not None
     frame_bytes = WIDTH * HEIGHT * 3
@@ -126,11 +130,7 @@ def test_a_recurrent_stream_with_its_state_on_the_device_gives_the_host_paths_fr
     report, device, backend = run(tmp_path, device_frames=True, model=model, warm_up=True)
     assert report.frames_out == host_report.frames_out == FRAMES
     assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
-    worst = max(
-        int(np.abs(a.pixels.astype(np.int16) - b.pixels.astype(np.int16)).max())
-        for a, b in zip(host, device, strict=True)
-    )
-    assert worst <= 1
+    assert worst_levels(host, device) <= 1
     moved = backend.transfers()
     assert moved is not None
     assert (moved.uploads, moved.downloads) == (FRAMES + 1, FRAMES + 1)  # and the warm-up's zero frame
@@ -261,11 +261,7 @@ def test_streams_sharing_a_model_with_frames_on_the_device_share_its_calls(tmp_p
     assert max(stats.batch_sizes) > 1  # some calls carried windows of several streams
     for name, host in seen.items():
         assert len(batched[name]) == len(host) == FRAMES
-        worst = max(
-            int(np.abs(a.pixels.astype(np.int16) - b.pixels.astype(np.int16)).max())
-            for a, b in zip(host, batched[name], strict=True)
-        )
-        assert worst <= 1
+        assert worst_levels(host, batched[name]) <= 1
     moved = backend.transfers()
     assert moved is not None
     assert moved.uploads == 3 * FRAMES  # each stream's frames once, whatever batch they ran in

@@ -23,6 +23,7 @@ from streamer.errors import (
     SourceNotFoundError,
 )
 from streamer.frame import Frame, StreamInfo
+from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
 from streamer.sinks import FileSink, NullSink
 from streamer.sources import FileSource, Source, SyntheticSource
 
@@ -137,8 +138,6 @@ def test_auto_decode_and_encode_without_a_gpu_take_the_cpu_and_give_the_same_fra
 ) -> None:
     """``decode: auto`` and ``codec: auto`` on a machine whose probes find no NVDEC or NVENC (this one,
     CI's): the CPU's decoder and libx264, the same frames as asked for by name."""
-    from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
-
     if nvdec_unavailable() is None or nvenc_unavailable() is None:
         pytest.skip("this machine's GPU decodes or encodes: auto takes it")
     clip = make_clip(frames=12)

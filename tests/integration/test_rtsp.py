@@ -27,6 +27,7 @@ from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
 from streamer.errors import SinkError, SourceError
 from streamer.frame import StreamInfo
+from streamer.hwcodec import Decode, VideoCodec, nvdec_unavailable, nvenc_unavailable
 from streamer.pipeline import Pipeline, PipelineReport, SkipAction
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
@@ -88,21 +89,26 @@ def codes_of(reader: Reader) -> list[int | None]:
     return [code for code, _ in reader.snapshot()]
 
 
-def test_every_camera_frame_reaches_an_independent_reader_in_order(rtsp_server: RtspServer) -> None:
-    reader = Reader(rtsp_server.url("out"), reconnect=False)
-    camera = Publisher(rtsp_server.publish_url("cam"), frames=FRAMES + TAIL)
+def relay_all(
+    server: RtspServer, frames: int, decode: Decode = "cpu", codec: VideoCodec = "libx264"
+) -> tuple[PipelineReport, RtspSource, RtspSink, Reader, Publisher]:
+    """A camera's ``frames`` (and TAIL more) through the relay, the pipeline and back, every one of them:
+    the reader has seen everything once the sink's TEARDOWN ends its session."""
+    reader = Reader(server.url("out"), reconnect=False)
+    camera = Publisher(server.publish_url("cam"), frames=frames + TAIL)
     # Room for every frame: on a loaded machine the pipeline may fall seconds behind the camera, and a
-    # live source drops what its ring cannot hold; this test is about order and completeness, not pace.
-    source = RtspSource(rtsp_server.url("cam"), capacity=FRAMES + TAIL)
-    sink = RtspSink(rtsp_server.publish_url("out"), bitrate=2_000_000, gop=30)
+    # live source drops what its ring cannot hold; this is about order and completeness, not pace.
+    source = RtspSource(server.url("cam"), capacity=frames + TAIL, decode=decode)
+    sink = RtspSink(server.publish_url("out"), bitrate=2_000_000, gop=30, codec=codec)
     pipeline = build(source, sink)
 
     async def scenario() -> PipelineReport:
-        running = await start(rtsp_server, reader, pipeline, camera)
-        everything = FRAMES + TAIL
-        await until(lambda: pipeline.counters()["in"] >= everything or running.done(), 120, "310 frames in")
+        running = await start(server, reader, pipeline, camera)
+        everything = frames + TAIL
+        await until(
+            lambda: pipeline.counters()["in"] >= everything or running.done(), 120, f"{everything} frames in"
+        )
         report = await finish(pipeline, source, running)
-        # The sink's TEARDOWN ends the relay's /out session: the reader has seen everything once it ends.
         await until(lambda: reader.ends >= 1, 10, "the reader's session to end")
         return report
 
@@ -111,6 +117,11 @@ def test_every_camera_frame_reaches_an_independent_reader_in_order(rtsp_server: 
     finally:
         reader.stop()
         camera.stop()
+    return report, source, sink, reader, camera
+
+
+def test_every_camera_frame_reaches_an_independent_reader_in_order(rtsp_server: RtspServer) -> None:
+    report, source, sink, reader, camera = relay_all(rtsp_server, FRAMES)
     assert camera.error is None
     assert camera.skipped == 0
     assert source.info.live
@@ -136,34 +147,13 @@ def test_auto_codecs_without_a_gpu_decode_and_encode_on_the_cpu_through_a_real_s
 ) -> None:
     """``decode: auto`` on the source and ``codec: auto`` on the sink where no NVDEC or NVENC works:
     libavcodec and libx264 carry every frame, in order, as when named."""
-    from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
-
     if nvdec_unavailable() is None or nvenc_unavailable() is None:
         pytest.skip("this machine's GPU decodes or encodes: auto takes it")
-    frames = 60
-    reader = Reader(rtsp_server.url("out"), reconnect=False)
-    camera = Publisher(rtsp_server.publish_url("cam"), frames=frames + TAIL)
-    source = RtspSource(rtsp_server.url("cam"), capacity=frames + TAIL, decode="auto")
-    sink = RtspSink(rtsp_server.publish_url("out"), bitrate=2_000_000, gop=30, codec="auto")
+    report, _, sink, reader, camera = relay_all(rtsp_server, 60, decode="auto", codec="auto")
     assert sink.codec == "libx264"
-    pipeline = build(source, sink)
-
-    async def scenario() -> PipelineReport:
-        running = await start(rtsp_server, reader, pipeline, camera)
-        everything = frames + TAIL
-        await until(lambda: pipeline.counters()["in"] >= everything or running.done(), 120, "70 frames in")
-        report = await finish(pipeline, source, running)
-        await until(lambda: reader.ends >= 1, 10, "the reader's session to end")
-        return report
-
-    try:
-        report = asyncio.run(scenario())
-    finally:
-        reader.stop()
-        camera.stop()
     assert camera.error is None
-    assert report.frames_in == report.frames_out == frames + TAIL
-    assert codes_of(reader)[:frames] == list(range(frames))
+    assert report.frames_in == report.frames_out == 60 + TAIL
+    assert codes_of(reader)[:60] == list(range(60))
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["own-encode", "shared-encode"])
