@@ -103,6 +103,9 @@ class Parity:
     """Largest difference from the CPU provider's fp32 output, in levels of 255."""
     over_one: float
     """Share of output samples more than one level from the CPU provider's."""
+    steps: int = 1
+    """Frames compared: a recurrent model's last output after this many steps, its state kept on the
+    device, against the CPU's host path, so drift in a half-precision state shows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +339,24 @@ def _parity(gpu: OnnxBackend, cpu: OnnxBackend, provider: str, variant: Variant)
     return Parity(provider, *variant, f"{width}x{height}", int(diff.max()), float((diff > 1).mean()))
 
 
+RECURRENT_STEPS = 30
+"""Steps of the recurrent parity row: a second of video at 30 fps, long enough for state drift to show."""
+
+
+def recurrent_parity(gpu: OnnxBackend, cpu: OnnxBackend, provider: str, variant: Variant) -> Parity:
+    """A recurrent model's output after ``RECURRENT_STEPS`` steps of a moving pattern, on ``gpu``'s
+    runtime path (its state kept on the device where it has device frames), against ``cpu``'s."""
+    width, height = 640, 360
+    clip = pattern_window(1, RECURRENT_STEPS, width, height, seed=2)[0]
+    ours, theirs = gpu.initial_state(1, height, width), cpu.initial_state(1, height, width)
+    for frame in clip:
+        mine, ours = gpu.step(frame[None, None], ours)
+        reference, theirs = cpu.step(frame[None, None], theirs)
+    diff = np.abs(mine.astype(np.int16) - reference.astype(np.int16))
+    size = f"{width}x{height}"
+    return Parity(provider, *variant, size, int(diff.max()), float((diff > 1).mean()), RECURRENT_STEPS)
+
+
 def fold_uint8_io(model: Path, folder: Path, value_range: tuple[float, float]) -> Path:
     """``model`` with its normalisation folded in (:func:`streamer.fold.fold_uint8_io`), written to
     ``folder``."""
@@ -448,6 +469,8 @@ def run_gpu_bench(
                 )
                 if provider != CPU:
                     parity.append(_parity(backend, reference, provider, variant))
+                    if reference.info.state:
+                        parity.append(recurrent_parity(backend, reference, provider, variant))
                     progress(f"parity {provider} {variant}: {parity[-1].max_levels} levels at most")
                 paths = ["device", "host", "frames", "frames_fresh"]
                 if provider == CUDA and (cuda_options or {}).get("enable_cuda_graph") == "1":
@@ -544,8 +567,9 @@ def format_report(report: GpuReport) -> tuple[str, str]:
         f"frames path host buffers: {report.pinned}",
     ]
     parity = [
-        f"parity vs CPU fp32, {p.size}: {p.provider} {p.precision} {p.io}: at most {p.max_levels} levels "
-        f"of 255, {100 * p.over_one:.3f}% of samples more than 1 level apart"
+        f"parity vs CPU fp32, {p.size}{f' after {p.steps} steps' if p.steps > 1 else ''}: {p.provider} "
+        f"{p.precision} {p.io}: at most {p.max_levels} levels of 255, {100 * p.over_one:.3f}% of samples "
+        "more than 1 level apart"
         for p in report.parity
     ]
     columns = (

@@ -14,7 +14,7 @@ import pytest
 
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.gpu import fold_uint8_io, pattern_window
+from streamer.bench.gpu import fold_uint8_io, pattern_window, recurrent_parity
 from streamer.errors import ConfigError
 from tests.bench_cli import run_bench
 
@@ -77,6 +77,20 @@ def test_a_recurrent_model_that_takes_a_strength_runs_every_path_with_its_state(
         for path in ("device", "host", "frames", "frames_fresh")
     }
     assert all(s["fps"] > 0 and s["error"] is None for s in rows.values())
+
+
+def test_the_recurrent_parity_row_compares_the_kept_state_path_after_a_seconds_steps() -> None:
+    """On the CPU provider both sides agree: the row itself is what a GPU's fp16 state is judged by."""
+    model = DEFAULT_MODEL.parent / "convlstm_strength.onnx"
+    kept = OnnxBackend(model, providers=["CPUExecutionProvider"], device_frames=True)
+    host = OnnxBackend(model, providers=["CPUExecutionProvider"], device_frames=False)
+    row = recurrent_parity(kept, host, "CPUExecutionProvider", ("fp32", "uint8"))
+    assert (row.size, row.steps) == ("640x360", 30)
+    assert row.max_levels <= 1
+    assert row.over_one == 0.0
+    moved = kept.transfers()
+    assert moved is not None
+    assert moved.uploads == 30  # each step's frame: the state stayed
 
 
 @pytest.mark.skipif(
