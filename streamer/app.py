@@ -27,6 +27,7 @@ from streamer.config import (
 )
 from streamer.errors import ConfigError
 from streamer.frame import Frame, StreamInfo
+from streamer.hwcodec import NVENC, X264, nvdec_unavailable, nvenc_unavailable
 from streamer.pipeline import OpenHook, Outcome, OutputHook, Pipeline, ResizeHook
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
@@ -52,6 +53,7 @@ __all__ = [
     "build_source",
     "build_stream",
     "choose_tier",
+    "probe_engines",
 ]
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,16 @@ def build_source(
         stream_id=stream_id,
         capacity=queue_size,
     )
+
+
+def probe_engines(stream: StreamConfig) -> None:
+    """The NVDEC and NVENC probes the stream's settings need (each once a process), so that a worker
+    thread, not the event loop, waits for a GPU's first use when a stream is added at run time."""
+    if getattr(stream.source, "decode", "cpu") != "cpu":
+        nvdec_unavailable()
+    outputs = [stream.sink] if stream.sinks is None else stream.sinks
+    if any(getattr(sink, "codec", X264) in ("auto", NVENC) for sink in outputs):
+        nvenc_unavailable()
 
 
 def build_outputs(stream: StreamConfig, queue_size: int, server: WebRtcServer | None = None) -> Sink:

@@ -37,6 +37,7 @@ from streamer.errors import ConfigError
 
 __all__ = [
     "NVENC",
+    "X264",
     "Decode",
     "VideoCodec",
     "decoder_hwaccel",

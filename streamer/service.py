@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from streamer.app import build_backend, build_server, build_stream, choose_tier
+from streamer.app import build_backend, build_server, build_stream, choose_tier, probe_engines
 from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
 from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
@@ -272,6 +272,7 @@ class Service:
             )
         self._check_free(stream.id)  # before a model is loaded for it
         await self._load(stream.model)
+        await asyncio.to_thread(probe_engines, stream)
         runner = self._build(stream)
         self._start(runner)
         return runner

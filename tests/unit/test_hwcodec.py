@@ -92,3 +92,22 @@ def test_an_engine_named_outright_and_absent_is_an_error_naming_the_input() -> N
         decoder_hwaccel("nvdec", "RTSP source rtsp://cam/1")
     with pytest.raises(ConfigError, match=r"set codec: libx264 or auto$"):
         resolve_encoder("h264_nvenc", "file sink 'out.mp4'")
+
+
+def test_a_stream_runs_only_the_probes_its_settings_need() -> None:
+    from streamer.app import probe_engines
+    from streamer.config import load_config
+
+    def probed(source: dict[str, object], sink: dict[str, object]) -> tuple[int, int]:
+        nvdec_unavailable.cache_clear()
+        nvenc_unavailable.cache_clear()
+        (stream,) = load_config(None, {"source": source, "sink": sink}).stream_configs()
+        probe_engines(stream)
+        return nvdec_unavailable.cache_info().currsize, nvenc_unavailable.cache_info().currsize
+
+    rtsp = {"kind": "rtsp", "url": "rtsp://127.0.0.1:8554/cam"}
+    out = {"kind": "rtsp", "url": "rtsp://127.0.0.1:8554/out"}
+    assert probed(rtsp, out) == (0, 0)
+    assert probed({**rtsp, "decode": "auto"}, out) == (1, 0)
+    assert probed(rtsp, {**out, "codec": "auto"}) == (0, 1)
+    assert probed({"kind": "synthetic"}, {"kind": "file", "path": "o.mp4", "codec": "h264_nvenc"}) == (0, 1)
