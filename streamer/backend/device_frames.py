@@ -18,7 +18,8 @@ are kept and reused once nobody holds them, page-locked on a GPU (``streamer.bac
 
 A recurrent model runs the same graph one step at a time (``step``), its state inputs bound to the
 last step's state outputs, which onnxruntime leaves in device memory: one frame up and one down per
-step, where the host path carries the whole state both ways.
+step, where the host path carries the whole state both ways. Steps of several streams share a call
+(``step_batch``) as windows do: each stream's state goes in and comes out as its own row.
 
 The same graph runs on the CPU provider, where device memory is host memory: CI tests this path
 against the host path (``OnnxBackend(device_frames=True)``). Making the graph needs the onnx package
@@ -56,6 +57,7 @@ __all__ = [
     "frame_input",
     "frame_output",
     "graph_tools_missing",
+    "state_name",
     "window_graph",
 ]
 
@@ -96,7 +98,8 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
     """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, H, W, 3)
     uint8 RGB, and giving each window's (1, H*scale, W*scale, 3) uint8 RGB frame
     (:func:`frame_output`), each its own output so that each comes down into a buffer of its own;
-    normalisation folded in where the model takes floats. Changed in place and returned."""
+    normalisation folded in where the model takes floats. A recurrent model's state inputs and outputs
+    are per window too (:func:`state_name`). Changed in place and returned."""
     from onnx import TensorProto, helper, numpy_helper
 
     from streamer.fold import fold_uint8_io
@@ -129,10 +132,17 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
     head, head_consts = to_model_nodes(slots, info.layout, info.channel_order, window.name)
     tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS)
     outputs = [frame_output(b, batch) for b in range(batch)]
-    if batch > 1:  # one output per window
+    if batch > 1:  # one output per window, and a recurrent model's state in and out per window
         ones = numpy_helper.from_array(np.ones(batch, np.int64), f"{_PIXELS}_rows")
         tail.append(helper.make_node("Split", [_PIXELS, ones.name], outputs, axis=0))
         tail_consts.append(ones)
+        for spec in info.state:
+            names = [state_name(spec.input, b, batch) for b in range(batch)]
+            rows.append(helper.make_node("Concat", names, [spec.input], axis=0))
+            _per_row(graph.input, spec.input, names)
+            names = [state_name(spec.output, b, batch) for b in range(batch)]
+            tail.append(helper.make_node("Split", [spec.output, ones.name], names, axis=0))
+            _per_row(graph.output, spec.output, names)
     nodes = [*rows, *head, *graph.node, *tail]
     del graph.node[:]
     graph.node.extend(nodes)
@@ -144,6 +154,22 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
     for b, name in enumerate(outputs):
         graph.output.insert(b, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "OH", "OW", 3]))
     return model
+
+
+def state_name(name: str, row: int, batch: int) -> str:
+    """A recurrent state's input or output for the window in ``row``: its own name in a graph of one."""
+    return name if batch == 1 else f"{name}.row_{row}"
+
+
+def _per_row(tensors: Any, name: str, names: Sequence[str]) -> None:
+    """Replaces the graph input or output ``name`` (batch first) with one of batch 1 per row."""
+    from onnx import helper
+
+    whole = next(t for t in tensors if t.name == name)
+    dims = [d.dim_param or d.dim_value for d in whole.type.tensor_type.shape.dim]
+    kind = whole.type.tensor_type.elem_type
+    tensors.remove(whole)
+    tensors.extend(helper.make_tensor_value_info(n, kind, [1, *dims[1:]]) for n in names)
 
 
 def batch_size(rows: int) -> int:
@@ -290,22 +316,11 @@ class DeviceFrames:
         call; a model that takes a strength gets ``strengths``, one per window (None: its default)."""
         if self._info.state:
             raise ModelError(
-                f"model {self._info.name} is recurrent: its frames run one step at a time, with its state "
-                "(DeviceFrames.step), not as windows"
+                f"model {self._info.name} is recurrent: its frames run as steps, with their state "
+                "(DeviceFrames.step, step_batch), not as windows"
             )
-        rows = len(windows)
-        self._check_window(windows)
-        batch = batch_size(rows)
-        session = self._session(batch)
-        outs = self._outputs(windows[0][0], batch)
-        binding = session.io_binding()
-        for b in range(batch):
-            for k, value in enumerate(windows[min(b, rows - 1)]):
-                binding.bind_ortvalue_input(frame_input(k, b, batch), value)
-            self._bind_pixels(binding, frame_output(b, batch), outs[b])
-        self._bind_strengths(binding, strengths, rows, batch)
-        self._execute(session, binding, outs, f"{rows} window(s) of frames {self._size(windows[0][0])}")
-        return [out[0] for out in outs[:rows]]
+        pixels, _ = self._call(windows, None, strengths)
+        return pixels
 
     def step(
         self, frames: Sequence[ort.OrtValue], state: Sequence[ort.OrtValue], strength: float | None = None
@@ -313,21 +328,61 @@ class DeviceFrames:
         """A recurrent model's enhanced (H*scale, W*scale, 3) frame of ``frames`` (its T, in slot order)
         and its next state, which stays in device memory: the state read is the last step's output, so
         nothing but the frame crosses (a ConvLSTM's state is 49.8 MB per 1080p frame each way)."""
-        self._check_window([frames])
-        session = self._session(1)
-        (out,) = self._outputs(frames[0], 1)
+        (pixels,), (made,) = self.step_batch([frames], [state], [strength])
+        return pixels, made
+
+    def step_batch(
+        self,
+        windows: Sequence[Sequence[ort.OrtValue]],
+        states: Sequence[Sequence[ort.OrtValue]],
+        strengths: Sequence[float | None] | None = None,
+    ) -> tuple[list[npt.NDArray[np.uint8]], list[tuple[ort.OrtValue, ...]]]:
+        """Steps of several streams (one window and one state each, frames of one size) in one call:
+        each stream's frame and next state, the states staying in device memory."""
+        if not self._info.state:
+            raise ModelError(f"model {self._info.name} carries no state: run its windows with run_batch")
+        if len(states) != len(windows):
+            raise FrameError(
+                f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
+            )
+        pixels, made = self._call(windows, states, strengths)
+        return pixels, made
+
+    def _call(
+        self,
+        windows: Sequence[Sequence[ort.OrtValue]],
+        states: Sequence[Sequence[ort.OrtValue]] | None,
+        strengths: Sequence[float | None] | None,
+    ) -> tuple[list[npt.NDArray[np.uint8]], list[tuple[ort.OrtValue, ...]]]:
+        """One bound call of the graph for ``len(windows)`` rows, filled up with repeats of the last:
+        each row's frame, and with ``states`` each row's next state (onnxruntime allocates them on the
+        device, from its arena on a GPU)."""
+        rows = len(windows)
+        self._check_window(windows)
+        batch = batch_size(rows)
+        session = self._session(batch)
+        outs = self._outputs(windows[0][0], batch)
+        specs = self._info.state if states is not None else ()
         binding = session.io_binding()
-        for k, value in enumerate(frames):
-            binding.bind_ortvalue_input(frame_input(k, 0, 1), value)
-        for spec, value in zip(self._info.state, state, strict=True):
-            binding.bind_ortvalue_input(spec.input, value)
-        self._bind_pixels(binding, frame_output(0, 1), out)
-        for spec in self._info.state:  # onnxruntime allocates each on the device (its arena, on a GPU)
-            binding.bind_output(spec.output, self.device, 0)
-        self._bind_strengths(binding, [strength], 1, 1)
-        self._execute(session, binding, [out], f"a step on frames {self._size(frames[0])}")
-        _, *made = binding.get_outputs()  # in the order bound: the frame, then the state
-        return out[0], tuple(made)
+        for b in range(batch):
+            row = min(b, rows - 1)
+            for k, value in enumerate(windows[row]):
+                binding.bind_ortvalue_input(frame_input(k, b, batch), value)
+            self._bind_pixels(binding, frame_output(b, batch), outs[b])
+            if states is not None:
+                for spec, value in zip(specs, states[row], strict=True):
+                    binding.bind_ortvalue_input(state_name(spec.input, b, batch), value)
+        for b in range(batch):  # after every frame: get_outputs lists outputs in the order bound
+            for spec in specs:
+                binding.bind_output(state_name(spec.output, b, batch), self.device, 0)
+        self._bind_strengths(binding, strengths, rows, batch)
+        what = f"{rows} {'step' if specs else 'window'}(s) of frames {self._size(windows[0][0])}"
+        self._execute(session, binding, outs, what)
+        made = binding.get_outputs()[batch:] if specs else []
+        n = len(specs)
+        return [out[0] for out in outs[:rows]], [
+            tuple(made[b * n : (b + 1) * n]) for b in range(rows if n else 0)
+        ]
 
     def zero_state(self, shapes: Sequence[tuple[int, ...]]) -> tuple[ort.OrtValue, ...]:
         """A recurrent model's zero state in device memory, uploaded once per shape and shared: a step

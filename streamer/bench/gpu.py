@@ -19,7 +19,8 @@ window, and for each provider, precision, frame size and batch, two speeds of th
 A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``
 keeps it on the device both ways; ``host`` sends it up and brings it down with every call, as
 ``model.device_frames: false`` does (49.8 MB per 1080p frame each way for the ConvLSTM); ``frames``
-steps B streams in turn, each state left on the device, one uint8 frame up and one down per step.
+steps B streams in one call (``DeviceFrames.step_batch``), each state left on the device, one uint8
+frame up and one down per step.
 
 fp16 is the fp32 file converted here by onnxruntime's own converter (float32 inputs and outputs kept),
 so both precisions feed alike. How many 1080p30 streams one GPU holds is read off the best batch of
@@ -249,15 +250,20 @@ def _window_steps(
     return step
 
 
-def _recurrent_steps(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[], None]:
-    """One step for each of a recurrent model's streams (one per row of ``window``), each state
-    kept on the device: steps chain, so streams take turns rather than share a call."""
-    b, _, _, h, w = window.shape
-    states = [backend.initial_state(1, h, w) for _ in range(b)]
+def _recurrent_steps(
+    backend: OnnxBackend, device: DeviceFrames, size: tuple[int, int], batch: int
+) -> Callable[[], None]:
+    """One step for each of ``batch`` streams of a recurrent model in one call (``step_batch``): each
+    uploads its new frame, and each state stays on the device from one call to the next."""
+    t = backend.info.t
+    frames = np.ascontiguousarray(pattern_window(1, t + 1, *size, seed=0)[0].transpose(0, 2, 3, 1))
+    states = [backend.initial_state(1, size[1], size[0]) for _ in range(batch)]
+    fresh = iter(range(10**12))
 
     def step() -> None:
-        for row in range(b):
-            _, states[row] = backend.step(window[row : row + 1], states[row])
+        windows = [[device.upload(frames[next(fresh) % len(frames)]) for _ in range(t)] for _ in states]
+        _, made = device.step_batch(windows, states)
+        states[:] = made
 
     return step
 
@@ -294,11 +300,8 @@ def _speed_row(
             if device is None:
                 return _failed(provider, variant, size, batch, path, "no device frames for this model")
             device.reuse = path == "frames"
-            step = (
-                _recurrent_steps(backend, window)
-                if info.state
-                else _window_steps(backend, device, size, batch)
-            )
+            steps = _recurrent_steps if info.state else _window_steps
+            step = steps(backend, device, size, batch)
 
             try:
                 median, cpu, runs, first = _timed(step, batch, seconds, 3)

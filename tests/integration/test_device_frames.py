@@ -346,3 +346,28 @@ def test_a_window_the_device_has_no_memory_for_fails_alone_into_a_pass_through()
     )
     assert "the frame passes through" in report["starved"]
     assert report["after"] == [720, 1280, 3]
+
+
+def test_steps_of_several_streams_in_one_call_carry_each_streams_own_state() -> None:
+    """convlstm_strength, three streams on the graph of 4 (the last repeated), five steps: each stream's
+    frames and states as when it steps alone, its state never mixed with another's."""
+    model = DEFAULT_MODEL.parent / "convlstm_strength.onnx"
+    backend = OnnxBackend(model, device_frames=True)
+    device = backend.device_frames
+    assert device is not None
+    clips = [pattern_window(1, 5, WIDTH, HEIGHT, seed=seed)[0].transpose(0, 2, 3, 1) for seed in (1, 2, 3)]
+    strengths = [4.0, None, 30.0]
+    alone = [backend.initial_state(1, HEIGHT, WIDTH) for _ in clips]
+    together = [backend.initial_state(1, HEIGHT, WIDTH) for _ in clips]
+    for step in range(5):
+        windows = [[device.upload(np.ascontiguousarray(clip[step]))] for clip in clips]
+        expected = []
+        for i, window in enumerate(windows):
+            pixels, alone[i] = device.step(window, alone[i], strengths[i])
+            expected.append(pixels)
+        got, states = device.step_batch(windows, together, strengths)
+        together = list(states)
+        assert len(got) == len(together) == 3
+        assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+    with pytest.raises(FrameError, match=r"2 states for 3 windows, one per stream"):
+        device.step_batch(windows, together[:2])
