@@ -16,13 +16,16 @@ reason, not timed. Host CPU time is this process's, all threads: what the engine
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import io
+import itertools
 import math
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
@@ -31,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from av.codec.hwaccel import HWAccel
 from av.container import InputContainer
+from av.video.codeccontext import VideoCodecContext
 from av.video.stream import VideoStream
 
 from streamer.bench.gpu import gpu_name
@@ -40,6 +44,9 @@ from streamer.errors import ConfigError
 from streamer.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
 
 __all__ = ["CodecReport", "CodecSpeed", "run_codec_bench"]
+
+Rounds = Callable[[], int]
+"""One round of an engine's work: returns the frames it did."""
 
 LIVE_OUTPUT = {"preset": "ultrafast", "tune": "zerolatency", "bf": "0", "g": "30", "threads": "1"}
 """The RTSP sink's defaults (``sink.preset``, ``tune``, ``gop``), one encoder thread."""
@@ -127,7 +134,7 @@ def camera_clip(
 
 def _timed(once: Callable[[], int], seconds: float) -> tuple[float, float, int]:
     """Frames per second and host CPU ms per frame, each at its median round, and the rounds: ``once``
-    runs one round and returns the frames it did; after one round untimed (the engine's start-up)."""
+    runs one round and returns the frames it did; after one round untimed (the engine's warm-up)."""
     once()
     rates: list[float] = []
     costs: list[float] = []
@@ -140,45 +147,60 @@ def _timed(once: Callable[[], int], seconds: float) -> tuple[float, float, int]:
     return statistics.median(rates), statistics.median(costs), len(rates)
 
 
-def _decode_round(clip: bytes, accel: HWAccel | None) -> Callable[[], int]:
-    def once() -> int:
-        with av.open(io.BytesIO(clip), "r", format="h264", hwaccel=accel) as given:
-            assert isinstance(given, InputContainer)
-            stream = given.streams.video[0]
-            stream.thread_type, stream.thread_count = "SLICE", 1
-            return sum(1 for frame in given.decode(stream) if to_rgb(frame).size)
+@contextlib.contextmanager
+def _decoder(clip: bytes, accel: HWAccel | None) -> Iterator[Rounds]:
+    """Rounds on one decoder kept open, so its set-up (a CUDA decoder's is long) is paid once: each round
+    feeds it the clip's packets again (the clip starts at a keyframe) and converts each frame to rgb24."""
+    with av.open(io.BytesIO(clip), "r", format="h264", hwaccel=accel) as given:
+        assert isinstance(given, InputContainer)
+        stream = given.streams.video[0]
+        stream.thread_type, stream.thread_count = "SLICE", 1
+        packets = [packet for packet in given.demux(stream) if packet.size]
+        context = stream.codec_context
 
-    return once
+        def once() -> int:
+            return sum(1 for packet in packets for frame in context.decode(packet) if to_rgb(frame).size)
+
+        yield once
 
 
-def _encode_round(pixels: Sequence[npt.NDArray[np.uint8]], codec: str, fps: int) -> Callable[[], int]:
+@contextlib.contextmanager
+def _encoder(pixels: Sequence[npt.NDArray[np.uint8]], codec: str, fps: int) -> Iterator[Rounds]:
+    """Rounds on one encoder kept open with the live output's settings: each round encodes the clip's
+    frames again, timestamps running on, from rgb24 as the RTSP sink does."""
     height, width = pixels[0].shape[:2]
+    context = av.CodecContext.create(codec, "w")
+    assert isinstance(context, VideoCodecContext)
+    context.width, context.height, context.pix_fmt = width, height, "yuv420p"
+    context.time_base = Fraction(1, fps)
+    context.bit_rate = 2_000_000 * width * height // (1280 * 720)
+    context.options = encoder_options(codec, LIVE_OUTPUT)
+    context.open()
+    pts = itertools.count()
 
     def once() -> int:
-        context = av.CodecContext.create(codec, "w")
-        assert isinstance(context, av.video.codeccontext.VideoCodecContext)
-        context.width, context.height, context.pix_fmt = width, height, "yuv420p"
-        context.time_base = Fraction(1, fps)
-        context.bit_rate = 2_000_000 * width * height // (1280 * 720)
-        context.options = encoder_options(codec, LIVE_OUTPUT)
-        context.open()
-        for k, frame in enumerate(pixels):
+        for frame in pixels:
             made = from_rgb(frame, context)
-            made.pts = k
+            made.pts = next(pts)
             context.encode(made)
-        context.encode(None)
         return len(pixels)
 
-    return once
+    yield once
 
 
 def _row(
-    stage: str, engine: str, size: str, why: str | None, once: Callable[[], int], seconds: float
+    stage: str,
+    engine: str,
+    size: str,
+    why: str | None,
+    engine_rounds: Callable[[], contextlib.AbstractContextManager[Rounds]],
+    seconds: float,
 ) -> CodecSpeed:
     if why is not None:
         return CodecSpeed(stage, engine, size, None, None, 0, why)
     try:
-        fps, host_ms, rounds = _timed(once, seconds)
+        with engine_rounds() as once:
+            fps, host_ms, rounds = _timed(once, seconds)
     except (av.error.FFmpegError, ValueError, OSError) as err:
         return CodecSpeed(stage, engine, size, None, None, 0, str(err).strip().splitlines()[0][:300])
     return CodecSpeed(stage, engine, size, fps, host_ms, rounds)
@@ -214,15 +236,16 @@ def run_codec_bench(
         size = f"{width}x{height}"
         progress(f"{size}: making a {frames}-frame camera clip")
         clip, pixels = camera_clip(width, height, frames, fps)
-        nvdec_accel = HWAccel("cuda", allow_software_fallback=False)
-        rows = [
-            ("decode", "cpu", None, _decode_round(clip, None)),
-            ("decode", "nvdec", nvdec and "unavailable (NVDEC above)", _decode_round(clip, nvdec_accel)),
-            ("encode", X264, None, _encode_round(pixels, X264, fps)),
-            ("encode", NVENC, nvenc and "unavailable (NVENC above)", _encode_round(pixels, NVENC, fps)),
+        accel = HWAccel("cuda", allow_software_fallback=False)
+        nvdec_why, nvenc_why = nvdec and "unavailable (NVDEC above)", nvenc and "unavailable (NVENC above)"
+        rows: list[tuple[str, str, str | None, Callable[[], contextlib.AbstractContextManager[Rounds]]]] = [
+            ("decode", "cpu", None, functools.partial(_decoder, clip, None)),
+            ("decode", "nvdec", nvdec_why, functools.partial(_decoder, clip, accel)),
+            ("encode", X264, None, functools.partial(_encoder, pixels, X264, fps)),
+            ("encode", NVENC, nvenc_why, functools.partial(_encoder, pixels, NVENC, fps)),
         ]
-        for stage, engine, why, once in rows:
-            speeds.append(_row(stage, engine, size, why, once, seconds))
+        for stage, engine, why, engine_rounds in rows:
+            speeds.append(_row(stage, engine, size, why, engine_rounds, seconds))
             row = speeds[-1]
             done = (
                 f"{row.fps:.1f} fps, {row.host_ms:.2f} host ms/frame" if row.fps else f"not run: {row.error}"
