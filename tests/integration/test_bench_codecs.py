@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import av
@@ -69,3 +71,17 @@ def test_each_engine_is_timed_or_said_unavailable_and_the_streams_follow(tmp_pat
 def test_bad_flags_are_one_line(argv: list[str], flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):
         run_bench("codecs", argv)
+
+
+def test_the_module_runs_with_numpy_onnxruntime_and_pyav_alone() -> None:
+    """What a lent GPU machine runs (benchmarks/gpu_lease.sh): the service's dependencies and onnx
+    made unimportable, ``python -m streamer.bench codecs`` still reports."""
+    blocked = ("pydantic", "aiohttp", "aiortc", "yaml", "prometheus_client", "torch", "onnx")
+    code = (
+        f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
+        "from streamer.bench.__main__ import main\n"
+        "sys.exit(main(['codecs', '--sizes', '64x48', '--frames', '4', '--seconds', '0.01']))"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "\n64x48 | cpu | libx264 | " in ran.stdout  # the streams its cores carry
