@@ -399,3 +399,13 @@ def test_the_low_latency_profile_waits_for_no_later_frame() -> None:
     model = OnnxBackend(config.model.file()).info
     assert config.window.build(model.t, model.output_position).lookahead == 0
     assert config.source.kind == config.sink.kind == "rtsp"
+
+
+def test_the_gpu_profile_decodes_and_encodes_on_the_gpu_where_it_can() -> None:
+    config = load_config(CONFIGS / "gpu.yaml")
+    assert config.source.kind == config.sink.kind == "rtsp"
+    assert config.source.decode == "auto"  # type: ignore[union-attr]
+    assert config.sink.codec == "auto"  # type: ignore[union-attr]
+    assert config.model.providers == "auto"
+    assert config.runtime.batch_for("CUDAExecutionProvider") == 8
+    assert config.runtime.batch_for("CPUExecutionProvider") == 1
