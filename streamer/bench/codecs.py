@@ -45,8 +45,8 @@ from streamer.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nv
 
 __all__ = ["CodecReport", "CodecSpeed", "run_codec_bench"]
 
-Rounds = Callable[[], int]
-"""One round of an engine's work: returns the frames it did."""
+Rounds = Callable[[], tuple[int, float]]
+"""One round of an engine's work: the frames it did and the CPU seconds of their rgb24 conversion."""
 
 LIVE_OUTPUT = {"preset": "ultrafast", "tune": "zerolatency", "bf": "0", "g": "30", "threads": "1"}
 """The RTSP sink's defaults (``sink.preset``, ``tune``, ``gop``), one encoder thread."""
@@ -63,6 +63,9 @@ class CodecSpeed:
     """Frames per second of one stream, one thread, at the median round; None where it did not run."""
     host_ms: float | None
     """Host CPU time per frame, all threads of this process, at the median round."""
+    convert_ms: float | None
+    """Of ``host_ms``, the rgb24 conversion (``to_rgb`` after decode, ``from_rgb`` before encode): what
+    a device path that makes and takes the encoder's YUV itself would leave off the host."""
     rounds: int
     error: str | None = None
 
@@ -132,19 +135,21 @@ def camera_clip(
     return out.getvalue(), pixels
 
 
-def _timed(once: Callable[[], int], seconds: float) -> tuple[float, float, int]:
-    """Frames per second and host CPU ms per frame, each at its median round, and the rounds: ``once``
-    runs one round and returns the frames it did; after one round untimed (the engine's warm-up)."""
+def _timed(once: Rounds, seconds: float) -> tuple[float, float, float, int]:
+    """Frames per second, host CPU ms per frame and its conversion's share, each at its median round,
+    and the rounds; after one round untimed (the engine's warm-up)."""
     once()
     rates: list[float] = []
     costs: list[float] = []
+    converts: list[float] = []
     start = time.perf_counter()
     while len(rates) < 3 or time.perf_counter() - start < seconds:
         cpu0, t0 = time.process_time(), time.perf_counter()
-        done = once()
+        done, converting = once()
         rates.append(done / (time.perf_counter() - t0))
         costs.append(1000 * (time.process_time() - cpu0) / done)
-    return statistics.median(rates), statistics.median(costs), len(rates)
+        converts.append(1000 * converting / done)
+    return statistics.median(rates), statistics.median(costs), statistics.median(converts), len(rates)
 
 
 @contextlib.contextmanager
@@ -158,8 +163,15 @@ def _decoder(clip: bytes, accel: HWAccel | None) -> Iterator[Rounds]:
         packets = [packet for packet in given.demux(stream) if packet.size]
         context = stream.codec_context
 
-        def once() -> int:
-            return sum(1 for packet in packets for frame in context.decode(packet) if to_rgb(frame).size)
+        def once() -> tuple[int, float]:
+            done, converting = 0, 0.0
+            for packet in packets:
+                for frame in context.decode(packet):
+                    cpu0 = time.process_time()
+                    to_rgb(frame)
+                    converting += time.process_time() - cpu0
+                    done += 1
+            return done, converting
 
         yield once
 
@@ -178,12 +190,15 @@ def _encoder(pixels: Sequence[npt.NDArray[np.uint8]], codec: str, fps: int) -> I
     context.open()
     pts = itertools.count()
 
-    def once() -> int:
+    def once() -> tuple[int, float]:
+        converting = 0.0
         for frame in pixels:
+            cpu0 = time.process_time()
             made = from_rgb(frame, context)
+            converting += time.process_time() - cpu0
             made.pts = next(pts)
             context.encode(made)
-        return len(pixels)
+        return len(pixels), converting
 
     yield once
 
@@ -197,13 +212,14 @@ def _row(
     seconds: float,
 ) -> CodecSpeed:
     if why is not None:
-        return CodecSpeed(stage, engine, size, None, None, 0, why)
+        return CodecSpeed(stage, engine, size, None, None, None, 0, why)
     try:
         with engine_rounds() as once:
-            fps, host_ms, rounds = _timed(once, seconds)
+            fps, host_ms, convert_ms, rounds = _timed(once, seconds)
     except (av.error.FFmpegError, ValueError, OSError) as err:
-        return CodecSpeed(stage, engine, size, None, None, 0, str(err).strip().splitlines()[0][:300])
-    return CodecSpeed(stage, engine, size, fps, host_ms, rounds)
+        why = str(err).strip().splitlines()[0][:300]
+        return CodecSpeed(stage, engine, size, None, None, None, 0, why)
+    return CodecSpeed(stage, engine, size, fps, host_ms, convert_ms, rounds)
 
 
 def _counts(speeds: Sequence[CodecSpeed], fps: int, cores: int) -> list[StreamCount]:
@@ -284,11 +300,21 @@ def format_report(report: CodecReport) -> tuple[str, str]:
         "size",
         "fps (one stream, one thread)",
         "host CPU ms/frame",
+        "of which rgb24 conversion",
         "rounds",
         "not run",
     ]
     rows = [
-        [s.stage, s.engine, s.size, _cell(s.fps), _cell(s.host_ms, 2), str(s.rounds), s.error or ""]
+        [
+            s.stage,
+            s.engine,
+            s.size,
+            _cell(s.fps),
+            _cell(s.host_ms, 2),
+            _cell(s.convert_ms, 2),
+            str(s.rounds),
+            s.error or "",
+        ]
         for s in report.speeds
     ]
     counts_columns = [

@@ -47,6 +47,7 @@ def test_each_engine_is_timed_or_said_unavailable_and_the_streams_follow(tmp_pat
         for key in (("decode", "cpu", size), ("encode", "libx264", size)):
             assert rows[key]["fps"] > 0
             assert rows[key]["host_ms"] > 0
+            assert 0 <= rows[key]["convert_ms"] <= rows[key]["host_ms"]
             assert rows[key]["rounds"] >= 3
             assert rows[key]["error"] is None
     if nvdec_unavailable() is not None:
