@@ -345,8 +345,7 @@ class DeviceFrames:
             raise FrameError(
                 f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
             )
-        pixels, made = self._call(windows, states, strengths)
-        return pixels, made
+        return self._call(windows, states, strengths)
 
     def _call(
         self,
@@ -378,11 +377,11 @@ class DeviceFrames:
         self._bind_strengths(binding, strengths, rows, batch)
         what = f"{rows} {'step' if specs else 'window'}(s) of frames {self._size(windows[0][0])}"
         self._execute(session, binding, outs, what)
-        made = binding.get_outputs()[batch:] if specs else []
-        n = len(specs)
-        return [out[0] for out in outs[:rows]], [
-            tuple(made[b * n : (b + 1) * n]) for b in range(rows if n else 0)
-        ]
+        pixels = [out[0] for out in outs[:rows]]
+        if not specs:
+            return pixels, []
+        made, n = binding.get_outputs()[batch:], len(specs)
+        return pixels, [tuple(made[b * n : (b + 1) * n]) for b in range(rows)]
 
     def zero_state(self, shapes: Sequence[tuple[int, ...]]) -> tuple[ort.OrtValue, ...]:
         """A recurrent model's zero state in device memory, uploaded once per shape and shared: a step
