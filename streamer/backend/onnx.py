@@ -451,7 +451,9 @@ class OnnxBackend(Backend):
             return frames
         return _pad(frames, ((0, 0), (0, ph), (0, pw), (0, 0)))
 
-    def _state_shapes(self, batch: int, height: int, width: int) -> list[tuple[int, ...]]:
+    def state_shapes(self, batch: int, height: int, width: int) -> list[tuple[int, ...]]:
+        """The shape of each of a recurrent model's state tensors for ``batch`` streams of frames
+        ``height`` x ``width`` (padded to the model's multiple); none for other models."""
         m = self._info.pad_multiple
         hp, wp = height + -height % m, width + -width % m
         return [
@@ -459,12 +461,12 @@ class OnnxBackend(Backend):
         ]
 
     def _zero_state(self, batch: int, height: int, width: int) -> State:
-        return tuple(np.zeros(shape, np.float32) for shape in self._state_shapes(batch, height, width))
+        return tuple(np.zeros(shape, np.float32) for shape in self.state_shapes(batch, height, width))
 
     def initial_state(self, batch: int, height: int, width: int) -> State:
         """With frames on the device, the state is there too: values only ``step`` reads."""
         if self._device is not None and self._info.state:
-            return self._device.zero_state(self._state_shapes(batch, height, width))
+            return self._device.zero_state(self.state_shapes(batch, height, width))
         return self._zero_state(batch, height, width)
 
     def step(
@@ -472,7 +474,7 @@ class OnnxBackend(Backend):
     ) -> tuple[npt.NDArray[np.uint8], State]:
         self._check_batch(batch)
         b, _, _, h, w = batch.shape
-        shapes = self._state_shapes(b, h, w)
+        shapes = self.state_shapes(b, h, w)
         if len(state) != len(shapes):
             raise FrameError(
                 f"model {self._info.name} carries {len(shapes)} state tensors, got {len(state)}; "

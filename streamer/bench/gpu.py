@@ -268,12 +268,6 @@ def _recurrent_steps(
     return step
 
 
-def _state_shapes(backend: OnnxBackend, width: int, height: int) -> list[tuple[int, ...]]:
-    """A recurrent model's state tensors for one stream of ``width`` x ``height``; none for others."""
-    state = backend.initial_state(1, height, width)
-    return [tuple(v.shape) if isinstance(v, np.ndarray) else tuple(v.shape()) for v in state]
-
-
 def _failed(provider: str, variant: Variant, size: tuple[int, int], batch: int, path: str, why: str) -> Speed:
     label = f"{size[0]}x{size[1]}"
     return Speed(provider, *variant, label, batch, path, None, None, None, 0, 0, why[:300])
@@ -312,7 +306,7 @@ def _speed_row(
             median, cpu, runs, first = _timed(lambda: backend.infer(window), batch, seconds, 3)
             up = backend.model_input(window[:1]).nbytes
             down = 3 * height * width * info.scale**2 * (1 if info.uint8_output else 4)
-            state = sum(math.prod(shape) * 4 for shape in _state_shapes(backend, width, height))
+            state = sum(math.prod(shape) * 4 for shape in backend.state_shapes(1, height, width))
             moved = 0 if provider == CPU else up + down + 2 * state  # a recurrent state both ways
     except Exception as err:  # a row that fails (out of device memory, say) is reported, the rest run
         line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
