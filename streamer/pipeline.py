@@ -7,7 +7,8 @@ Three asyncio tasks joined by bounded channels:
 - *infer* takes queued work, asks the latency budget whether each window can still make it, submits the
   admitted ones to the model's :class:`~streamer.scheduler.InferenceScheduler` (shared with the other
   streams of that model, which batches windows across them; a recurrent model's steps run one after the
-  other, carrying this stream's hidden state) and resolves reused and passed-through frames in order;
+  other, carrying this stream's hidden state, each batched with other streams' steps) and resolves
+  reused and passed-through frames in order;
 - *output* writes frames to the sink and records end-to-end latency.
 
 Every input frame leaves exactly once (enhanced, reused, passed through: by the gate, the budget, or a
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import numpy.typing as npt
 
 from streamer.backend.base import Backend, CachedWindow, FrameFeatures, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
@@ -55,7 +55,7 @@ from streamer.errors import (
 )
 from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
 from streamer.resize import upscale
-from streamer.scheduler import InferenceScheduler
+from streamer.scheduler import BatchResult, InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sources.base import Source
 from streamer.telemetry import Stage, StageObserver, ignore
@@ -268,9 +268,9 @@ class Pipeline:
         self._inference = DurationRecorder()
         self._run = -1
         self._state: tuple[int, State] | None = None
+        """A recurrent model's state and the run it belongs to; steps run one at a time."""
         self._model_down = False
         """The last model call found the model unavailable (a server's outage): logged once."""
-        """A recurrent model's state and the run it belongs to; steps run one at a time."""
         self._misses = misses if misses is not None else MissWatch()
         """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
         self._features = self._feature_cache()
@@ -278,7 +278,7 @@ class Pipeline:
         self.noise = NoiseEstimator()
         """How noisy the source is (``streamer.core.noise``): about 1 ms of numpy a second."""
         self._features_lock = threading.Lock()
-        self._step_lock = threading.Lock()
+        self._step_lock = asyncio.Lock()
         """A recurrent step reads and writes ``_state``: a budget probe's step must not run beside one."""
 
     def _fit(self, backend: Backend) -> None:
@@ -659,7 +659,9 @@ class Pipeline:
                 self._model_calls += len(admitted)
                 self._batches[1] += len(admitted)
             else:
-                if self._through_cache(admitted[0].frame):
+                if self.backend.info.state:
+                    results = [await self._step(w, self._key) for w in admitted]
+                elif self._through_cache(admitted[0].frame):
                     cached = [self._cached(w) for w in admitted]
                     results = await self.scheduler.infer_cached(self._key, cached)
                 else:
@@ -706,7 +708,9 @@ class Pipeline:
             self.scheduler.attach(key)
             started = time.monotonic()
             try:
-                if self._one_at_a_time(work.frame):
+                if self.backend.info.state:
+                    await self._step(work, key)
+                elif self._one_at_a_time(work.frame):
                     await self.scheduler.call(lambda: self._one(work))
                 elif self._through_cache(work.frame):
                     await self.scheduler.infer_cached(key, [self._cached(work)])
@@ -731,9 +735,8 @@ class Pipeline:
 
     def _one_at_a_time(self, frame: Frame) -> bool:
         """Windows that run one by one on the model's thread rather than batched through the scheduler:
-        a recurrent model's ordered steps, a streaming model's cached features, tiled frames."""
-        info = self.backend.info
-        return bool(info.state) or info.streaming or self._needs_tiles(frame)
+        a streaming model's cached features, tiled frames (a recurrent model's steps are batched)."""
+        return self.backend.info.streaming or self._needs_tiles(frame)
 
     def _through_cache(self, frame: Frame) -> bool:
         """Windows batched with other streams' through the stream's cache: frames kept on the device."""
@@ -747,8 +750,6 @@ class Pipeline:
 
     def _one(self, work: _Work) -> Frame:
         """One window on the model's thread."""
-        if self.backend.info.state:
-            return self._step(work)
         if self._needs_tiles(work.frame):
             return self._tiled(work)
         return self._fuse(work)
@@ -789,25 +790,20 @@ class Pipeline:
         pixels = self.backend.enhance_cached(window, work.run, self._features, crop, self._features_lock)
         return work.frame.with_pixels(pixels)
 
-    def _step(self, work: _Work) -> Frame:
-        """One recurrent step, on the model's thread; a new run (after a discontinuity) starts again
-        from the zero state."""
+    async def _step(self, work: _Work, key: str) -> BatchResult:
+        """One recurrent step, batched with other streams' through the scheduler under ``key``; a new run
+        (after a discontinuity) starts again from the zero state."""
         window = work.window
         assert window is not None
-        with self._step_lock:
-            if self._state is not None and self._state[0] == work.run:
-                state = self._state[1]
-            else:
-                target = window.target_frame
-                state = self.backend.initial_state(1, target.height, target.width)
+        async with self._step_lock:
+            state = self._state[1] if self._state is not None and self._state[0] == work.run else None
             try:
-                out, state = self.backend.step(window.pixels()[None], state, [window.strength])
+                result = await self.scheduler.step(key, window, state)
             except ModelUnavailableError:
                 self._state = None  # the frames it missed break the recurrence: start again from zeros
                 raise
-            self._state = (work.run, state)
-        pixels: npt.NDArray[np.uint8] = np.ascontiguousarray(out[0].transpose(1, 2, 0))
-        return work.frame.with_pixels(pixels)
+            self._state = (work.run, result.state)
+        return result
 
     def _resolve(
         self,

@@ -5,8 +5,10 @@ the pure :class:`~streamer.core.batching.FairBatcher` when a batch is due and wh
 and runs it on one of the model's worker threads (stacking, inference and the copy back to (H, W, C)
 all stay off the event loop); a backend sized for ``workers`` calls at once gets that many threads and
 that many batches in flight. Windows that go through their stream's cache (frames kept on the device)
-are batched alike, each carrying its stream's cache (``infer_cached``). A batch that fails is retried
-window by window, so one stream's bad window fails that stream alone.
+are batched alike, each carrying its stream's cache (``infer_cached``), and so are a recurrent model's
+steps, each carrying its stream's state (``step``): one step per stream at a time, since each reads the
+last one's state, but the steps of several streams in one call. A batch that fails is retried window by
+window, so one stream's bad window fails that stream alone.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from streamer.backend.base import Backend, CachedWindow
+from streamer.backend.base import Backend, CachedWindow, State
 from streamer.core.batching import FairBatcher
 from streamer.core.stats import DurationRecorder
 from streamer.errors import ConfigError, ModelUnavailableError
@@ -47,6 +49,8 @@ class BatchResult:
     call: int
     """Number of the backend call, counted from 1 per scheduler."""
     batch_size: int
+    state: State = ()
+    """A recurrent step's next state, for the stream's next step; () for windows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,9 @@ class _Request:
     window: Hyperframe
     future: asyncio.Future[BatchResult]
     cached: CachedWindow | None = None
+    stepping: bool = False
+    state: State | None = None
+    """A step's state; None: the run's first, from the zero state (made on the worker thread)."""
 
 
 class InferenceScheduler:
@@ -86,7 +93,9 @@ class InferenceScheduler:
         self.backend = backend
         self.max_batch = max_batch
         self.workers = max(1, backend.workers)
-        self._batcher: FairBatcher[_Request] = FairBatcher(max_batch, max_wait_ms / 1000.0, self.workers)
+        self._batcher: FairBatcher[_Request] = FairBatcher(
+            max_batch, max_wait_ms / 1000.0, self.workers, one_each=bool(backend.info.state)
+        )
         self._on_call = on_call
         self._executor = concurrent.futures.ThreadPoolExecutor(
             self.workers, thread_name_prefix=f"infer-{backend.info.name}"
@@ -119,8 +128,18 @@ class InferenceScheduler:
         """As ``infer``, for windows that go through their stream's cache (``enhance_cached_batch``)."""
         return await self._submit(stream, [(cached.window, cached) for cached in windows])
 
+    async def step(self, stream: str, window: Hyperframe, state: State | None) -> BatchResult:
+        """A recurrent model's step of ``window`` from ``state`` (None: from the zero state), batched with
+        other streams' steps; the result carries the next state. Await it before the stream's next step."""
+        (result,) = await self._submit(stream, [(window, None)], stepping=True, state=state)
+        return result
+
     async def _submit(
-        self, stream: str, windows: Sequence[tuple[Hyperframe, CachedWindow | None]]
+        self,
+        stream: str,
+        windows: Sequence[tuple[Hyperframe, CachedWindow | None]],
+        stepping: bool = False,
+        state: State | None = None,
     ) -> list[BatchResult]:
         if self._closed:
             raise RuntimeError(f"the scheduler of model {self.backend.info.name!r} is closed")
@@ -131,8 +150,9 @@ class InferenceScheduler:
         for window, cached in windows:
             future: asyncio.Future[BatchResult] = loop.create_future()
             # only windows of one shape, and of one kind, share a call
-            key = (window.t, window.target_frame.height, window.target_frame.width, cached is not None)
-            self._batcher.submit(stream, _Request(window, future, cached), key, now)
+            kind = "step" if stepping else "cached" if cached is not None else "window"
+            key = (window.t, window.target_frame.height, window.target_frame.width, kind)
+            self._batcher.submit(stream, _Request(window, future, cached, stepping, state), key, now)
             futures.append(future)
         assert self._wake is not None
         self._wake.set()
@@ -140,7 +160,7 @@ class InferenceScheduler:
 
     async def call(self, fn: Callable[[], R]) -> R:
         """Run ``fn`` on one of the model's worker threads: windows a pipeline runs one by one (a
-        recurrent model's ordered steps, a streaming model's cached features); it orders them."""
+        streaming model's cached features, tiled frames); it orders them."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         result = await loop.run_in_executor(self._executor, fn)
@@ -217,7 +237,7 @@ class InferenceScheduler:
     async def _run(self, loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
         started = time.monotonic()
         try:
-            pixels = await loop.run_in_executor(self._executor, self._infer_blocking, requests)
+            results = await loop.run_in_executor(self._executor, self._infer_blocking, requests)
         except Exception as err:
             self._failed += 1
             if len(requests) == 1 or (isinstance(err, ModelUnavailableError) and not err.batch_bound):
@@ -235,8 +255,8 @@ class InferenceScheduler:
                 await self._run(loop, [request])
             return
         self._record(len(requests), time.monotonic() - started)
-        for request, result in zip(requests, pixels, strict=True):
-            _settle(request.future, BatchResult(result, self._calls, len(requests)))
+        for request, (pixels, state) in zip(requests, results, strict=True):
+            _settle(request.future, BatchResult(pixels, self._calls, len(requests), state))
 
     def _record(self, size: int, seconds: float) -> None:
         self._calls += 1
@@ -246,13 +266,19 @@ class InferenceScheduler:
         if self._on_call is not None:
             self._on_call(size, seconds)
 
-    def _infer_blocking(self, requests: list[_Request]) -> list[Pixels]:
+    def _infer_blocking(self, requests: list[_Request]) -> list[tuple[Pixels, State]]:
         cached = [r.cached for r in requests if r.cached is not None]
         if cached:
-            return self.backend.enhance_cached_batch(cached)
+            return [(pixels, ()) for pixels in self.backend.enhance_cached_batch(cached)]
         batch = np.stack([r.window.pixels() for r in requests])
         strength = [r.window.strength for r in requests]
-        return [np.ascontiguousarray(out.transpose(1, 2, 0)) for out in self.backend.infer(batch, strength)]
+        if requests[0].stepping:
+            _, _, _, h, w = batch.shape
+            states = [self.backend.initial_state(1, h, w) if r.state is None else r.state for r in requests]
+            out, made = self.backend.step_streams(batch, states, strength)
+        else:
+            out, made = self.backend.infer(batch, strength), [()] * len(requests)
+        return [(np.ascontiguousarray(o.transpose(1, 2, 0)), m) for o, m in zip(out, made, strict=True)]
 
 
 def _settle(

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from streamer.core.features import FeatureCache
 from streamer.core.tiling import plan_tiles
 from streamer.core.windower import OutputPosition
-from streamer.errors import ModelError
+from streamer.errors import FrameError, ModelError
 from streamer.frame import Hyperframe, Pixels
 
 __all__ = [
@@ -233,6 +233,23 @@ class Backend(abc.ABC):
     ) -> tuple[npt.NDArray[np.uint8], State]:
         """Like ``infer``, carrying a recurrent model's state: returns the frames and the next state."""
         return self.infer(batch, strength), state
+
+    def step_streams(
+        self, batch: npt.NDArray[np.uint8], states: Sequence[State], strength: Strengths = None
+    ) -> tuple[npt.NDArray[np.uint8], list[State]]:
+        """One step of each of B streams: row b of ``batch`` carries ``states[b]``, a batch of one's (as
+        ``initial_state(1, ...)`` makes it). Returns the (B, C, H*scale, W*scale) frames and each
+        stream's next state. Here step after step; a backend that can join them in one call does."""
+        if len(states) != len(batch):
+            raise FrameError(
+                f"model {self.info.name!r}: {len(states)} states for a batch of {len(batch)}, one per stream"
+            )
+        outs, made = [], []
+        for b, state in enumerate(states):
+            out, next_state = self.step(batch[b : b + 1], state, None if strength is None else [strength[b]])
+            outs.append(out[0])
+            made.append(next_state)
+        return np.stack(outs), made
 
     def encode(self, frames: npt.NDArray[np.uint8]) -> list[FrameFeatures]:
         """(N, H, W, 3) uint8 RGB frames of one size -> each frame's feature maps (streaming models)."""

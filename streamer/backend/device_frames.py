@@ -468,11 +468,16 @@ class DeviceFrames:
             self._downloads += len(outs)
             self._downloaded += sum(out.nbytes for out in outs)
 
-    def warm(self, frame: ort.OrtValue, batch: int) -> None:
-        """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it."""
+    def warm(self, frame: ort.OrtValue, batch: int, state: Sequence[ort.OrtValue] | None = None) -> None:
+        """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it (a
+        recurrent model's with ``state`` in each row)."""
         size = 1
         while True:
-            self.run_batch([[frame] * self._info.t] * size, [None] * size)
+            window = [[frame] * self._info.t] * size
+            if state is None:
+                self.run_batch(window, [None] * size)
+            else:
+                self.step_batch(window, [state] * size, [None] * size)
             if size >= batch:
                 return
             size *= 2

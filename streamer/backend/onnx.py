@@ -360,14 +360,16 @@ class OnnxBackend(Backend):
         return [self._cropped(pixels, w.window, w.crop) for pixels, w in zip(out, windows, strict=True)]
 
     def warm_up(self, width: int, height: int, batch: int = 1) -> None:
-        """With frames on the device, its graphs too (one per batch size up to ``batch``): tiles and
-        probes still take the host path."""
-        super().warm_up(width, height)
+        """With frames on the device, its graphs too (one per batch size up to ``batch``); a window
+        model's host path as well, which its tiles and probes take."""
         device = self._device
-        if device is not None and not self._info.state:  # a recurrent model's one graph ran above
+        if device is None or not self._info.state:
+            super().warm_up(width, height)
+        if device is not None:
             m = self._info.pad_multiple
             frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
-            device.warm(device.upload(frame), batch)
+            state = self.state_shapes(1, height, width)
+            device.warm(device.upload(frame), batch, device.zero_state(state) if state else None)
 
     @property
     def device_frames(self) -> DeviceFrames | None:
@@ -474,6 +476,41 @@ class OnnxBackend(Backend):
     ) -> tuple[npt.NDArray[np.uint8], State]:
         self._check_batch(batch)
         b, _, _, h, w = batch.shape
+        self._check_state(state, b, h, w)
+        if not self._info.state:  # stateless, a streaming model included: ``infer``, as the port says
+            return self.infer(batch, strength), state
+        if self._device is not None:
+            if b != 1:
+                raise FrameError(
+                    f"model {self._info.name} keeps each stream's state on the device: a batch of 1, got "
+                    f"{b}; step several streams with step_streams, or set model.device_frames: false"
+                )
+            out, (next_state,) = self._device_steps(self._device, batch, [state], strength)
+            return out, next_state
+        return self._run(batch, state, strength)
+
+    def step_streams(
+        self, batch: npt.NDArray[np.uint8], states: Sequence[State], strength: Strengths = None
+    ) -> tuple[npt.NDArray[np.uint8], list[State]]:
+        """In one call: with the state on the device, each stream's state is its own row of the batched
+        graph and stays there; on the host, the states are joined along the batch axis and split after."""
+        self._check_batch(batch)
+        b, _, _, h, w = batch.shape
+        if len(states) != b:
+            raise FrameError(
+                f"model {self._info.name}: {len(states)} states for a batch of {b}, one per stream"
+            )
+        for state in states:
+            self._check_state(state, 1, h, w)
+        if not self._info.state:
+            return self.infer(batch, strength), list(states)
+        if self._device is not None:
+            return self._device_steps(self._device, batch, states, strength)
+        joined = tuple(np.concatenate(parts) for parts in zip(*states, strict=True))
+        out, made = self._run(batch, joined, strength)
+        return out, [tuple(m[r : r + 1] for m in made) for r in range(b)]
+
+    def _check_state(self, state: State, b: int, h: int, w: int) -> None:
         shapes = self.state_shapes(b, h, w)
         if len(state) != len(shapes):
             raise FrameError(
@@ -487,31 +524,24 @@ class OnnxBackend(Backend):
                     f"state {spec.input!r} of model {self._info.name} is {seen[0]} {seen[1]}; frames "
                     f"of {h}x{w} need {shape} float32: start from initial_state({b}, {h}, {w})"
                 )
-        if not self._info.state:  # stateless, a streaming model included: ``infer``, as the port says
-            return self.infer(batch, strength), state
-        if self._device is not None:
-            return self._device_step(self._device, batch, state, strength)
-        return self._run(batch, state, strength)
 
-    def _device_step(
-        self, device: DeviceFrames, batch: npt.NDArray[np.uint8], state: State, strength: Strengths
-    ) -> tuple[npt.NDArray[np.uint8], State]:
-        """One stream's step with its state in device memory: its frame goes up, the frame comes down,
-        the next state stays (a host array given as state goes up once)."""
+    def _device_steps(
+        self, device: DeviceFrames, batch: npt.NDArray[np.uint8], states: Sequence[State], strength: Strengths
+    ) -> tuple[npt.NDArray[np.uint8], list[State]]:
+        """Each stream's step with its state in device memory, in one call: the frames go up, the frames
+        come down, the next states stay (a host array given as a state goes up once)."""
         b, _, _, h, w = batch.shape
-        if b != 1:
-            raise FrameError(
-                f"model {self._info.name} keeps its state on the device one stream at a time: a batch of 1, "
-                f"got {b}; step each stream on its own, or set model.device_frames: false"
-            )
-        if strength is not None and len(strength) != 1:
-            raise FrameError(f"model {self._info.name}: {len(strength)} strengths for a batch of 1")
-        frames = self._pad_frames(np.ascontiguousarray(batch[0].transpose(0, 2, 3, 1)))
-        values = [device.upload(frame) for frame in frames]
-        kept = [device.to_device(v) if isinstance(v, np.ndarray) else v for v in state]
-        out, next_state = device.step(values, kept, None if strength is None else strength[0])
+        if strength is not None and len(strength) != b:
+            raise FrameError(f"model {self._info.name}: {len(strength)} strengths for a batch of {b}")
+        windows = []
+        for row in batch:
+            frames = self._pad_frames(np.ascontiguousarray(row.transpose(0, 2, 3, 1)))
+            windows.append([device.upload(frame) for frame in frames])
+        kept = [tuple(device.to_device(v) if isinstance(v, np.ndarray) else v for v in s) for s in states]
+        outs, made = device.step_batch(windows, kept, strength)
         s = self._info.scale
-        return out[None, : h * s, : w * s].transpose(0, 3, 1, 2), next_state
+        pixels = np.stack([out[: h * s, : w * s] for out in outs]).transpose(0, 3, 1, 2)
+        return pixels, list(made)
 
     @property
     def session(self) -> ort.InferenceSession:

@@ -42,9 +42,16 @@ class FairBatcher(Generic[T]):
 
     A stream has at most ``calls`` (the model's workers) submissions under way, each of at most one
     call's worth, so the whole batcher holds at most ``streams x calls x max_batch`` items.
+
+    ``one_each``: each stream has one item under way at a time (a recurrent model's steps, each
+    reading the last one's state), so a batch holds at most its share of the streams, ``streams /
+    calls`` rounded up, and is due once it has that many: one batch of every stream would leave the
+    other calls idle.
     """
 
-    def __init__(self, max_batch: int, max_wait_s: float = 0.0, calls: int = 1) -> None:
+    def __init__(
+        self, max_batch: int, max_wait_s: float = 0.0, calls: int = 1, one_each: bool = False
+    ) -> None:
         if max_batch < 1:
             raise ConfigError(f"runtime.max_batch must be at least 1, got {max_batch}")
         if calls < 1:
@@ -54,6 +61,8 @@ class FairBatcher(Generic[T]):
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.max_queued = calls * max_batch
+        self._calls = calls
+        self._one_each = one_each
         self._queues: dict[str, collections.deque[_Queued[T]]] = {}
         self._order: list[str] = []
         self._cursor = 0
@@ -104,7 +113,7 @@ class FairBatcher(Generic[T]):
         """Seconds until the next batch should run: 0 for now, None while nothing is queued."""
         if self._pending == 0:
             return None
-        if self._pending >= self.max_batch or all(self._queues[s] for s in self._order):
+        if self._pending >= self._batch_size() or all(self._queues[s] for s in self._order):
             return 0.0
         oldest = min(q[0].since for q in self._queues.values() if q)
         return max(0.0, oldest + self.max_wait_s - now)
@@ -119,7 +128,8 @@ class FairBatcher(Generic[T]):
         batch: list[tuple[str, T]] = []
         last = start
         progress = True
-        while len(batch) < self.max_batch and progress:
+        size = self._batch_size()
+        while len(batch) < size and progress:
             progress = False
             for offset in range(n):
                 at = (start + offset) % n
@@ -127,12 +137,17 @@ class FairBatcher(Generic[T]):
                 if queue and queue[0].key == key:
                     batch.append((self._order[at], queue.popleft().item))
                     last, progress = at, True
-                    if len(batch) == self.max_batch:
+                    if len(batch) == size:
                         break
         self._cursor = (last + 1) % n
         self._pending -= len(batch)
         self._batches += 1
         return batch
+
+    def _batch_size(self) -> int:
+        if not self._one_each:
+            return self.max_batch
+        return max(1, min(self.max_batch, -(-len(self._order) // self._calls)))
 
     def stats(self) -> BatchStats:
         return BatchStats(

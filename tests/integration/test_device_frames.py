@@ -33,6 +33,7 @@ from tests.onnx_models import ema_model
 
 FRAMES = 24
 WIDTH, HEIGHT = 160, 96
+CONVLSTM = DEFAULT_MODEL.parent / "convlstm.onnx"
 
 
 def run(
@@ -125,7 +126,7 @@ def test_a_recurrent_models_state_stays_on_the_device_and_gives_the_host_paths_f
 
 
 def test_a_recurrent_stream_with_its_state_on_the_device_gives_the_host_paths_frames(tmp_path: Path) -> None:
-    model = DEFAULT_MODEL.parent / "convlstm.onnx"
+    model = CONVLSTM
     host_report, host, _ = run(tmp_path, device_frames=False, model=model)
     report, device, backend = run(tmp_path, device_frames=True, model=model, warm_up=True)
     assert report.frames_out == host_report.frames_out == FRAMES
@@ -153,7 +154,7 @@ def test_a_recurrent_model_on_the_device_carries_its_state_exactly_and_restarts_
     assert int(again[0, 0, 0, 0]) == 100
     from_host, _ = backend.step(frame, (np.full((1, 3, 6, 10), 100 / 255, np.float32),))
     assert int(from_host[0, 0, 0, 0]) == 150
-    with pytest.raises(FrameError, match=r"one stream at a time: a batch of 1, got 2"):
+    with pytest.raises(FrameError, match=r"on the device: a batch of 1, got 2; .*step_streams"):
         backend.step(np.repeat(frame, 2, axis=0), backend.initial_state(2, 6, 10))
     with pytest.raises(FrameError, match=r"state 'h' of model ema is \(1, 3, 4, 4\) float32; frames of 6x10"):
         backend.step(frame, backend.initial_state(1, 4, 4))
@@ -214,13 +215,19 @@ def test_windows_of_several_sizes_in_one_call_give_each_window_alone() -> None:
         device.run_batch([windows[0], windows[1][:4]])
 
 
-def test_streams_sharing_a_model_with_frames_on_the_device_share_its_calls(tmp_path: Path) -> None:
-    """Three streams, one scheduler: windows of several streams go in one call, each stream's frames
-    uploaded once into its own cache, every frame what that stream gives alone on the host path."""
-    backend = OnnxBackend(DEFAULT_MODEL, device_frames=True)
+@pytest.mark.parametrize(
+    ("model", "device"),
+    [(DEFAULT_MODEL, True), (CONVLSTM, True), (CONVLSTM, False)],
+    ids=["windows-device", "steps-device", "steps-host"],
+)
+def test_streams_sharing_a_model_share_its_calls(model: Path, device: bool) -> None:
+    """Three streams, one scheduler: windows (or a recurrent model's steps, each with its stream's own
+    state) of several streams go in one call, each stream's frames uploaded once where they are kept on
+    the device, every frame what that stream gives alone on the host path."""
+    backend = OnnxBackend(model, device_frames=device)
     seen: dict[str, list[Frame]] = {}
 
-    def stream(name: str, seed: int, scheduler: InferenceScheduler | None, device: bool) -> Pipeline:
+    def stream(name: str, seed: int, scheduler: InferenceScheduler | None, shared: bool) -> Pipeline:
         source = {
             "kind": "synthetic",
             "frames": FRAMES,
@@ -235,7 +242,7 @@ def test_streams_sharing_a_model_with_frames_on_the_device_share_its_calls(tmp_p
         )
         (settings,) = config.stream_configs()
         runtime = config.runtime.model_copy(update={"max_batch": 4, "max_wait_ms": 50.0})
-        own = backend if device else OnnxBackend(DEFAULT_MODEL, device_frames=False)
+        own = backend if shared else OnnxBackend(model, device_frames=False)
         return build_stream(
             settings,
             runtime,
@@ -263,8 +270,9 @@ def test_streams_sharing_a_model_with_frames_on_the_device_share_its_calls(tmp_p
         assert len(batched[name]) == len(host) == FRAMES
         assert worst_levels(host, batched[name]) <= 1
     moved = backend.transfers()
-    assert moved is not None
-    assert moved.uploads == 3 * FRAMES  # each stream's frames once, whatever batch they ran in
+    assert (moved is not None) is device
+    if moved is not None:
+        assert moved.uploads == 3 * FRAMES  # each stream's frames once, whatever batch they ran in
 
 
 def test_frames_and_outputs_reuse_buffers_nobody_holds_and_never_one_still_held() -> None:
@@ -371,3 +379,27 @@ def test_steps_of_several_streams_in_one_call_carry_each_streams_own_state() -> 
         assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
     with pytest.raises(FrameError, match=r"2 states for 3 windows, one per stream"):
         device.step_batch(windows, together[:2])
+
+
+@pytest.mark.parametrize("device_frames", [True, False], ids=["device", "host"])
+def test_a_backend_steps_several_streams_in_one_call_each_as_alone(device_frames: bool) -> None:
+    """``OnnxBackend.step_streams``, the call the scheduler batches streams' steps in: on the device
+    each state is its own row of the graph, on the host the states are joined and split; either way
+    each stream's frames and next state are what stepping it alone gives."""
+    model = DEFAULT_MODEL.parent / "convlstm_strength.onnx"
+    backend = OnnxBackend(model, device_frames=device_frames)
+    clips = np.stack([pattern_window(1, 4, WIDTH, HEIGHT, seed=seed)[0] for seed in (5, 6, 7)])
+    strengths = [None, 8.0, 25.0]
+    alone = [backend.initial_state(1, HEIGHT, WIDTH) for _ in strengths]
+    together = list(alone)
+    for step in range(4):
+        batch = np.ascontiguousarray(clips[:, step : step + 1])
+        expected = []
+        for i in range(3):
+            pixels, alone[i] = backend.step(batch[i : i + 1], alone[i], [strengths[i]])
+            expected.append(pixels[0])
+        got, together = backend.step_streams(batch, together, strengths)
+        assert got.shape == (3, 3, HEIGHT, WIDTH)
+        assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+    with pytest.raises(FrameError, match=r"2 states for a batch of 3, one per stream"):
+        backend.step_streams(batch, together[:2], strengths)

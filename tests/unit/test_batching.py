@@ -117,6 +117,29 @@ def test_a_model_with_two_workers_takes_two_calls_worth_per_stream_and_batches_o
     assert [item for _, item in fair.take()] == ["a1"]
 
 
+def test_steps_one_per_stream_fill_a_share_of_the_streams_per_call_so_every_call_has_work() -> None:
+    """A recurrent model's steps on two workers: five streams make batches of three (their share,
+    rounded up), due once three wait; max_batch still caps a share."""
+    fair: FairBatcher[str] = FairBatcher(8, max_wait_s=1.0, calls=2, one_each=True)
+    for stream in "abcde":
+        fair.attach(stream)
+    fair.submit("a", "a0", SHAPE, now=0.0)
+    fair.submit("b", "b0", SHAPE, now=0.0)
+    assert fair.due_in(0.0) == pytest.approx(1.0)
+    fair.submit("c", "c0", SHAPE, now=0.0)
+    fair.submit("d", "d0", SHAPE, now=0.0)
+    assert fair.due_in(0.0) == 0.0
+    assert [item for _, item in fair.take()] == ["a0", "b0", "c0"]
+    assert fair.due_in(0.0) == pytest.approx(1.0)  # d waits for a share, or for max_wait
+    fair.submit("e", "e0", SHAPE, now=0.0)
+    assert [item for _, item in fair.take()] == ["d0", "e0"]
+    capped: FairBatcher[str] = FairBatcher(2, calls=1, one_each=True)
+    for stream in "abcd":
+        capped.attach(stream)
+        capped.submit(stream, f"{stream}0", SHAPE, now=0.0)
+    assert [item for _, item in capped.take()] == ["a0", "b0"]
+
+
 def test_detach_returns_what_the_stream_had_queued_and_keeps_the_rest() -> None:
     fair = batcher(4)
     fair.submit("a", "a0", SHAPE, now=0.0)
