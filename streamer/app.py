@@ -272,6 +272,7 @@ def build_backend(model: ModelConfig) -> Backend:
         workers=workers,
         declared=model.declared(),
         device_frames=model.device_frames,
+        yuv_output=model.yuv_output,
         provider_options={"TensorrtExecutionProvider": model.tensorrt.provider_options()},
     )
 

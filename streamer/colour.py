@@ -19,27 +19,30 @@ import dataclasses
 import numpy as np
 from av.video.codeccontext import VideoCodecContext
 from av.video.frame import VideoFrame
-from av.video.reformatter import ColorRange, Colorspace
+from av.video.reformatter import ColorRange
 
-from streamer.frame import Colour, Pixels
+from streamer.frame import Colour, Frame, Pixels, Yuv420
+from streamer.planes import SWSCALE, planes_frame
 
-__all__ = ["BT601", "BT709", "HD_LINES", "colour_of", "from_rgb", "resolve", "rgb_frame", "tag", "to_rgb"]
+__all__ = [
+    "BT601",
+    "BT709",
+    "HD_LINES",
+    "colour_of",
+    "encoder_frame",
+    "from_rgb",
+    "resolve",
+    "rgb_frame",
+    "tag",
+    "to_rgb",
+    "yuv_frame",
+]
 
 HD_LINES = 720
 """An unspecified matrix is BT.709 from this height up, BT.601 below."""
 
 BT601, BT709 = 6, 1
 """AVColorSpace codes of the matrices an unspecified one is taken for (6 is SMPTE 170M: BT.601)."""
-
-_SWSCALE: dict[int, Colorspace] = {
-    1: Colorspace.ITU709,
-    4: Colorspace.FCC,
-    5: Colorspace.ITU601,  # BT.470BG
-    6: Colorspace.SMPTE170M,
-    7: Colorspace.SMPTE240M,
-    9: Colorspace.BT2020,  # BT.2020 non-constant luminance
-}
-"""The AVColorSpace matrices swscale applies, as PyAV names them (its own SWS_CS_* codes)."""
 
 _RANGES = (ColorRange.MPEG, ColorRange.JPEG)
 
@@ -57,7 +60,7 @@ def resolve(colour: Colour, height: int, unstated: int | None = None) -> Colour:
     """``colour`` with a matrix swscale applies and a range: where not stated (or not applicable),
     the ``unstated`` matrix, or by default BT.709 from :data:`HD_LINES` up and BT.601 below; tv range."""
     by_height = BT709 if height >= HD_LINES else BT601
-    matrix = colour.matrix if colour.matrix in _SWSCALE else unstated or by_height
+    matrix = colour.matrix if colour.matrix in SWSCALE else unstated or by_height
     colour_range = colour.range if colour.range in _RANGES else ColorRange.MPEG
     return dataclasses.replace(colour, matrix=matrix, range=int(colour_range))
 
@@ -67,7 +70,7 @@ def to_rgb(frame: VideoFrame, unstated: int | None = None) -> Pixels:
     colour = resolve(colour_of(frame), frame.height, unstated)
     rgb = frame.to_ndarray(
         format="rgb24",
-        src_colorspace=_SWSCALE[colour.matrix],
+        src_colorspace=SWSCALE[colour.matrix],
         src_color_range=colour.range,
         dst_color_range=ColorRange.JPEG,
     )
@@ -89,8 +92,29 @@ def from_rgb(pixels: Pixels, codec: VideoCodecContext) -> VideoFrame:
     tagged with (:func:`tag`), so players read back the RGB that went in."""
     colour = resolve(colour_of(codec), codec.height)
     return rgb_frame(pixels).reformat(
-        format=codec.pix_fmt, dst_colorspace=_SWSCALE[colour.matrix], dst_color_range=colour.range
+        format=codec.pix_fmt, dst_colorspace=SWSCALE[colour.matrix], dst_color_range=colour.range
     )
+
+
+def yuv_frame(yuv: Yuv420) -> VideoFrame:
+    """4:2:0 planes as a yuv420p frame tagged with their matrix and range, the planes copied in."""
+    return planes_frame(yuv.y, yuv.u, yuv.v, yuv.colour.matrix, yuv.colour.range)
+
+
+def encoder_frame(frame: Frame, codec: VideoCodecContext) -> VideoFrame:
+    """A frame for ``codec``: the 4:2:0 planes a model made where they are in the encoder's format,
+    size, matrix and range (a copy, no conversion); otherwise its RGB, converted (:func:`from_rgb`)."""
+    picture = frame.picture
+    if isinstance(picture, Yuv420) and codec.pix_fmt == "yuv420p":
+        made = resolve(colour_of(codec), codec.height)
+        if (picture.width, picture.height, picture.colour.matrix, picture.colour.range) == (
+            codec.width,
+            codec.height,
+            made.matrix,
+            made.range,
+        ):
+            return yuv_frame(picture)
+    return from_rgb(frame.pixels, codec)
 
 
 def tag(codec: VideoCodecContext, colour: Colour) -> None:

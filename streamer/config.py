@@ -381,6 +381,14 @@ class ModelConfig(_Strict):
     TensorRT), off on the CPU's, where it saves nothing. A recurrent model (convlstm_strength) keeps
     its state there too, step to step: one frame up and one down per step instead of the whole state
     both ways. Streaming models keep their own path."""
+    yuv_output: bool | None = None
+    """With frames on the device, a window model's frame comes down as 4:2:0 planes in the stream's
+    encoder colour, made in the model's graph (``streamer.yuv``): half the bytes of RGB, and an H.264
+    encoder takes them without the host's RGB to YUV conversion (6.9 of libx264's 15.0 ms of host time
+    per 1080p frame here). Stages that need RGB (WHEP, a region, a reused frame's paste) convert on
+    first use. None: on for GPU providers, off on the CPU's, where the graph's conversion costs more
+    than swscale's (24.7 against 3.5 ms at 1080p). Needs ``device_frames``; recurrent models' steps
+    stay RGB."""
     tensorrt: TensorRtConfig = Field(default_factory=TensorRtConfig)
     warm_up: bool | None = None
     """Run the model once at a stream's frame size when its source opens, before the first live frame,

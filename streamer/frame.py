@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from streamer.errors import FrameError
 
-__all__ = ["Colour", "Frame", "Hyperframe", "Pixels", "StreamInfo"]
+__all__ = ["Colour", "Frame", "Hyperframe", "Picture", "Pixels", "StreamInfo", "Yuv420"]
 
 Pixels = npt.NDArray[np.uint8]
 """An RGB image, shape (H, W, 3), dtype uint8, read-only once inside a :class:`Frame`."""
@@ -34,6 +34,53 @@ class Colour:
     """AVColorPrimaries, carried to the output's tags only (pixels are not converted); 2 unspecified."""
     transfer: int = 2
     """AVColorTransferCharacteristic, carried to the output's tags only; 2 unspecified."""
+
+
+@dataclass(frozen=True, slots=True)
+class Yuv420:
+    """A picture as 4:2:0 planes (an H.264 encoder's own format), in ``colour``'s matrix and range:
+    what a model on the device hands an encoder, so the host does not convert RGB to YUV (at 1080p,
+    half of libx264's host time per frame). The planes may be views of larger buffers."""
+
+    y: npt.NDArray[np.uint8]
+    """(H, W), H and W even."""
+    u: npt.NDArray[np.uint8]
+    """(H/2, W/2)."""
+    v: npt.NDArray[np.uint8]
+    """(H/2, W/2)."""
+    colour: Colour
+    """The matrix and range the planes are in, resolved (``streamer.colour.resolve``)."""
+
+    def __post_init__(self) -> None:
+        h, w = self.y.shape if self.y.ndim == 2 else (0, 0)
+        planes = (self.y, self.u, self.v)
+        if (
+            any(p.dtype != np.uint8 for p in planes)
+            or h % 2
+            or w % 2
+            or not h
+            or self.u.shape != (h // 2, w // 2)
+            or self.v.shape != (h // 2, w // 2)
+        ):
+            raise FrameError(
+                f"4:2:0 planes of shapes {self.y.shape}, {self.u.shape}, {self.v.shape} "
+                f"({self.y.dtype}); expected uint8 (H, W), (H/2, W/2), (H/2, W/2) with H and W even"
+            )
+        for plane in planes:
+            if plane.flags.writeable:
+                plane.flags.writeable = False
+
+    @property
+    def height(self) -> int:
+        return int(self.y.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.y.shape[1])
+
+
+Picture = Pixels | Yuv420
+"""A frame's picture: RGB, or the 4:2:0 planes a model on the device made for the encoder."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +108,8 @@ class StreamInfo:
 class Frame:
     """One decoded picture of one stream, immutable so stages can share it without copying."""
 
-    pixels: Pixels
+    picture: Picture
+    """RGB pixels, or 4:2:0 planes that :attr:`pixels` converts to RGB only where a stage asks."""
     index: int
     """Position in the stream, counted by the source from 0, with no gaps."""
     pts: int | None
@@ -71,9 +119,13 @@ class Frame:
     stream_id: str = "0"
     discontinuity: bool = False
     """True on the first frame after a reconnect or timestamp jump: no window may span it."""
+    _rgb: Pixels | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    """The RGB of a 4:2:0 picture, made on first use."""
 
     def __post_init__(self) -> None:
-        px = self.pixels
+        px = self.picture
+        if isinstance(px, Yuv420):
+            return
         if px.dtype != np.uint8 or px.ndim != 3 or px.shape[2] != 3:
             raise FrameError(
                 f"frame {self.index} of stream {self.stream_id!r} has pixels of shape {px.shape} and "
@@ -83,21 +135,38 @@ class Frame:
             px.flags.writeable = False
 
     @property
+    def pixels(self) -> Pixels:
+        """The picture as (H, W, 3) uint8 RGB; 4:2:0 planes are converted once, on first use."""
+        picture = self.picture
+        if not isinstance(picture, Yuv420):
+            return picture
+        rgb = self._rgb
+        if rgb is None:
+            from streamer.planes import planes_rgb  # PyAV's swscale, read at the edge of this module
+
+            rgb = planes_rgb(picture.y, picture.u, picture.v, picture.colour.matrix, picture.colour.range)
+            rgb.flags.writeable = False
+            object.__setattr__(self, "_rgb", rgb)  # a cache: two threads racing both make the same
+        return rgb
+
+    @property
     def height(self) -> int:
-        return int(self.pixels.shape[0])
+        picture = self.picture
+        return picture.height if isinstance(picture, Yuv420) else int(picture.shape[0])
 
     @property
     def width(self) -> int:
-        return int(self.pixels.shape[1])
+        picture = self.picture
+        return picture.width if isinstance(picture, Yuv420) else int(picture.shape[1])
 
     @property
     def time(self) -> float | None:
         """Presentation time in seconds, or None when the source gave no PTS."""
         return None if self.pts is None else float(self.pts * self.time_base)
 
-    def with_pixels(self, pixels: Pixels) -> Frame:
-        """The same frame (index, timestamps, arrival) carrying other pixels, e.g. the enhanced ones."""
-        return dataclasses.replace(self, pixels=pixels)
+    def with_pixels(self, picture: Picture) -> Frame:
+        """The same frame (index, timestamps, arrival) carrying another picture, e.g. the enhanced one."""
+        return dataclasses.replace(self, picture=picture)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +185,9 @@ class Hyperframe:
     strength: float | None = None
     """The noise sigma (0..255 levels) a model that takes a strength gets for this window; None: its
     default."""
+    colour: Colour | None = None
+    """The matrix and range (resolved) of the stream's encoder, for a model on the device that hands
+    it 4:2:0 planes (``model.yuv_output``); None: RGB."""
 
     def __post_init__(self) -> None:
         if not self.frames:
@@ -129,10 +201,11 @@ class Hyperframe:
                     f"hyperframe mixes streams {first.stream_id!r} and {f.stream_id!r}; "
                     "windows are per stream"
                 )
-            if f.pixels.shape != first.pixels.shape:
+            if (f.height, f.width) != (first.height, first.width):
                 raise FrameError(
-                    f"hyperframe of stream {first.stream_id!r} mixes frame sizes {first.pixels.shape} "
-                    f"and {f.pixels.shape}; a resolution change must end the window run"
+                    f"hyperframe of stream {first.stream_id!r} mixes frame sizes "
+                    f"{(first.height, first.width)} and {(f.height, f.width)}; a resolution change must "
+                    "end the window run"
                 )
 
     @property

@@ -109,8 +109,11 @@ def to_model_nodes(
     return nodes, consts
 
 
-def from_model_nodes(y: str, order: ChannelOrder, out: str) -> tuple[list[NodeProto], list[TensorProto]]:
-    """A model's (1, 3, H, W) output ``y`` as the (1, H, W, 3) RGB frame ``out``, as graph nodes."""
+def from_model_nodes(
+    y: str, order: ChannelOrder, out: str, planar: bool = False
+) -> tuple[list[NodeProto], list[TensorProto]]:
+    """A model's (1, 3, H, W) output ``y`` as the (1, H, W, 3) RGB frame ``out``, as graph nodes; with
+    ``planar``, as (1, 3, H, W) RGB."""
     from onnx import helper
 
     nodes: list[NodeProto] = []
@@ -118,5 +121,8 @@ def from_model_nodes(y: str, order: ChannelOrder, out: str) -> tuple[list[NodePr
     if order is ChannelOrder.BGR:
         nodes, consts = _bgr(y, 1, f"{out}_rgb")
         y = f"{out}_rgb"
-    nodes.append(helper.make_node("Transpose", [y], [out], perm=[0, 2, 3, 1]))
+    if planar:
+        nodes.append(helper.make_node("Identity", [y], [out]))
+    else:
+        nodes.append(helper.make_node("Transpose", [y], [out], perm=[0, 2, 3, 1]))
     return nodes, consts

@@ -34,6 +34,7 @@ import numpy as np
 
 from streamer.backend.base import Backend, CachedWindow, FrameFeatures, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.colour import resolve
 from streamer.core.card import no_signal_card
 from streamer.core.features import FeatureCache, FeatureCacheStats
 from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector
@@ -53,7 +54,7 @@ from streamer.errors import (
     SourceError,
     StreamerError,
 )
-from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
+from streamer.frame import Frame, Hyperframe, Picture, Pixels, StreamInfo
 from streamer.resize import upscale
 from streamer.scheduler import BatchResult, InferenceScheduler
 from streamer.sinks.base import Sink
@@ -550,7 +551,11 @@ class Pipeline:
         if not task.enhance:
             return _Work(frame, _Plan.STRIDE, task.run)
         strength = self.strength_now() if self.backend.info.strength else None
-        window = Hyperframe(tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps, strength)
+        # A model that gives the encoder 4:2:0 planes makes them in the colour the sinks encode with.
+        colour = resolve(info.colour, frame.height * self.scale) if self.backend.info.yuv_output else None
+        window = Hyperframe(
+            tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps, strength, colour
+        )
         started = time.monotonic()
         self._observe(Stage.WINDOW_WAIT, started - frame.arrival)
         now = frame.time if frame.time is not None else frame.index / float(info.fps)
@@ -834,7 +839,7 @@ class Pipeline:
                 return None
             return self._count(_Output(frame, frame, Outcome.BUDGET_PASSTHROUGH))
         if self.on_skip is SkipAction.REUSE and last is not None and last[0] == work.run:
-            return self._count(_Output(frame, frame.with_pixels(last[1].pixels), Outcome.REUSED))
+            return self._count(_Output(frame, frame.with_pixels(last[1].picture), Outcome.REUSED))
         return self._count(_Output(frame, frame, Outcome.GATE_PASSTHROUGH))
 
     @staticmethod
@@ -896,7 +901,7 @@ class Pipeline:
                     waiting = None
                 if keepalive is not None and keepalive.stale(out.source.arrival, time.monotonic()):
                     continue
-                if self.scale > 1 and out.frame.pixels.shape[1] != out.source.width * self.scale:
+                if self.scale > 1 and out.frame.width != out.source.width * self.scale:
                     out = dataclasses.replace(out, frame=await asyncio.to_thread(self._scaled_up, out.frame))
                 began = await self._write(out.frame)
                 last = out.frame
@@ -931,16 +936,16 @@ class Pipeline:
         """The frame a silent source leaves the output: ``last`` again, or the card, one period on."""
         keepalive = self.keepalive
         assert keepalive is not None
-        pixels = last.pixels
+        picture: Picture = last.picture
         if filler is Filler.CARD:
-            if self._card is None or self._card.shape != pixels.shape:
+            if self._card is None or self._card.shape[:2] != (last.height, last.width):
                 self._card = no_signal_card(last.width, last.height)
-            pixels = self._card
+            picture = self._card
         pts = None
         if last.pts is not None:
             pts = last.pts + max(1, round(keepalive.period_s / float(last.time_base)))
         return dataclasses.replace(
-            last, pixels=pixels, pts=pts, arrival=time.monotonic(), discontinuity=False
+            last, picture=picture, pts=pts, arrival=time.monotonic(), discontinuity=False
         )
 
     def _report(self, info: StreamInfo, wall: float) -> PipelineReport:

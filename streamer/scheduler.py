@@ -29,7 +29,7 @@ from streamer.backend.base import Backend, CachedWindow, State
 from streamer.core.batching import FairBatcher
 from streamer.core.stats import DurationRecorder
 from streamer.errors import ConfigError, ModelUnavailableError
-from streamer.frame import Hyperframe, Pixels
+from streamer.frame import Hyperframe, Picture
 
 __all__ = ["BatchResult", "CallObserver", "InferenceScheduler", "SchedulerStats"]
 
@@ -43,9 +43,9 @@ CallObserver = Callable[[int, float], None]
 
 @dataclass(frozen=True, slots=True)
 class BatchResult:
-    """One enhanced frame, (H, W, C) uint8, and the call it came from."""
+    """One enhanced frame, (H, W, C) uint8 RGB or 4:2:0 planes, and the call it came from."""
 
-    pixels: Pixels
+    pixels: Picture
     call: int
     """Number of the backend call, counted from 1 per scheduler."""
     batch_size: int
@@ -266,7 +266,7 @@ class InferenceScheduler:
         if self._on_call is not None:
             self._on_call(size, seconds)
 
-    def _infer_blocking(self, requests: list[_Request]) -> list[tuple[Pixels, State]]:
+    def _infer_blocking(self, requests: list[_Request]) -> list[tuple[Picture, State]]:
         cached = [r.cached for r in requests if r.cached is not None]
         if cached:
             return [(pixels, ()) for pixels in self.backend.enhance_cached_batch(cached)]

@@ -26,7 +26,7 @@ def make_frame(
     if pixels is None:
         pixels = np.full((*size, 3), value, dtype=np.uint8)
     return Frame(
-        pixels=pixels,
+        picture=pixels,
         index=index,
         pts=index if pts is ... else pts,
         time_base=TIME_BASE,

@@ -22,7 +22,7 @@ from streamer.core.features import FeatureCache
 from streamer.core.tiling import plan_tiles
 from streamer.core.windower import OutputPosition
 from streamer.errors import FrameError, ModelError
-from streamer.frame import Hyperframe, Pixels
+from streamer.frame import Hyperframe, Picture, Pixels
 
 __all__ = [
     "STRENGTH",
@@ -156,6 +156,9 @@ class ModelInfo:
     """A window model whose frames are uploaded once and kept on the device, windows made there
     (``streamer.backend.device_frames``): windows go through ``enhance_cached`` like a streaming
     model's, with the frames in the cache. A recurrent model's steps keep its state there."""
+    yuv_output: bool = False
+    """Windows kept on the device come back as 4:2:0 planes in their stream's encoder colour
+    (``model.yuv_output``; ``Hyperframe.colour`` says which), made on the device."""
     strength: bool = False
     """The model takes a ``strength`` input: per window, the noise sigma (0..255 levels) to remove
     (``model.strength`` sets it per stream: a number, or auto from the stream's noise estimate)."""
@@ -339,8 +342,9 @@ class Backend(abc.ABC):
         enhanced: Pixels = self.fuse([window_features], target[None], [window.strength])[0]
         return enhanced
 
-    def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Pixels]:
-        """``enhance_cached`` of each window; a backend that can run them in one call does."""
+    def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Picture]:
+        """``enhance_cached`` of each window; a backend that can run them in one call does (and may
+        give 4:2:0 planes, ``ModelInfo.yuv_output``)."""
         return [self.enhance_cached(w.window, w.run, w.cache, w.crop, w.guard) for w in windows]
 
     @abc.abstractmethod

@@ -44,7 +44,9 @@ import onnxruntime as ort
 from streamer.backend.base import STRENGTH, ModelInfo
 from streamer.backend.host_buffers import BufferPool, cuda_host_memory
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
+from streamer.frame import Colour
 from streamer.layout import from_model_nodes, to_model_nodes
+from streamer.yuv import i420_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -59,9 +61,12 @@ __all__ = [
     "graph_tools_missing",
     "state_name",
     "window_graph",
+    "yuv_outputs",
 ]
 
 _PIXELS = "streamer.pixels"
+_Y = "streamer.y"
+_UV = "streamer.uv"
 _FRAME = "streamer.frame_{}"
 _ROW_FRAME = "streamer.window_{}.frame_{}"
 DEVICE_FRAMES_KEPT = 1024
@@ -94,12 +99,22 @@ def frame_output(row: int, batch: int) -> str:
     return _PIXELS if batch == 1 else f"{_PIXELS}_{row}"
 
 
-def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onnx.ModelProto:
+def yuv_outputs(row: int, batch: int) -> tuple[str, str]:
+    """A 4:2:0 window graph's outputs for the window in ``row``: its Y plane and its U and V planes."""
+    suffix = "" if batch == 1 else f"_{row}"
+    return f"{_Y}{suffix}", f"{_UV}{suffix}"
+
+
+def window_graph(
+    model: onnx.ModelProto, info: ModelInfo, batch: int = 1, yuv: Colour | None = None
+) -> onnx.ModelProto:
     """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, H, W, 3)
     uint8 RGB, and giving each window's (1, H*scale, W*scale, 3) uint8 RGB frame
     (:func:`frame_output`), each its own output so that each comes down into a buffer of its own;
     normalisation folded in where the model takes floats. A recurrent model's state inputs and outputs
-    are per window too (:func:`state_name`). Changed in place and returned."""
+    are per window too (:func:`state_name`). With ``yuv``, each window's frame comes out as 4:2:0
+    planes in that matrix and range instead (:func:`yuv_outputs`: (1, 1, H', W') and (1, 2, H'/2,
+    W'/2) uint8; H' and W' must be even). Changed in place and returned."""
     from onnx import TensorProto, helper, numpy_helper
 
     from streamer.fold import fold_uint8_io
@@ -130,11 +145,23 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
             for k, slot in enumerate(slots)
         ]
     head, head_consts = to_model_nodes(slots, info.layout, info.channel_order, window.name)
-    tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS)
-    outputs = [frame_output(b, batch) for b in range(batch)]
+    tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS, planar=yuv is not None)
+    if yuv is None:
+        outputs = [frame_output(b, batch) for b in range(batch)]
+        made_as = {_PIXELS: outputs}
+        shapes: list[list[str | int]] = [[1, "OH", "OW", 3]] * batch
+    else:
+        nodes, consts = i420_nodes(_PIXELS, yuv, _Y, _UV)
+        tail += nodes
+        tail_consts += consts
+        rows_out = [yuv_outputs(b, batch) for b in range(batch)]
+        made_as = {_Y: [y for y, _ in rows_out], _UV: [uv for _, uv in rows_out]}
+        outputs = [name for pair in rows_out for name in pair]
+        shapes = [[1, 1, "OH", "OW"], [1, 2, "OH2", "OW2"]] * batch
+    ones = numpy_helper.from_array(np.ones(batch, np.int64), f"{_PIXELS}_rows")
     if batch > 1:  # one output per window, and a recurrent model's state in and out per window
-        ones = numpy_helper.from_array(np.ones(batch, np.int64), f"{_PIXELS}_rows")
-        tail.append(helper.make_node("Split", [_PIXELS, ones.name], outputs, axis=0))
+        for whole, parts in made_as.items():
+            tail.append(helper.make_node("Split", [whole, ones.name], parts, axis=0))
         tail_consts.append(ones)
         for spec in info.state:
             names = [state_name(spec.input, b, batch) for b in range(batch)]
@@ -151,8 +178,8 @@ def window_graph(model: onnx.ModelProto, info: ModelInfo, batch: int = 1) -> onn
     for k, name in enumerate(inputs):  # the frames first, then the strength where there is one
         graph.input.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "H", "W", 3]))
     graph.output.remove(made)
-    for b, name in enumerate(outputs):
-        graph.output.insert(b, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "OH", "OW", 3]))
+    for k, (name, shape) in enumerate(zip(outputs, shapes, strict=True)):
+        graph.output.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, shape))
     return model
 
 
@@ -213,7 +240,7 @@ class DeviceFrames:
         self._options = options
         self._providers = providers
         self._settings = [dict(provider_options.get(p, {})) for p in providers]
-        self._sessions: dict[int, ort.InferenceSession] = {}
+        self._sessions: dict[tuple[int, Colour | None], ort.InferenceSession] = {}
         self._opening = threading.Lock()
         self._lock = threading.Lock()
         self._uploads = self._uploaded = self._downloads = self._downloaded = 0
@@ -232,15 +259,16 @@ class DeviceFrames:
         written into kept device memory; False: fresh arrays and allocations each time (``bench gpu``
         compares the two)."""
 
-    def _session(self, batch: int) -> ort.InferenceSession:
-        """The session of the graph for ``batch`` windows, made on first use."""
+    def _session(self, batch: int, yuv: Colour | None = None) -> ort.InferenceSession:
+        """The session of the graph for ``batch`` windows (giving 4:2:0 planes in ``yuv``'s matrix and
+        range where given), made on first use."""
         with self._opening:
-            session = self._sessions.get(batch)
+            session = self._sessions.get((batch, yuv))
             if session is not None:
                 return session
             model = type(self._model)()
             model.CopyFrom(self._model)
-            graph = window_graph(model, self._info, batch)
+            graph = window_graph(model, self._info, batch, yuv)
             try:
                 session = ort.InferenceSession(
                     graph.SerializeToString(),
@@ -253,7 +281,7 @@ class DeviceFrames:
                     f"onnxruntime cannot load {self._info.name} with its window made on the device "
                     f"(batch {batch}): {err}; set model.device_frames: false to run it on host-made windows"
                 ) from err
-            self._sessions[batch] = session
+            self._sessions[(batch, yuv)] = session
             return session
 
     def transfers(self) -> Transfers:
@@ -319,8 +347,30 @@ class DeviceFrames:
                 f"model {self._info.name} is recurrent: its frames run as steps, with their state "
                 "(DeviceFrames.step, step_batch), not as windows"
             )
-        pixels, _ = self._call(windows, None, strengths)
-        return pixels
+        outs, _ = self._call(windows, None, strengths)
+        return [out[0][0] for out in outs]
+
+    def run_batch_yuv(
+        self,
+        windows: Sequence[Sequence[ort.OrtValue]],
+        strengths: Sequence[float | None] | None,
+        colour: Colour,
+    ) -> list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]]:
+        """As ``run_batch``, each window's frame as 4:2:0 planes in ``colour``'s (resolved) matrix and
+        range: its (H*scale, W*scale) Y plane and its (2, H*scale/2, W*scale/2) U and V planes, made on
+        the device (half the bytes of RGB come down, and the encoder takes them as they are). The
+        frames' scaled size must be even."""
+        if self._info.state:
+            raise ModelError(f"model {self._info.name} is recurrent: its frames run as steps, in RGB")
+        _, h, w, _ = windows[0][0].shape() if windows and windows[0] else (0, 0, 0, 0)
+        s = self._info.scale
+        if (h * s) % 2 or (w * s) % 2:
+            raise FrameError(
+                f"model {self._info.name}: 4:2:0 planes need an even frame size; frames of {w}x{h} "
+                f"come out {w * s}x{h * s}"
+            )
+        outs, _ = self._call(windows, None, strengths, colour)
+        return [(y[0, 0], uv[0]) for y, uv in outs]
 
     def step(
         self, frames: Sequence[ort.OrtValue], state: Sequence[ort.OrtValue], strength: float | None = None
@@ -345,29 +395,36 @@ class DeviceFrames:
             raise FrameError(
                 f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
             )
-        return self._call(windows, states, strengths)
+        outs, made = self._call(windows, states, strengths)
+        return [out[0][0] for out in outs], made
 
     def _call(
         self,
         windows: Sequence[Sequence[ort.OrtValue]],
         states: Sequence[Sequence[ort.OrtValue]] | None,
         strengths: Sequence[float | None] | None,
-    ) -> tuple[list[npt.NDArray[np.uint8]], list[tuple[ort.OrtValue, ...]]]:
+        yuv: Colour | None = None,
+    ) -> tuple[list[list[npt.NDArray[np.uint8]]], list[tuple[ort.OrtValue, ...]]]:
         """One bound call of the graph for ``len(windows)`` rows, filled up with repeats of the last:
-        each row's frame, and with ``states`` each row's next state (onnxruntime allocates them on the
-        device, from its arena on a GPU)."""
+        each row's outputs (its RGB frame, or with ``yuv`` its Y and its U and V planes), and with
+        ``states`` each row's next state (onnxruntime allocates them on the device, from its arena on a
+        GPU)."""
         rows = len(windows)
         self._check_window(windows)
         batch = batch_size(rows)
-        session = self._session(batch)
-        outs = self._outputs(windows[0][0], batch)
+        session = self._session(batch, yuv)
+        outs = self._outputs(windows[0][0], batch, yuv is not None)
+        names = [
+            yuv_outputs(b, batch) if yuv is not None else (frame_output(b, batch),) for b in range(batch)
+        ]
         specs = self._info.state if states is not None else ()
         binding = session.io_binding()
         for b in range(batch):
             row = min(b, rows - 1)
             for k, value in enumerate(windows[row]):
                 binding.bind_ortvalue_input(frame_input(k, b, batch), value)
-            self._bind_pixels(binding, frame_output(b, batch), outs[b])
+            for name, out in zip(names[b], outs[b], strict=True):
+                self._bind_pixels(binding, name, out)
             if states is not None:
                 for spec, value in zip(specs, states[row], strict=True):
                     binding.bind_ortvalue_input(state_name(spec.input, b, batch), value)
@@ -377,11 +434,10 @@ class DeviceFrames:
         self._bind_strengths(binding, strengths, rows, batch)
         what = f"{rows} {'step' if specs else 'window'}(s) of frames {self._size(windows[0][0])}"
         self._execute(session, binding, outs, what)
-        pixels = [out[0] for out in outs[:rows]]
         if not specs:
-            return pixels, []
-        made, n = binding.get_outputs()[batch:], len(specs)
-        return pixels, [tuple(made[b * n : (b + 1) * n]) for b in range(rows)]
+            return outs[:rows], []
+        made, n = binding.get_outputs()[batch * len(names[0]) :], len(specs)
+        return outs[:rows], [tuple(made[b * n : (b + 1) * n]) for b in range(rows)]
 
     def zero_state(self, shapes: Sequence[tuple[int, ...]]) -> tuple[ort.OrtValue, ...]:
         """A recurrent model's zero state in device memory, uploaded once per shape and shared: a step
@@ -417,16 +473,16 @@ class DeviceFrames:
         _, h, w, _ = frame.shape()
         return f"{w}x{h}"
 
-    def _outputs(self, frame: ort.OrtValue, batch: int) -> list[npt.NDArray[np.uint8]]:
-        """Host buffers for ``batch`` output frames of ``frame``'s size: kept ones unless ``reuse`` is
-        off."""
+    def _outputs(self, frame: ort.OrtValue, batch: int, yuv: bool) -> list[list[npt.NDArray[np.uint8]]]:
+        """Host buffers for ``batch`` output frames of ``frame``'s size (RGB, or its 4:2:0 planes): kept
+        ones unless ``reuse`` is off."""
         _, h, w, _ = frame.shape()
-        s = self._info.scale
-        shape = (1, h * s, w * s, 3)
+        h, w = h * self._info.scale, w * self._info.scale
+        shapes = [(1, 1, h, w), (1, 2, h // 2, w // 2)] if yuv else [(1, h, w, 3)]
         if not self.reuse:
-            return [np.empty(shape, np.uint8) for _ in range(batch)]
-        pool = self._buffers("outputs", shape, OUTPUTS_KEPT)
-        return [pool.take() for _ in range(batch)]
+            return [[np.empty(shape, np.uint8) for shape in shapes] for _ in range(batch)]
+        pools = [self._buffers("outputs", shape, OUTPUTS_KEPT) for shape in shapes]
+        return [[pool.take() for pool in pools] for _ in range(batch)]
 
     @staticmethod
     def _bind_pixels(binding: ort.IOBinding, name: str, out: npt.NDArray[np.uint8]) -> None:
@@ -451,7 +507,7 @@ class DeviceFrames:
         self,
         session: ort.InferenceSession,
         binding: ort.IOBinding,
-        outs: Sequence[npt.NDArray[np.uint8]],
+        outs: Sequence[Sequence[npt.NDArray[np.uint8]]],
         what: str,
     ) -> None:
         """Runs a bound call; counts the frames that came down (a batch filled up with repeats brings
@@ -466,7 +522,7 @@ class DeviceFrames:
             ) from err
         with self._lock:
             self._downloads += len(outs)
-            self._downloaded += sum(out.nbytes for out in outs)
+            self._downloaded += sum(plane.nbytes for out in outs for plane in out)
 
     def warm(self, frame: ort.OrtValue, batch: int, state: Sequence[ort.OrtValue] | None = None) -> None:
         """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it (a

@@ -66,7 +66,7 @@ from streamer.backend.device_frames import DeviceFrames, Transfers, device_of, g
 from streamer.core.features import FeatureCache
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError, ModelUnavailableError
-from streamer.frame import Hyperframe, Pixels
+from streamer.frame import Colour, Hyperframe, Picture, Pixels, Yuv420
 from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
@@ -171,12 +171,14 @@ class OnnxBackend(Backend):
         profile: Path | None = None,
         provider_options: Mapping[str, Mapping[str, str]] | None = None,
         device_frames: bool | None = None,
+        yuv_output: bool | None = None,
     ) -> None:
         """``profile``: a folder where onnxruntime writes each session's per-operator profile
         (``streamer bench profile``); :meth:`end_profiling` closes them. ``provider_options``: by
         provider name, the options onnxruntime passes it (TensorRT's fp16 and engine cache, say).
         ``device_frames``: a window model's frames kept on the device (:mod:`.device_frames`); None: on
-        a GPU provider."""
+        a GPU provider. ``yuv_output``: its windows' frames back as 4:2:0 planes (``model.yuv_output``);
+        None: on a GPU provider."""
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(
@@ -244,6 +246,15 @@ class OnnxBackend(Backend):
                 self._raise_if_out_of_memory,
             )
             self._info = dataclasses.replace(self._info, device_frames=True)
+        planes = yuv_output if yuv_output is not None else device_of(self._info.provider) != "cpu"
+        if yuv_output and (self._device is None or self._info.state):
+            raise ConfigError(
+                f"model.yuv_output is for a window model with its frames on the device; model "
+                f"{self._info.name} is {'recurrent' if self._info.state else 'without model.device_frames'}: "
+                "remove model.yuv_output"
+            )
+        if planes and self._device is not None and not self._info.state:
+            self._info = dataclasses.replace(self._info, yuv_output=True)
         logger.info(
             "model %s runs on %s (asked for %s)", self._info.name, self._info.provider, ", ".join(requested)
         )
@@ -349,15 +360,47 @@ class OnnxBackend(Backend):
         top, bottom, left, right = crop if crop is not None else (0, target.height, 0, target.width)
         return np.ascontiguousarray(out[top * s : bottom * s, left * s : right * s])
 
-    def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Pixels]:
+    def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Picture]:
         """With frames on the device, windows of several streams (of one size) in one call: each
         stream's new frames uploaded into its own cache, the windows made and run together."""
         device = self._device
         if device is None:
             return super().enhance_cached_batch(windows)
         values = [self._device_window(device, w.window, w.run, w.cache, w.guard) for w in windows]
-        out = device.run_batch(values, [w.window.strength for w in windows])
+        strengths = [w.window.strength for w in windows]
+        colour = self._planes_colour(windows)
+        if colour is not None:
+            planes = device.run_batch_yuv(values, strengths, colour)
+            return [self._yuv420(y, uv, w.window, colour) for (y, uv), w in zip(planes, windows, strict=True)]
+        out = device.run_batch(values, strengths)
         return [self._cropped(pixels, w.window, w.crop) for pixels, w in zip(out, windows, strict=True)]
+
+    def _planes_colour(self, windows: Sequence[CachedWindow]) -> Colour | None:
+        """The colour to make 4:2:0 planes in, where this batch can come down as planes: whole frames
+        of an even size, padded and not, all of one stream colour."""
+        colour = windows[0].window.colour
+        if not self._info.yuv_output or colour is None:
+            return None
+        target, s, m = windows[0].window.target_frame, self._info.scale, self._info.pad_multiple
+        sizes = (
+            target.height,
+            target.width,
+            target.height + -target.height % m,
+            target.width + -target.width % m,
+        )
+        if any(n * s % 2 for n in sizes):
+            return None
+        if any(w.crop is not None or w.window.colour != colour for w in windows):
+            return None
+        return colour
+
+    def _yuv420(
+        self, y: npt.NDArray[np.uint8], uv: npt.NDArray[np.uint8], window: Hyperframe, colour: Colour
+    ) -> Yuv420:
+        """A window's planes, of its (padded) whole frame, cut to the frame's size: views, no copy."""
+        target, s = window.target_frame, self._info.scale
+        h, w = target.height * s, target.width * s
+        return Yuv420(y[:h, :w], uv[0, : h // 2, : w // 2], uv[1, : h // 2, : w // 2], colour)
 
     def warm_up(self, width: int, height: int, batch: int = 1) -> None:
         """With frames on the device, its graphs too (one per batch size up to ``batch``); a window

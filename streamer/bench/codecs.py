@@ -5,7 +5,9 @@ A GPU that runs the model for 64 1080p30 streams still needs each stream decoded
 issue's stream count includes both. Each row times one engine on one stream's frames, one thread, as the
 runtime runs it: decode is the RTSP source's work (H.264 packets to rgb24 frames, ``to_rgb``), encode
 the RTSP sink's (rgb24 to the encoder's format, ``from_rgb``, then the live output's settings, through
-:func:`streamer.hwcodec.encoder_options`). The clip is made here: a moving picture with a sensor's
+:func:`streamer.hwcodec.encoder_options`). The row ``libx264 from 4:2:0`` encodes what a model on the
+device hands the encoder with ``model.yuv_output``: 4:2:0 planes, copied into the encoder's frame
+(``yuv_frame``) instead of converted from rgb24. The clip is made here: a moving picture with a sensor's
 noise, through libx264 as a camera sends it (no B-frames, a keyframe a second).
 
 Engines: ``cpu`` (libavcodec's H.264 decoder) and ``nvdec`` (FFmpeg's CUDA hwaccel, frames back in host
@@ -39,14 +41,18 @@ from av.video.stream import VideoStream
 
 from streamer.bench.gpu import gpu_name
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
-from streamer.colour import from_rgb, to_rgb
+from streamer.colour import colour_of, from_rgb, resolve, to_rgb, yuv_frame
 from streamer.errors import ConfigError
+from streamer.frame import Yuv420
 from streamer.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
 
 __all__ = ["CodecReport", "CodecSpeed", "run_codec_bench"]
 
 Rounds = Callable[[], tuple[int, float]]
 """One round of an engine's work: the frames it did and the CPU seconds of their rgb24 conversion."""
+
+FROM_PLANES = f"{X264} from 4:2:0"
+"""The encode row of libx264 fed 4:2:0 planes (``model.yuv_output``) rather than rgb24."""
 
 LIVE_OUTPUT = {"preset": "ultrafast", "tune": "zerolatency", "bf": "0", "g": "30", "threads": "1"}
 """The RTSP sink's defaults (``sink.preset``, ``tune``, ``gop``), one encoder thread."""
@@ -65,7 +71,8 @@ class CodecSpeed:
     """Host CPU time per frame, all threads of this process, at the median round."""
     convert_ms: float | None
     """Of ``host_ms``, the rgb24 conversion (``to_rgb`` after decode, ``from_rgb`` before encode): what
-    a device path that makes and takes the encoder's YUV itself would leave off the host."""
+    a device path that makes and takes the encoder's YUV itself would leave off the host. For the
+    encode from 4:2:0 planes, their copy into the encoder's frame."""
     rounds: int
     error: str | None = None
 
@@ -177,9 +184,13 @@ def _decoder(clip: bytes, accel: HWAccel | None) -> Iterator[Rounds]:
 
 
 @contextlib.contextmanager
-def _encoder(pixels: Sequence[npt.NDArray[np.uint8]], codec: str, fps: int) -> Iterator[Rounds]:
+def _encoder(
+    pixels: Sequence[npt.NDArray[np.uint8]], codec: str, fps: int, planes: bool = False
+) -> Iterator[Rounds]:
     """Rounds on one encoder kept open with the live output's settings: each round encodes the clip's
-    frames again, timestamps running on, from rgb24 as the RTSP sink does."""
+    frames again, timestamps running on, from rgb24 as the RTSP sink does (with ``planes``, from the
+    frames' 4:2:0 planes in the encoder's colour, made before the rounds, as a model on the device
+    gives them)."""
     height, width = pixels[0].shape[:2]
     context = av.CodecContext.create(codec, "w")
     assert isinstance(context, VideoCodecContext)
@@ -189,18 +200,28 @@ def _encoder(pixels: Sequence[npt.NDArray[np.uint8]], codec: str, fps: int) -> I
     context.options = encoder_options(codec, LIVE_OUTPUT)
     context.open()
     pts = itertools.count()
+    yuv = [_planes(frame, context) for frame in pixels] if planes else []
 
     def once() -> tuple[int, float]:
         converting = 0.0
-        for frame in pixels:
+        for k, frame in enumerate(pixels):
             cpu0 = time.process_time()
-            made = from_rgb(frame, context)
+            made = yuv_frame(yuv[k]) if planes else from_rgb(frame, context)
             converting += time.process_time() - cpu0
             made.pts = next(pts)
             context.encode(made)
         return len(pixels), converting
 
     yield once
+
+
+def _planes(pixels: npt.NDArray[np.uint8], context: VideoCodecContext) -> Yuv420:
+    """A frame's 4:2:0 planes in the encoder's colour, as ``model.yuv_output`` makes them."""
+    colour = resolve(colour_of(context), context.height)
+    packed = np.asarray(from_rgb(pixels, context).to_ndarray(), np.uint8)
+    h, w = pixels.shape[:2]
+    chroma = packed[h:].reshape(2, h // 2, w // 2)
+    return Yuv420(packed[:h], chroma[0], chroma[1], colour)
 
 
 def _row(
@@ -258,6 +279,7 @@ def run_codec_bench(
             ("decode", "cpu", None, functools.partial(_decoder, clip, None)),
             ("decode", "nvdec", nvdec_why, functools.partial(_decoder, clip, accel)),
             ("encode", X264, None, functools.partial(_encoder, pixels, X264, fps)),
+            ("encode", FROM_PLANES, None, functools.partial(_encoder, pixels, X264, fps, True)),
             ("encode", NVENC, nvenc_why, functools.partial(_encoder, pixels, NVENC, fps)),
         ]
         for stage, engine, why, engine_rounds in rows:

@@ -172,7 +172,7 @@ class MotionGate:
         self.max_region = max_region
         self.tile_area = tile_area
         self._reference: npt.NDArray[np.float32] | None = None
-        self._thumbs: dict[tuple[int, tuple[int, ...]], npt.NDArray[np.float32]] = {}
+        self._thumbs: dict[tuple[int, int, int], npt.NDArray[np.float32]] = {}
         self._reference_time = 0.0
         self._moving = True
         self._quiet = 0
@@ -218,7 +218,7 @@ class MotionGate:
             # Every frame of the window counts: a temporal model's output at a pixel moves when a
             # neighbour frame changes there, even where the target frame did not.
             masks = [np.abs(self._thumb(f) - reference) > self.pixel_threshold for f in window.frames]
-            return self._decide_tiles(thumb, masks, target.pixels.shape[:2], now)
+            return self._decide_tiles(thumb, masks, (target.height, target.width), now)
         score = float(np.count_nonzero(np.abs(thumb - reference) > self.pixel_threshold)) / thumb.size
         if score >= self.area_on:
             self._moving, self._quiet = True, 0
@@ -233,7 +233,7 @@ class MotionGate:
 
     def _thumb(self, frame: Frame) -> npt.NDArray[np.float32]:
         """A frame's thumbnail, computed once though the frame stands in T windows."""
-        key = (frame.index, frame.pixels.shape)
+        key = (frame.index, frame.height, frame.width)
         thumb = self._thumbs.get(key)
         if thumb is None:
             thumb = self._thumbs[key] = luma_thumbnail(frame.pixels, self.downscale_width)

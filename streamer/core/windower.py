@@ -125,7 +125,7 @@ class Windower:
             self._run += 1
             self._start = self._next = frame.index
         self._latest = frame.index
-        self._shape = frame.pixels.shape
+        self._shape = (frame.height, frame.width)
         self._time = frame.time
         tasks.extend(self._emit(final=False))
         return tasks
@@ -135,7 +135,11 @@ class Windower:
         return self._close_run() if self._open else []
 
     def _breaks_run(self, frame: Frame) -> bool:
-        if frame.discontinuity or frame.index != self._latest + 1 or frame.pixels.shape != self._shape:
+        if (
+            frame.discontinuity
+            or frame.index != self._latest + 1
+            or (frame.height, frame.width) != self._shape
+        ):
             return True
         now, before = frame.time, self._time
         if now is None or before is None:

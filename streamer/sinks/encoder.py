@@ -25,7 +25,7 @@ from av.stream import Stream
 from av.video.frame import PictureType
 from av.video.stream import VideoStream
 
-from streamer.colour import from_rgb, tag
+from streamer.colour import encoder_frame, tag
 from streamer.errors import SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.sinks.clock import TIME_BASE, OutputClock
@@ -209,7 +209,7 @@ class SharedEncoder:
             else:
                 media = None if frame.pts is None else frame.pts * frame.time_base
                 pts, index = self._clock.advance(frame), frame.index
-                av_frame = from_rgb(frame.pixels, stream.codec_context)
+                av_frame = encoder_frame(frame, stream.codec_context)
                 av_frame.pts = pts
                 av_frame.time_base = TIME_BASE
                 if self._keyframe.is_set():

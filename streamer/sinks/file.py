@@ -31,7 +31,7 @@ from av.container import OutputContainer
 from av.video.stream import VideoStream
 
 from streamer.audio import AudioTrack
-from streamer.colour import from_rgb
+from streamer.colour import encoder_frame
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import encoder_options, resolve_encoder
@@ -239,7 +239,7 @@ class FileSink(PacketSink):
                 )
             self._raise_audio_failure()
             try:
-                av_frame = from_rgb(frame.pixels, stream.codec_context)
+                av_frame = encoder_frame(frame, stream.codec_context)
                 av_frame.pts = self._output_pts(frame, info)
                 av_frame.time_base = info.time_base
                 packets = stream.encode(av_frame)

@@ -35,7 +35,7 @@ from av.container import OutputContainer
 from av.stream import Stream
 from av.video.stream import VideoStream
 
-from streamer.colour import from_rgb
+from streamer.colour import encoder_frame
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import encoder_options, resolve_encoder
@@ -266,7 +266,7 @@ class RtspSink(PacketSink):
                 self._drop(media)
                 return
             try:
-                av_frame = from_rgb(frame.pixels, conn.stream.codec_context)
+                av_frame = encoder_frame(frame, conn.stream.codec_context)
                 av_frame.pts = pts
                 av_frame.time_base = TIME_BASE
                 packets = conn.stream.encode(av_frame)

@@ -27,9 +27,9 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.colour import rgb_frame
+from streamer.colour import rgb_frame, yuv_frame
 from streamer.errors import EndOfStream
-from streamer.frame import Frame, Pixels
+from streamer.frame import Frame, Yuv420
 
 __all__ = [
     "AUDIO_CHUNKS",
@@ -85,9 +85,13 @@ class RtpClock:
         return ticks
 
 
-def _video_frame(pixels: Pixels) -> av.VideoFrame:
-    """RGB pixels as the yuv420p frame aiortc's encoders take; runs in a worker thread."""
-    return rgb_frame(pixels).reformat(format="yuv420p")
+def _video_frame(frame: Frame) -> av.VideoFrame:
+    """A frame as the yuv420p frame aiortc's encoders take, BT.601 in tv range as players read WebRTC
+    video: 4:2:0 planes already so go as they are, others from RGB (made here, in a worker thread)."""
+    picture = frame.picture
+    if isinstance(picture, Yuv420) and (picture.colour.matrix, picture.colour.range) in ((5, 1), (6, 1)):
+        return yuv_frame(picture)
+    return rgb_frame(frame.pixels).reformat(format="yuv420p")
 
 
 class PlayerTrack(MediaStreamTrack):
@@ -111,7 +115,7 @@ class PlayerTrack(MediaStreamTrack):
             frame = await self._slot.get()
         except EndOfStream:
             raise MediaStreamError from None
-        video = await asyncio.to_thread(_video_frame, frame.pixels)
+        video = await asyncio.to_thread(_video_frame, frame)
         video.pts = self._clock.stamp(frame.time if frame.time is not None else time.monotonic())
         video.time_base = _TIME_BASE
         return video

@@ -284,7 +284,7 @@ class WhipSource(Source):
         self._decoded(time.perf_counter() - started)
         shape = (item.publisher, video.width, video.height)
         frame = Frame(
-            pixels=pixels,
+            picture=pixels,
             index=self._index,
             pts=video.pts,
             time_base=_fraction(video.time_base),

@@ -10,23 +10,30 @@ frame per output frame instead of a window.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
+from av.video.codeccontext import VideoCodecContext
 
 from streamer.app import build_pipeline, build_stream
 from streamer.assets import DEFAULT_MODEL
+from streamer.backend.base import CachedWindow, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.gpu import pattern_window
+from streamer.colour import from_rgb, tag
 from streamer.config import load_config
+from streamer.core.features import FeatureCache
 from streamer.errors import ConfigError, FrameError
-from streamer.frame import Frame
+from streamer.frame import Colour, Frame, Hyperframe, Yuv420
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.scheduler import InferenceScheduler, SchedulerStats
 from tests.onnx_models import ema_model
@@ -37,7 +44,11 @@ CONVLSTM = DEFAULT_MODEL.parent / "convlstm.onnx"
 
 
 def run(
-    tmp_path: Path, device_frames: bool, warm_up: bool = False, model: Path = DEFAULT_MODEL
+    tmp_path: Path,
+    device_frames: bool,
+    warm_up: bool = False,
+    model: Path = DEFAULT_MODEL,
+    yuv_output: bool = False,
 ) -> tuple[PipelineReport, list[Frame], OnnxBackend]:
     config = load_config(
         None,
@@ -49,9 +60,10 @@ def run(
                 "height": HEIGHT,
                 "noise_sigma": 20.0,
             },
-            "sink": {"kind": "file", "path": str(tmp_path / f"out-{device_frames}.mp4")},
+            "sink": {"kind": "file", "path": str(tmp_path / f"out-{device_frames}-{yuv_output}.mp4")},
             "model.path": str(model),
             "model.device_frames": device_frames,
+            "model.yuv_output": yuv_output,
             "model.warm_up": warm_up,
             "gate.enabled": False,
         },
@@ -322,7 +334,10 @@ def test_a_model_that_takes_a_strength_gets_each_windows_own_on_the_device() -> 
 _OUT_OF_MEMORY = """
 import json, resource, numpy as np
 from streamer.assets import DEFAULT_MODEL
+from streamer.backend.base import CachedWindow, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
+from streamer.colour import from_rgb, tag
+from streamer.core.features import FeatureCache
 from streamer.errors import ModelUnavailableError
 backend = OnnxBackend(DEFAULT_MODEL, threads=1, device_frames=True)
 device = backend.device_frames
@@ -403,3 +418,99 @@ def test_a_backend_steps_several_streams_in_one_call_each_as_alone(device_frames
         assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
     with pytest.raises(FrameError, match=r"2 states for a batch of 3, one per stream"):
         backend.step_streams(batch, together[:2], strengths)
+
+
+def encoder_planes(frame: Frame, colour: Colour) -> Yuv420:
+    """What an encoder tagged ``colour`` makes of a frame's RGB (swscale)."""
+    context = av.CodecContext.create("libx264", "w")
+    assert isinstance(context, VideoCodecContext)
+    context.width, context.height, context.pix_fmt = frame.width, frame.height, "yuv420p"
+    tag(context, colour)
+    flat = np.asarray(from_rgb(frame.pixels, context).to_ndarray(), np.uint8)
+    h, w = frame.height, frame.width
+    chroma = flat[h:].reshape(2, h // 2, w // 2)
+    return Yuv420(flat[:h], chroma[0], chroma[1], colour)
+
+
+def worst_planes(these: Yuv420, those: Yuv420) -> int:
+    return max(
+        int(np.abs(a.astype(np.int16) - b).max())
+        for a, b in ((these.y, those.y), (these.u, those.u), (these.v, those.v))
+    )
+
+
+def test_frames_come_down_as_4_2_0_planes_the_encoder_takes_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model.yuv_output``: through the whole file pipeline each enhanced frame comes down as its 4:2:0
+    planes, within a level of what the encoder's own conversion of the RGB path's frame gives, at half
+    the bytes of RGB, and the file sink encodes them with no RGB conversion at all."""
+    import streamer.colour
+
+    converted: list[int] = []
+    real = streamer.colour.from_rgb
+    monkeypatch.setattr(streamer.colour, "from_rgb", lambda *a: converted.append(1) or real(*a))
+    report, planes, backend = run(tmp_path, device_frames=True, yuv_output=True)
+    assert not converted  # the sink took every frame's planes
+    host_report, rgb, _ = run(tmp_path, device_frames=True, yuv_output=False)
+    assert len(converted) == FRAMES  # where RGB came down, the sink converted each frame
+    assert report.frames_out == host_report.frames_out == FRAMES
+    assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
+    colour = Colour(6, 1)  # the synthetic source states none: BT.601, tv range, below 720 lines
+    for mine, theirs in zip(planes, rgb, strict=True):
+        assert isinstance(mine.picture, Yuv420)
+        assert mine.picture.colour == colour
+        assert worst_planes(mine.picture, encoder_planes(theirs, colour)) <= 1
+    moved = backend.transfers()
+    assert moved is not None
+    assert (moved.downloads, moved.downloaded_bytes) == (FRAMES, FRAMES * WIDTH * HEIGHT * 3 // 2)
+    with av.open(str(tmp_path / "out-True-True.mp4")) as written:
+        assert sum(1 for _ in written.decode(video=0)) == FRAMES
+
+
+def test_planes_of_several_streams_colours_and_a_crop_each_as_asked() -> None:
+    """A batch of windows whose frames come down as planes: each what the window alone gives; a crop
+    (a region the gate asked for) or a batch of two colours comes down as RGB instead."""
+    backend = OnnxBackend(DEFAULT_MODEL, device_frames=True, yuv_output=True)
+    assert backend.info.yuv_output
+    t = backend.info.t
+    hd = Colour(1, 2)
+
+    def window(seed: int, colour: Colour | None) -> CachedWindow:
+        clip = pattern_window(1, t, WIDTH, HEIGHT, seed=seed)[0].transpose(0, 2, 3, 1)
+        frames = tuple(
+            Frame(np.ascontiguousarray(pixels), k, k, Fraction(1, 30), 0.0, f"s{seed}")
+            for k, pixels in enumerate(clip)
+        )
+        hyper = Hyperframe(frames, t // 2, colour=colour)
+        cache: FeatureCache[FrameFeatures] = FeatureCache(2 * t)
+        return CachedWindow(hyper, 0, cache)
+
+    windows = [window(seed, hd) for seed in range(3)]
+    together = backend.enhance_cached_batch(windows)
+    alone = [backend.enhance_cached_batch([w])[0] for w in windows]
+    for mine, single in zip(together, alone, strict=True):
+        assert isinstance(mine, Yuv420)
+        assert isinstance(single, Yuv420)
+        assert mine.colour == hd
+        assert worst_planes(mine, single) == 0
+        assert (mine.height, mine.width) == (HEIGHT, WIDTH)
+    rgb = OnnxBackend(DEFAULT_MODEL, device_frames=True, yuv_output=False)
+    plain = rgb.enhance_cached_batch([window(0, hd)])[0]
+    assert isinstance(plain, np.ndarray)
+    target = Frame(plain, 0, 0, Fraction(1, 30), 0.0)
+    assert worst_planes(together[0], encoder_planes(target, hd)) <= 1
+    mixed = backend.enhance_cached_batch([window(0, hd), window(1, Colour(6, 1))])
+    assert all(isinstance(p, np.ndarray) for p in mixed)
+    cropped = dataclasses.replace(window(2, hd), crop=(0, 32, 0, 48))
+    (part,) = backend.enhance_cached_batch([cropped])
+    assert isinstance(part, np.ndarray)
+    assert part.shape == (32, 48, 3)
+
+
+def test_yuv_output_without_frames_on_the_device_or_for_a_recurrent_model_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"model conv3d_t5 is without model.device_frames: remove"):
+        OnnxBackend(DEFAULT_MODEL, device_frames=False, yuv_output=True)
+    with pytest.raises(ConfigError, match=r"model convlstm is recurrent: remove model.yuv_output"):
+        OnnxBackend(CONVLSTM, device_frames=True, yuv_output=True)
+    assert not OnnxBackend(DEFAULT_MODEL, device_frames=True).info.yuv_output  # off on the CPU provider

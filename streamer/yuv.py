@@ -1,0 +1,89 @@
+"""RGB to 4:2:0 YUV as graph nodes: the conversion an encoder's input needs, made where the model runs.
+
+On a GPU the frames come down from the model; converting them to yuv420p on the host then cost half of
+libx264's host time per 1080p frame (``streamer bench codecs``: 6.9 of 15.0 ms). Done in the model's
+graph, a frame comes down as its 4:2:0 planes, half the bytes of RGB, ready for the encoder. The nodes
+do what swscale does for ``rgb24 -> yuv420p`` (within one level of its output, tested): each pixel's
+Y; for U and V, each pair of pixels along a row averaged, then every two rows filtered 1-3-3-1 (its
+bilinear 2:1 filter around chroma sited between the rows; a plain 2x2 mean was up to 9 levels off on a
+noisy frame). On the CPU provider they cost more than swscale (24.7
+against 3.5 ms at 1080p here), so ``model.yuv_output`` is on only for GPU providers by default.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from streamer.errors import ConfigError
+from streamer.frame import Colour
+
+if TYPE_CHECKING:
+    from onnx import NodeProto, TensorProto
+
+__all__ = ["KR_KB", "i420_nodes", "matrices"]
+
+KR_KB: dict[int, tuple[float, float]] = {
+    1: (0.2126, 0.0722),  # BT.709
+    4: (0.30, 0.11),  # FCC
+    5: (0.299, 0.114),  # BT.470BG (BT.601)
+    6: (0.299, 0.114),  # SMPTE 170M (BT.601)
+    7: (0.212, 0.087),  # SMPTE 240M
+    9: (0.2627, 0.0593),  # BT.2020 non-constant luminance
+}
+"""The red and blue luma weights of each AVColorSpace matrix ``streamer.colour`` applies."""
+
+
+def matrices(colour: Colour) -> tuple[np.ndarray, np.ndarray, float]:
+    """For a resolved ``colour``: the (3,) weights of R, G, B in Y, the (2, 3) weights in U and V, and
+    Y's offset (16 in tv range, 0 in pc range; U and V are centred on 128 in both)."""
+    if colour.matrix not in KR_KB or colour.range not in (1, 2):
+        raise ConfigError(
+            f"no RGB to YUV matrix for AVColorSpace {colour.matrix} and range {colour.range}; "
+            "resolve the stream's colour first (streamer.colour.resolve)"
+        )
+    kr, kb = KR_KB[colour.matrix]
+    kg = 1.0 - kr - kb
+    tv = colour.range == 1
+    luma, chroma = (219 / 255, 224 / 255) if tv else (1.0, 1.0)
+    y = np.array([kr, kg, kb]) * luma
+    u = np.array([-kr, -kg, 1.0 - kb]) / (2 * (1.0 - kb)) * chroma
+    v = np.array([1.0 - kr, -kg, -kb]) / (2 * (1.0 - kr)) * chroma
+    return y, np.stack([u, v]), 16.0 if tv else 0.0
+
+
+def i420_nodes(
+    rgb: str, colour: Colour, y_out: str, uv_out: str
+) -> tuple[list[NodeProto], list[TensorProto]]:
+    """Nodes from ``rgb``, (N, 3, H, W) uint8 RGB with H and W even, to ``y_out``, (N, 1, H, W) uint8,
+    and ``uv_out``, (N, 2, H/2, W/2) uint8 (U then V: the order of their planes in an I420 buffer)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    y, uv, offset = matrices(colour)
+    rows = np.array([1.0, 3.0, 3.0, 1.0]) / 8.0
+    p = f"{y_out}_"
+    consts = [
+        numpy_helper.from_array(y.reshape(1, 3, 1, 1).astype(np.float32), f"{p}wy"),
+        numpy_helper.from_array(np.array([offset], np.float32), f"{p}by"),
+        # the 1-3-3-1 filter down the rows and the matrix in one convolution
+        numpy_helper.from_array((uv[:, :, None] * rows).reshape(2, 3, 4, 1).astype(np.float32), f"{p}wuv"),
+        numpy_helper.from_array(np.array([128.0, 128.0], np.float32), f"{p}buv"),
+        numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 1, 0], np.int64), f"{p}pads"),
+        numpy_helper.from_array(np.array(0.0, np.float32), f"{p}lo"),
+        numpy_helper.from_array(np.array(255.0, np.float32), f"{p}hi"),
+    ]
+    nodes = [
+        helper.make_node("Cast", [rgb], [f"{p}rgb"], to=TensorProto.FLOAT),
+        helper.make_node("Conv", [f"{p}rgb", f"{p}wy", f"{p}by"], [f"{p}y"]),
+        helper.make_node("AveragePool", [f"{p}rgb"], [f"{p}pairs"], kernel_shape=[1, 2], strides=[1, 2]),
+        helper.make_node("Pad", [f"{p}pairs", f"{p}pads"], [f"{p}edged"], mode="edge"),
+        helper.make_node("Conv", [f"{p}edged", f"{p}wuv", f"{p}buv"], [f"{p}uv"], strides=[2, 1]),
+    ]
+    for made, out in ((f"{p}y", y_out), (f"{p}uv", uv_out)):
+        nodes += [
+            helper.make_node("Round", [made], [f"{made}_round"]),
+            helper.make_node("Clip", [f"{made}_round", f"{p}lo", f"{p}hi"], [f"{made}_clip"]),
+            helper.make_node("Cast", [f"{made}_clip"], [out], to=TensorProto.UINT8),
+        ]
+    return nodes, consts

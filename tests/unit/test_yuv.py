@@ -1,0 +1,130 @@
+"""4:2:0 planes: made in a graph as swscale makes them, carried by frames, taken by encoders as they are."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import av
+import numpy as np
+import onnxruntime as ort
+import pytest
+from av.video.codeccontext import VideoCodecContext
+from onnx import TensorProto, helper
+
+from streamer.colour import encoder_frame, from_rgb, resolve, tag, to_rgb, yuv_frame
+from streamer.errors import ConfigError, FrameError
+from streamer.frame import Colour, Frame, Yuv420
+from streamer.yuv import i420_nodes, matrices
+
+HEIGHT, WIDTH = 48, 80
+
+
+def picture(seed: int = 0) -> np.ndarray:
+    """Gradients under a camera's noise: smooth parts, edges and noise all in one frame."""
+    y, x = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
+    base = np.stack([3 * x, 255 - 5 * y, 128 + 100 * np.sin(x / 5 + y / 7)], axis=-1)
+    noisy = base + np.random.default_rng(seed).normal(0, 20, base.shape)
+    return np.clip(noisy, 0, 255).astype(np.uint8)
+
+
+def encoder(colour: Colour) -> VideoCodecContext:
+    context = av.CodecContext.create("libx264", "w")
+    assert isinstance(context, VideoCodecContext)
+    context.width, context.height, context.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+    tag(context, colour)
+    return context
+
+
+def swscale_planes(rgb: np.ndarray, colour: Colour) -> Yuv420:
+    """rgb24 to yuv420p through swscale, as an encoder tagged ``colour`` and fed RGB converts it."""
+    flat = np.asarray(from_rgb(rgb, encoder(colour)).to_ndarray(), np.uint8)
+    h, w = rgb.shape[:2]
+    chroma = flat[h:].reshape(2, h // 2, w // 2)
+    return Yuv420(flat[:h], chroma[0], chroma[1], colour)
+
+
+def graph_planes(rgb: np.ndarray, colour: Colour) -> tuple[np.ndarray, np.ndarray]:
+    nodes, consts = i420_nodes("rgb", colour, "y", "uv")
+    graph = helper.make_graph(
+        nodes,
+        "i420",
+        [helper.make_tensor_value_info("rgb", TensorProto.UINT8, [1, 3, "H", "W"])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.UINT8, None),
+            helper.make_tensor_value_info("uv", TensorProto.UINT8, None),
+        ],
+        consts,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, uv = session.run(None, {"rgb": np.ascontiguousarray(rgb.transpose(2, 0, 1)[None])})
+    return y[0, 0], uv[0]
+
+
+@pytest.mark.parametrize(
+    "colour",
+    [Colour(1, 1), Colour(1, 2), Colour(6, 1), Colour(5, 2), Colour(9, 1)],
+    ids=["bt709-tv", "bt709-pc", "bt601-tv", "bt470bg-pc", "bt2020-tv"],
+)
+def test_the_graphs_planes_are_swscales_within_a_level(colour: Colour) -> None:
+    rgb = picture()
+    y, uv = graph_planes(rgb, colour)
+    made = swscale_planes(rgb, colour)
+    assert y.shape == (HEIGHT, WIDTH)
+    assert uv.shape == (2, HEIGHT // 2, WIDTH // 2)
+    assert int(np.abs(y.astype(np.int16) - made.y).max()) <= 1
+    assert int(np.abs(uv[0].astype(np.int16) - made.u).max()) <= 1
+    assert int(np.abs(uv[1].astype(np.int16) - made.v).max()) <= 1
+
+
+def test_the_matrices_are_the_standards_and_an_unresolved_colour_is_refused() -> None:
+    y, uv, offset = matrices(Colour(6, 2))
+    assert y == pytest.approx([0.299, 0.587, 0.114])
+    assert uv.sum(axis=1) == pytest.approx([0.0, 0.0], abs=1e-12)  # grey has no colour
+    assert offset == 0.0
+    y, _, offset = matrices(Colour(1, 1))
+    assert y.sum() == pytest.approx(219 / 255)
+    assert offset == 16.0
+    with pytest.raises(ConfigError, match=r"AVColorSpace 2 and range 0; resolve the stream's colour first"):
+        matrices(Colour())
+
+
+def test_planes_of_a_bad_shape_are_refused_by_name() -> None:
+    y = np.zeros((HEIGHT, WIDTH), np.uint8)
+    half = np.zeros((HEIGHT // 2, WIDTH // 2), np.uint8)
+    with pytest.raises(FrameError, match=r"H and W even"):
+        Yuv420(np.zeros((HEIGHT - 1, WIDTH), np.uint8), half, half, Colour(6, 1))
+    with pytest.raises(FrameError, match=r"\(48, 80\), \(24, 40\), \(24, 41\)"):
+        Yuv420(y, half, np.zeros((24, 41), np.uint8), Colour(6, 1))
+
+
+def test_a_frame_of_planes_is_converted_to_rgb_once_where_a_stage_asks() -> None:
+    planes = swscale_planes(picture(), Colour(6, 1))
+    frame = Frame(planes, 7, 7, Fraction(1, 30), 0.0)
+    assert (frame.height, frame.width) == (HEIGHT, WIDTH)
+    rgb = frame.pixels
+    assert rgb is frame.pixels  # made once
+    assert not rgb.flags.writeable
+    assert np.array_equal(rgb, to_rgb(yuv_frame(planes)))
+    assert not planes.y.flags.writeable
+    moved = frame.with_pixels(picture(1))
+    assert moved.index == 7
+    assert isinstance(moved.picture, np.ndarray)
+
+
+def test_an_encoder_takes_planes_in_its_own_colour_as_they_are_and_converts_others() -> None:
+    rgb = picture()
+    codec = encoder(Colour())  # unstated: BT.601 tv range at this height
+    assert resolve(Colour(), HEIGHT) == Colour(6, 1)
+    mine = swscale_planes(rgb, Colour(6, 1))
+    taken = encoder_frame(Frame(mine, 0, 0, Fraction(1, 30), 0.0), codec)
+    assert taken.format.name == "yuv420p"
+    assert (taken.colorspace, taken.color_range) == (6, 1)
+    flat = np.asarray(taken.to_ndarray(), np.uint8)
+    assert np.array_equal(flat[:HEIGHT], mine.y)
+    assert np.array_equal(flat[HEIGHT:].reshape(2, HEIGHT // 2, WIDTH // 2)[1], mine.v)
+    other = Frame(swscale_planes(rgb, Colour(1, 2)), 0, 0, Fraction(1, 30), 0.0)  # another matrix
+    converted = encoder_frame(other, codec)
+    assert np.array_equal(converted.to_ndarray(), from_rgb(other.pixels, codec).to_ndarray())
+    plain = Frame(rgb, 0, 0, Fraction(1, 30), 0.0)
+    assert np.array_equal(encoder_frame(plain, codec).to_ndarray(), from_rgb(rgb, codec).to_ndarray())
