@@ -496,7 +496,8 @@ class Pipeline:
         if self.tile is not None and max(width, height) > self.tile and not backend.info.state:
             width, height = min(width, self.tile), min(height, self.tile)
         started = time.monotonic()
-        await asyncio.to_thread(backend.warm_up, width, height, self.max_batch)
+        colour = resolve(info.colour, height * self.scale) if backend.info.yuv_output else None
+        await asyncio.to_thread(backend.warm_up, width, height, self.max_batch, colour)
         log.info(
             "stream %s: model %s warmed up at %dx%d on %s in %.0f ms",
             self.source.stream_id,

@@ -22,7 +22,7 @@ from streamer.core.features import FeatureCache
 from streamer.core.tiling import plan_tiles
 from streamer.core.windower import OutputPosition
 from streamer.errors import FrameError, ModelError
-from streamer.frame import Hyperframe, Picture, Pixels
+from streamer.frame import Colour, Hyperframe, Picture, Pixels
 
 __all__ = [
     "STRENGTH",
@@ -221,10 +221,11 @@ class Backend(abc.ABC):
         """The zero state for ``batch`` streams of frames H x W; () for stateless models."""
         return ()
 
-    def warm_up(self, width: int, height: int, batch: int = 1) -> None:
+    def warm_up(self, width: int, height: int, batch: int = 1, colour: Colour | None = None) -> None:
         """One call at this frame size on the path live frames take, so the first of them does not wait
         for the runtime's lazy work (cuDNN's algorithm search, TensorRT's engine build: seconds).
-        ``batch``: the most windows a call will take, for a backend with a graph per batch size."""
+        ``batch``: the most windows a call will take, for a backend with a graph per batch size;
+        ``colour``: the stream's encoder colour, for one that makes 4:2:0 planes in it."""
         window = np.zeros((1, self.info.t, 3, height, width), np.uint8)
         if self.info.state:
             self.step(window, self.initial_state(1, height, width))

@@ -158,8 +158,8 @@ def window_graph(
         made_as = {_Y: [y for y, _ in rows_out], _UV: [uv for _, uv in rows_out]}
         outputs = [name for pair in rows_out for name in pair]
         shapes = [[1, 1, "OH", "OW"], [1, 2, "OH2", "OW2"]] * batch
-    ones = numpy_helper.from_array(np.ones(batch, np.int64), f"{_PIXELS}_rows")
     if batch > 1:  # one output per window, and a recurrent model's state in and out per window
+        ones = numpy_helper.from_array(np.ones(batch, np.int64), f"{_PIXELS}_rows")
         for whole, parts in made_as.items():
             tail.append(helper.make_node("Split", [whole, ones.name], parts, axis=0))
         tail_consts.append(ones)
@@ -524,13 +524,24 @@ class DeviceFrames:
             self._downloads += len(outs)
             self._downloaded += sum(plane.nbytes for out in outs for plane in out)
 
-    def warm(self, frame: ort.OrtValue, batch: int, state: Sequence[ort.OrtValue] | None = None) -> None:
+    def warm(
+        self,
+        frame: ort.OrtValue,
+        batch: int,
+        state: Sequence[ort.OrtValue] | None = None,
+        yuv: Colour | None = None,
+    ) -> None:
         """Each graph a call of up to ``batch`` windows of ``frame``'s size runs, run once on it (a
-        recurrent model's with ``state`` in each row)."""
+        recurrent model's with ``state`` in each row; with ``yuv``, the graphs that make 4:2:0 planes in
+        it, and the RGB graph of one window, which a probe and a region take)."""
         size = 1
+        if yuv is not None:
+            self.run_batch([[frame] * self._info.t], [None])
         while True:
             window = [[frame] * self._info.t] * size
-            if state is None:
+            if yuv is not None:
+                self.run_batch_yuv(window, [None] * size, yuv)
+            elif state is None:
                 self.run_batch(window, [None] * size)
             else:
                 self.step_batch(window, [state] * size, [None] * size)

@@ -381,18 +381,17 @@ class OnnxBackend(Backend):
         colour = windows[0].window.colour
         if not self._info.yuv_output or colour is None:
             return None
-        target, s, m = windows[0].window.target_frame, self._info.scale, self._info.pad_multiple
-        sizes = (
-            target.height,
-            target.width,
-            target.height + -target.height % m,
-            target.width + -target.width % m,
-        )
-        if any(n * s % 2 for n in sizes):
+        target = windows[0].window.target_frame
+        if not self._planes_fit(target.height, target.width):
             return None
         if any(w.crop is not None or w.window.colour != colour for w in windows):
             return None
         return colour
+
+    def _planes_fit(self, height: int, width: int) -> bool:
+        """Whether frames of this size come out even, padded and not, as 4:2:0 planes need."""
+        s, m = self._info.scale, self._info.pad_multiple
+        return not any(n * s % 2 for n in (height, width, height + -height % m, width + -width % m))
 
     def _yuv420(
         self, y: npt.NDArray[np.uint8], uv: npt.NDArray[np.uint8], window: Hyperframe, colour: Colour
@@ -402,9 +401,10 @@ class OnnxBackend(Backend):
         h, w = target.height * s, target.width * s
         return Yuv420(y[:h, :w], uv[0, : h // 2, : w // 2], uv[1, : h // 2, : w // 2], colour)
 
-    def warm_up(self, width: int, height: int, batch: int = 1) -> None:
-        """With frames on the device, its graphs too (one per batch size up to ``batch``); a window
-        model's host path as well, which its tiles and probes take."""
+    def warm_up(self, width: int, height: int, batch: int = 1, colour: Colour | None = None) -> None:
+        """With frames on the device, its graphs too (one per batch size up to ``batch``, making 4:2:0
+        planes in ``colour`` where this backend makes them); a window model's host path as well, which
+        its tiles take."""
         device = self._device
         if device is None or not self._info.state:
             super().warm_up(width, height)
@@ -412,7 +412,8 @@ class OnnxBackend(Backend):
             m = self._info.pad_multiple
             frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
             state = self.state_shapes(1, height, width)
-            device.warm(device.upload(frame), batch, device.zero_state(state) if state else None)
+            planes = colour if self._info.yuv_output and self._planes_fit(height, width) else None
+            device.warm(device.upload(frame), batch, device.zero_state(state) if state else None, planes)
 
     @property
     def device_frames(self) -> DeviceFrames | None:

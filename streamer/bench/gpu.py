@@ -14,7 +14,10 @@ window, and for each provider, precision, frame size and batch, two speeds of th
   as the scheduler batches them. Frames cross through kept, page-locked host buffers into kept device
   memory (``streamer.backend.host_buffers``);
 - ``frames_fresh``: the same with a fresh host array and device allocation for every frame, as before
-  the buffers were kept: what keeping them is worth.
+  the buffers were kept: what keeping them is worth;
+- ``frames_yuv``: ``frames`` with each frame coming down as the encoder's 4:2:0 planes, made in the
+  graph (``model.yuv_output``, BT.709 tv range): 1.5 bytes a pixel down instead of 3, and the cost of
+  the conversion on the device (window models).
 
 A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``
 keeps it on the device both ways; ``host`` sends it up and brings it down with every call, as
@@ -55,12 +58,15 @@ from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
 from streamer.errors import ConfigError, StreamerError
+from streamer.frame import Colour
 
 __all__ = ["GpuReport", "Parity", "Speed", "on_device", "run_gpu_bench"]
 
 TENSORRT = "TensorrtExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
+HD_TV = Colour(1, 1)
+"""BT.709 in tv range: the colour a 720p or 1080p stream that states none is encoded in."""
 GPU_PROVIDERS = (TENSORRT, CUDA)
 PRECISIONS = ("fp32", "fp16")
 IOS = ("float", "uint8")
@@ -232,10 +238,10 @@ def on_device(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[
 
 
 def _window_steps(
-    backend: OnnxBackend, device: DeviceFrames, size: tuple[int, int], batch: int
+    backend: OnnxBackend, device: DeviceFrames, size: tuple[int, int], batch: int, yuv: bool = False
 ) -> Callable[[], None]:
     """One output frame for each of ``batch`` streams: each uploads its new frame into its ring of the
-    last T and the B windows run in one call."""
+    last T and the B windows run in one call (their frames back as 4:2:0 planes with ``yuv``)."""
     t = backend.info.t
     frames = np.ascontiguousarray(pattern_window(1, t + 1, *size, seed=0)[0].transpose(0, 2, 3, 1))
     rings = [[device.upload(f) for f in frames[:t]] for _ in range(batch)]
@@ -245,7 +251,10 @@ def _window_steps(
         for ring in rings:
             ring.append(device.upload(frames[next(fresh) % len(frames)]))
             del ring[0]
-        device.run_batch(rings)
+        if yuv:
+            device.run_batch_yuv(rings, None, HD_TV)
+        else:
+            device.run_batch(rings)
 
     return step
 
@@ -289,19 +298,22 @@ def _speed_row(
         if path == "device":
             median, cpu, runs, first = _timed(on_device(backend, window), batch, seconds, 3)
             moved = 0
-        elif path in ("frames", "frames_fresh"):
+        elif path in ("frames", "frames_fresh", "frames_yuv"):
             device = backend.device_frames
             if device is None:
                 return _failed(provider, variant, size, batch, path, "no device frames for this model")
-            device.reuse = path == "frames"
-            steps = _recurrent_steps if info.state else _window_steps
-            step = steps(backend, device, size, batch)
+            device.reuse = path != "frames_fresh"
+            if info.state:
+                step = _recurrent_steps(backend, device, size, batch)
+            else:
+                step = _window_steps(backend, device, size, batch, path == "frames_yuv")
 
             try:
                 median, cpu, runs, first = _timed(step, batch, seconds, 3)
             finally:
                 device.reuse = True
-            moved = 0 if provider == CPU else 3 * height * width * (1 + info.scale**2)
+            down = 1.5 if path == "frames_yuv" else 3
+            moved = 0 if provider == CPU else int(height * width * (3 + down * info.scale**2))
         else:
             median, cpu, runs, first = _timed(lambda: backend.infer(window), batch, seconds, 3)
             up = backend.model_input(window[:1]).nbytes
@@ -470,6 +482,8 @@ def run_gpu_bench(
                         parity.append(recurrent_parity(backend, reference, provider, variant))
                     progress(f"parity {provider} {variant}: {parity[-1].max_levels} levels at most")
                 paths = ["device", "host", "frames", "frames_fresh"]
+                if not reference.info.state:
+                    paths.append("frames_yuv")
                 if provider == CUDA and (cuda_options or {}).get("enable_cuda_graph") == "1":
                     paths = ["device"]
                     note = "host path with enable_cuda_graph=1: not run (CUDA graphs need IO binding)"

@@ -39,12 +39,19 @@ def test_each_engine_is_timed_or_said_unavailable_and_the_streams_follow(tmp_pat
     rows = {(s["stage"], s["engine"], s["size"]): s for s in report["speeds"]}
     assert set(rows) == {
         (stage, engine, size)
-        for stage, engines in (("decode", ("cpu", "nvdec")), ("encode", ("libx264", "h264_nvenc")))
+        for stage, engines in (
+            ("decode", ("cpu", "nvdec")),
+            ("encode", ("libx264", "libx264 from 4:2:0", "h264_nvenc")),
+        )
         for engine in engines
         for size in ("96x64", "64x48")
     }
     for size in ("96x64", "64x48"):
-        for key in (("decode", "cpu", size), ("encode", "libx264", size)):
+        for key in (
+            ("decode", "cpu", size),
+            ("encode", "libx264", size),
+            ("encode", "libx264 from 4:2:0", size),
+        ):
             assert rows[key]["fps"] > 0
             assert rows[key]["host_ms"] > 0
             assert 0 <= rows[key]["convert_ms"] <= rows[key]["host_ms"]
@@ -63,6 +70,7 @@ def test_each_engine_is_timed_or_said_unavailable_and_the_streams_follow(tmp_pat
     assert cpu["per_core"] == pytest.approx(1000 / (30 * cpu["host_ms"]))
     assert cpu["here"] == int(cpu["per_core"] * report["cores"])
     assert "| 64x48 | cpu | libx264 |" in markdown.read_text()
+    assert "| 64x48 | cpu | libx264 from 4:2:0 |" in markdown.read_text()
 
 
 @pytest.mark.parametrize(

@@ -37,8 +37,9 @@ def test_each_row_has_every_path_and_the_cpu_moves_nothing_over_pcie(
         for io in ("float", "uint8")
         for size in ("64x48", "96x64")
         for b in (1, 2)
-        # frames at b2: two streams' windows in one call; frames_fresh: through fresh buffers
-        for path in ("device", "host", "frames", "frames_fresh")
+        # frames at b2: two streams' windows in one call; frames_fresh: through fresh buffers;
+        # frames_yuv: each frame down as 4:2:0 planes
+        for path in ("device", "host", "frames", "frames_fresh", "frames_yuv")
     }
     assert all(s["fps"] > 0 and s["runs"] >= 3 and s["error"] is None for s in rows.values())
     assert all(s["pcie_bytes"] == 0 for s in rows.values())

@@ -468,6 +468,21 @@ def test_frames_come_down_as_4_2_0_planes_the_encoder_takes_as_they_are(
         assert sum(1 for _ in written.decode(video=0)) == FRAMES
 
 
+def test_warm_up_runs_the_graph_that_makes_planes_before_the_first_frame(tmp_path: Path) -> None:
+    """With ``model.yuv_output``, warm-up runs the planes' graph at each batch size (one on the CPU
+    provider) and the RGB graph of one window a probe takes; live frames then come down as planes."""
+    report, planes, backend = run(tmp_path, device_frames=True, warm_up=True, yuv_output=True)
+    assert report.frames_out == FRAMES
+    assert all(isinstance(frame.picture, Yuv420) for frame in planes)
+    moved = backend.transfers()
+    assert moved is not None
+    pixels = WIDTH * HEIGHT
+    assert (moved.downloads, moved.downloaded_bytes) == (
+        FRAMES + 2,
+        (FRAMES + 1) * pixels * 3 // 2 + pixels * 3,
+    )
+
+
 def test_planes_of_several_streams_colours_and_a_crop_each_as_asked() -> None:
     """A batch of windows whose frames come down as planes: each what the window alone gives; a crop
     (a region the gate asked for) or a batch of two colours comes down as RGB instead."""
