@@ -382,13 +382,13 @@ class ModelConfig(_Strict):
     its state there too, step to step: one frame up and one down per step instead of the whole state
     both ways. Streaming models keep their own path."""
     yuv_output: bool | None = None
-    """With frames on the device, a window model's frame comes down as 4:2:0 planes in the stream's
-    encoder colour, made in the model's graph (``streamer.yuv``): half the bytes of RGB, and an H.264
-    encoder takes them without the host's RGB to YUV conversion (6.9 of libx264's 15.0 ms of host time
-    per 1080p frame here). Stages that need RGB (WHEP, a region, a reused frame's paste) convert on
-    first use. None: on for GPU providers, off on the CPU's, where the graph's conversion costs more
-    than swscale's (24.7 against 3.5 ms at 1080p). Needs ``device_frames``; recurrent models' steps
-    stay RGB."""
+    """With frames on the device, each enhanced frame (a window model's, a recurrent model's step)
+    comes down as 4:2:0 planes in the stream's encoder colour, made in the model's graph
+    (``streamer.yuv``): half the bytes of RGB, and an H.264 encoder takes them without the host's RGB
+    to YUV conversion (libx264's host time per 1080p frame here: 8.2 ms from planes, 16.5 from RGB).
+    Stages that need RGB (a region's paste, a no-signal card beside it) convert on first use. None: on
+    for GPU providers, off on the CPU's, where the graph's conversion costs more than swscale's (about
+    35 against 5 ms at 1080p). Needs ``device_frames``."""
     tensorrt: TensorRtConfig = Field(default_factory=TensorRtConfig)
     warm_up: bool | None = None
     """Run the model once at a stream's frame size when its source opens, before the first live frame,

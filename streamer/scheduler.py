@@ -275,10 +275,13 @@ class InferenceScheduler:
         if requests[0].stepping:
             _, _, _, h, w = batch.shape
             states = [self.backend.initial_state(1, h, w) if r.state is None else r.state for r in requests]
-            out, made = self.backend.step_streams(batch, states, strength)
-        else:
-            out, made = self.backend.infer(batch, strength), [()] * len(requests)
-        return [(np.ascontiguousarray(o.transpose(1, 2, 0)), m) for o, m in zip(out, made, strict=True)]
+            colour = requests[0].window.colour
+            if any(r.window.colour != colour for r in requests):
+                colour = None  # one call makes planes in one colour: RGB, which each sink converts
+            pictures, made = self.backend.step_streams(batch, states, strength, colour)
+            return list(zip(pictures, made, strict=True))
+        out = self.backend.infer(batch, strength)
+        return [(np.ascontiguousarray(o.transpose(1, 2, 0)), ()) for o in out]
 
 
 def _settle(

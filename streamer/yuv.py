@@ -6,8 +6,8 @@ graph, a frame comes down as its 4:2:0 planes, half the bytes of RGB, ready for 
 do what swscale does for ``rgb24 -> yuv420p`` (within one level of its output, tested): each pixel's
 Y; for U and V, each pair of pixels along a row averaged, then every two rows filtered 1-3-3-1 (its
 bilinear 2:1 filter around chroma sited between the rows; a plain 2x2 mean was up to 9 levels off on a
-noisy frame). On the CPU provider they cost more than swscale (24.7
-against 3.5 ms at 1080p here), so ``model.yuv_output`` is on only for GPU providers by default.
+noisy frame). On the CPU provider they cost more than swscale (33-39
+against 4-7 ms at 1080p here), so ``model.yuv_output`` is on only for GPU providers by default.
 """
 
 from __future__ import annotations

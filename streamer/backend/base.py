@@ -239,21 +239,27 @@ class Backend(abc.ABC):
         return self.infer(batch, strength), state
 
     def step_streams(
-        self, batch: npt.NDArray[np.uint8], states: Sequence[State], strength: Strengths = None
-    ) -> tuple[npt.NDArray[np.uint8], list[State]]:
+        self,
+        batch: npt.NDArray[np.uint8],
+        states: Sequence[State],
+        strength: Strengths = None,
+        colour: Colour | None = None,
+    ) -> tuple[list[Picture], list[State]]:
         """One step of each of B streams: row b of ``batch`` carries ``states[b]``, a batch of one's (as
-        ``initial_state(1, ...)`` makes it). Returns the (B, C, H*scale, W*scale) frames and each
-        stream's next state. Here step after step; a backend that can join them in one call does."""
+        ``initial_state(1, ...)`` makes it). Returns each stream's (H*scale, W*scale, 3) frame (or, from
+        a backend that makes them, its 4:2:0 planes in ``colour``) and its next state. Here step after
+        step; a backend that can join them in one call does."""
         if len(states) != len(batch):
             raise FrameError(
                 f"model {self.info.name!r}: {len(states)} states for a batch of {len(batch)}, one per stream"
             )
-        outs, made = [], []
+        pictures: list[Picture] = []
+        made = []
         for b, state in enumerate(states):
             out, next_state = self.step(batch[b : b + 1], state, None if strength is None else [strength[b]])
-            outs.append(out[0])
+            pictures.append(np.ascontiguousarray(out[0].transpose(1, 2, 0)))
             made.append(next_state)
-        return np.stack(outs), made
+        return pictures, made
 
     def encode(self, frames: npt.NDArray[np.uint8]) -> list[FrameFeatures]:
         """(N, H, W, 3) uint8 RGB frames of one size -> each frame's feature maps (streaming models)."""

@@ -361,7 +361,24 @@ class DeviceFrames:
         the device (half the bytes of RGB come down, and the encoder takes them as they are). The
         frames' scaled size must be even."""
         if self._info.state:
-            raise ModelError(f"model {self._info.name} is recurrent: its frames run as steps, in RGB")
+            raise ModelError(
+                f"model {self._info.name} is recurrent: its frames run as steps (step_batch_yuv)"
+            )
+        self._check_even(windows)
+        outs, _ = self._call(windows, None, strengths, colour)
+        return [(y[0, 0], uv[0]) for y, uv in outs]
+
+    def _check_steps(
+        self, windows: Sequence[Sequence[ort.OrtValue]], states: Sequence[Sequence[ort.OrtValue]]
+    ) -> None:
+        if not self._info.state:
+            raise ModelError(f"model {self._info.name} carries no state: run its windows with run_batch")
+        if len(states) != len(windows):
+            raise FrameError(
+                f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
+            )
+
+    def _check_even(self, windows: Sequence[Sequence[ort.OrtValue]]) -> None:
         _, h, w, _ = windows[0][0].shape() if windows and windows[0] else (0, 0, 0, 0)
         s = self._info.scale
         if (h * s) % 2 or (w * s) % 2:
@@ -369,8 +386,6 @@ class DeviceFrames:
                 f"model {self._info.name}: 4:2:0 planes need an even frame size; frames of {w}x{h} "
                 f"come out {w * s}x{h * s}"
             )
-        outs, _ = self._call(windows, None, strengths, colour)
-        return [(y[0, 0], uv[0]) for y, uv in outs]
 
     def step(
         self, frames: Sequence[ort.OrtValue], state: Sequence[ort.OrtValue], strength: float | None = None
@@ -389,14 +404,22 @@ class DeviceFrames:
     ) -> tuple[list[npt.NDArray[np.uint8]], list[tuple[ort.OrtValue, ...]]]:
         """Steps of several streams (one window and one state each, frames of one size) in one call:
         each stream's frame and next state, the states staying in device memory."""
-        if not self._info.state:
-            raise ModelError(f"model {self._info.name} carries no state: run its windows with run_batch")
-        if len(states) != len(windows):
-            raise FrameError(
-                f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
-            )
+        self._check_steps(windows, states)
         outs, made = self._call(windows, states, strengths)
         return [out[0][0] for out in outs], made
+
+    def step_batch_yuv(
+        self,
+        windows: Sequence[Sequence[ort.OrtValue]],
+        states: Sequence[Sequence[ort.OrtValue]],
+        strengths: Sequence[float | None] | None,
+        colour: Colour,
+    ) -> tuple[list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]], list[tuple[ort.OrtValue, ...]]]:
+        """As ``step_batch``, each stream's frame as 4:2:0 planes, as ``run_batch_yuv`` gives them."""
+        self._check_steps(windows, states)
+        self._check_even(windows)
+        outs, made = self._call(windows, states, strengths, colour)
+        return [(y[0, 0], uv[0]) for y, uv in outs], made
 
     def _call(
         self,
@@ -535,16 +558,19 @@ class DeviceFrames:
         recurrent model's with ``state`` in each row; with ``yuv``, the graphs that make 4:2:0 planes in
         it, and the RGB graph of one window, which a probe and a region take)."""
         size = 1
-        if yuv is not None:
+        if yuv is not None and state is None:
             self.run_batch([[frame] * self._info.t], [None])
         while True:
             window = [[frame] * self._info.t] * size
-            if yuv is not None:
-                self.run_batch_yuv(window, [None] * size, yuv)
-            elif state is None:
-                self.run_batch(window, [None] * size)
+            rows = [None] * size
+            if state is not None and yuv is not None:
+                self.step_batch_yuv(window, [state] * size, rows, yuv)
+            elif state is not None:
+                self.step_batch(window, [state] * size, rows)
+            elif yuv is not None:
+                self.run_batch_yuv(window, rows, yuv)
             else:
-                self.step_batch(window, [state] * size, [None] * size)
+                self.run_batch(window, rows)
             if size >= batch:
                 return
             size *= 2

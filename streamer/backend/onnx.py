@@ -247,13 +247,12 @@ class OnnxBackend(Backend):
             )
             self._info = dataclasses.replace(self._info, device_frames=True)
         planes = yuv_output if yuv_output is not None else device_of(self._info.provider) != "cpu"
-        if yuv_output and (self._device is None or self._info.state):
+        if yuv_output and self._device is None:
             raise ConfigError(
-                f"model.yuv_output is for a window model with its frames on the device; model "
-                f"{self._info.name} is {'recurrent' if self._info.state else 'without model.device_frames'}: "
-                "remove model.yuv_output"
+                f"model.yuv_output needs the frames on the device; model {self._info.name} runs without "
+                "model.device_frames: set it, or remove model.yuv_output"
             )
-        if planes and self._device is not None and not self._info.state:
+        if planes and self._device is not None:
             self._info = dataclasses.replace(self._info, yuv_output=True)
         logger.info(
             "model %s runs on %s (asked for %s)", self._info.name, self._info.provider, ", ".join(requested)
@@ -371,7 +370,8 @@ class OnnxBackend(Backend):
         colour = self._planes_colour(windows)
         if colour is not None:
             planes = device.run_batch_yuv(values, strengths, colour)
-            return [self._yuv420(y, uv, w.window, colour) for (y, uv), w in zip(planes, windows, strict=True)]
+            target = windows[0].window.target_frame
+            return [self._yuv420(y, uv, target.height, target.width, colour) for y, uv in planes]
         out = device.run_batch(values, strengths)
         return [self._cropped(pixels, w.window, w.crop) for pixels, w in zip(out, windows, strict=True)]
 
@@ -394,11 +394,11 @@ class OnnxBackend(Backend):
         return not any(n * s % 2 for n in (height, width, height + -height % m, width + -width % m))
 
     def _yuv420(
-        self, y: npt.NDArray[np.uint8], uv: npt.NDArray[np.uint8], window: Hyperframe, colour: Colour
+        self, y: npt.NDArray[np.uint8], uv: npt.NDArray[np.uint8], height: int, width: int, colour: Colour
     ) -> Yuv420:
-        """A window's planes, of its (padded) whole frame, cut to the frame's size: views, no copy."""
-        target, s = window.target_frame, self._info.scale
-        h, w = target.height * s, target.width * s
+        """The planes of a (padded) whole frame's output, cut to a ``height`` x ``width`` frame's:
+        views, no copy."""
+        h, w = height * self._info.scale, width * self._info.scale
         return Yuv420(y[:h, :w], uv[0, : h // 2, : w // 2], uv[1, : h // 2, : w // 2], colour)
 
     def warm_up(self, width: int, height: int, batch: int = 1, colour: Colour | None = None) -> None:
@@ -529,15 +529,22 @@ class OnnxBackend(Backend):
                     f"model {self._info.name} keeps each stream's state on the device: a batch of 1, got "
                     f"{b}; step several streams with step_streams, or set model.device_frames: false"
                 )
-            out, (next_state,) = self._device_steps(self._device, batch, [state], strength)
-            return out, next_state
+            (rgb,), (next_state,) = self._device_steps(self._device, batch, [state], strength)
+            assert isinstance(rgb, np.ndarray)  # no colour asked: RGB
+            return rgb.transpose(2, 0, 1)[None], next_state
         return self._run(batch, state, strength)
 
     def step_streams(
-        self, batch: npt.NDArray[np.uint8], states: Sequence[State], strength: Strengths = None
-    ) -> tuple[npt.NDArray[np.uint8], list[State]]:
+        self,
+        batch: npt.NDArray[np.uint8],
+        states: Sequence[State],
+        strength: Strengths = None,
+        colour: Colour | None = None,
+    ) -> tuple[list[Picture], list[State]]:
         """In one call: with the state on the device, each stream's state is its own row of the batched
-        graph and stays there; on the host, the states are joined along the batch axis and split after."""
+        graph and stays there (and with ``model.yuv_output``, each frame comes down as 4:2:0 planes in
+        ``colour`` where given and the size allows); on the host, the states are joined along the batch
+        axis and split after."""
         self._check_batch(batch)
         b, _, _, h, w = batch.shape
         if len(states) != b:
@@ -546,13 +553,16 @@ class OnnxBackend(Backend):
             )
         for state in states:
             self._check_state(state, 1, h, w)
+        if self._device is not None and self._info.state:
+            planes = colour if self._info.yuv_output and self._planes_fit(h, w) else None
+            return self._device_steps(self._device, batch, states, strength, planes)
         if not self._info.state:
-            return self.infer(batch, strength), list(states)
-        if self._device is not None:
-            return self._device_steps(self._device, batch, states, strength)
-        joined = tuple(np.concatenate(parts) for parts in zip(*states, strict=True))
-        out, made = self._run(batch, joined, strength)
-        return out, [tuple(m[r : r + 1] for m in made) for r in range(b)]
+            out, made = self.infer(batch, strength), list(states)
+        else:
+            joined = tuple(np.concatenate(parts) for parts in zip(*states, strict=True))
+            out, joint = self._run(batch, joined, strength)
+            made = [tuple(m[r : r + 1] for m in joint) for r in range(b)]
+        return [np.ascontiguousarray(o.transpose(1, 2, 0)) for o in out], made
 
     def _check_state(self, state: State, b: int, h: int, w: int) -> None:
         shapes = self.state_shapes(b, h, w)
@@ -570,10 +580,16 @@ class OnnxBackend(Backend):
                 )
 
     def _device_steps(
-        self, device: DeviceFrames, batch: npt.NDArray[np.uint8], states: Sequence[State], strength: Strengths
-    ) -> tuple[npt.NDArray[np.uint8], list[State]]:
+        self,
+        device: DeviceFrames,
+        batch: npt.NDArray[np.uint8],
+        states: Sequence[State],
+        strength: Strengths,
+        colour: Colour | None = None,
+    ) -> tuple[list[Picture], list[State]]:
         """Each stream's step with its state in device memory, in one call: the frames go up, the frames
-        come down, the next states stay (a host array given as a state goes up once)."""
+        come down (as 4:2:0 planes in ``colour`` where given), the next states stay (a host array given
+        as a state goes up once)."""
         b, _, _, h, w = batch.shape
         if strength is not None and len(strength) != b:
             raise FrameError(f"model {self._info.name}: {len(strength)} strengths for a batch of {b}")
@@ -582,10 +598,12 @@ class OnnxBackend(Backend):
             frames = self._pad_frames(np.ascontiguousarray(row.transpose(0, 2, 3, 1)))
             windows.append([device.upload(frame) for frame in frames])
         kept = [tuple(device.to_device(v) if isinstance(v, np.ndarray) else v for v in s) for s in states]
+        if colour is not None:
+            planes, made = device.step_batch_yuv(windows, kept, strength, colour)
+            return [self._yuv420(y, uv, h, w, colour) for y, uv in planes], list(made)
         outs, made = device.step_batch(windows, kept, strength)
         s = self._info.scale
-        pixels = np.stack([out[: h * s, : w * s] for out in outs]).transpose(0, 3, 1, 2)
-        return pixels, list(made)
+        return [out[: h * s, : w * s] for out in outs], list(made)
 
     @property
     def session(self) -> ort.InferenceSession:

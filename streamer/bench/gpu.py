@@ -17,7 +17,7 @@ window, and for each provider, precision, frame size and batch, two speeds of th
   the buffers were kept: what keeping them is worth;
 - ``frames_yuv``: ``frames`` with each frame coming down as the encoder's 4:2:0 planes, made in the
   graph (``model.yuv_output``, BT.709 tv range): 1.5 bytes a pixel down instead of 3, and the cost of
-  the conversion on the device (window models).
+  the conversion on the device (window models; a recurrent model's steps make them the same way).
 
 A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``
 keeps it on the device both ways; ``host`` sends it up and brings it down with every call, as

@@ -396,13 +396,17 @@ def test_steps_of_several_streams_in_one_call_carry_each_streams_own_state() -> 
         device.step_batch(windows, together[:2])
 
 
-@pytest.mark.parametrize("device_frames", [True, False], ids=["device", "host"])
-def test_a_backend_steps_several_streams_in_one_call_each_as_alone(device_frames: bool) -> None:
+@pytest.mark.parametrize(
+    ("device_frames", "yuv"), [(True, False), (False, False), (True, True)], ids=["device", "host", "planes"]
+)
+def test_a_backend_steps_several_streams_in_one_call_each_as_alone(device_frames: bool, yuv: bool) -> None:
     """``OnnxBackend.step_streams``, the call the scheduler batches streams' steps in: on the device
     each state is its own row of the graph, on the host the states are joined and split; either way
-    each stream's frames and next state are what stepping it alone gives."""
+    each stream's frames and next state are what stepping it alone gives. With ``model.yuv_output``
+    the frames come down as 4:2:0 planes, within a level of the encoder's conversion of those frames."""
     model = DEFAULT_MODEL.parent / "convlstm_strength.onnx"
-    backend = OnnxBackend(model, device_frames=device_frames)
+    backend = OnnxBackend(model, device_frames=device_frames, yuv_output=yuv)
+    colour = Colour(6, 1)
     clips = np.stack([pattern_window(1, 4, WIDTH, HEIGHT, seed=seed)[0] for seed in (5, 6, 7)])
     strengths = [None, 8.0, 25.0]
     alone = [backend.initial_state(1, HEIGHT, WIDTH) for _ in strengths]
@@ -412,10 +416,18 @@ def test_a_backend_steps_several_streams_in_one_call_each_as_alone(device_frames
         expected = []
         for i in range(3):
             pixels, alone[i] = backend.step(batch[i : i + 1], alone[i], [strengths[i]])
-            expected.append(pixels[0])
-        got, together = backend.step_streams(batch, together, strengths)
-        assert got.shape == (3, 3, HEIGHT, WIDTH)
-        assert all(np.array_equal(a, b) for a, b in zip(expected, got, strict=True))
+            expected.append(pixels[0].transpose(1, 2, 0))
+        got, together = backend.step_streams(batch, together, strengths, colour)
+        assert len(got) == 3
+        for mine, theirs in zip(got, expected, strict=True):
+            if yuv:
+                assert isinstance(mine, Yuv420)
+                reference = encoder_planes(
+                    Frame(np.ascontiguousarray(theirs), 0, 0, Fraction(1), 0.0), colour
+                )
+                assert worst_planes(mine, reference) <= 1
+            else:
+                assert np.array_equal(mine, theirs)
     with pytest.raises(FrameError, match=r"2 states for a batch of 3, one per stream"):
         backend.step_streams(batch, together[:2], strengths)
 
@@ -439,20 +451,22 @@ def worst_planes(these: Yuv420, those: Yuv420) -> int:
     )
 
 
+@pytest.mark.parametrize("model", [DEFAULT_MODEL, CONVLSTM], ids=["windows", "steps"])
 def test_frames_come_down_as_4_2_0_planes_the_encoder_takes_as_they_are(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
 ) -> None:
-    """``model.yuv_output``: through the whole file pipeline each enhanced frame comes down as its 4:2:0
-    planes, within a level of what the encoder's own conversion of the RGB path's frame gives, at half
-    the bytes of RGB, and the file sink encodes them with no RGB conversion at all."""
+    """``model.yuv_output``: through the whole file pipeline each enhanced frame (of a window model, or
+    a recurrent model's step) comes down as its 4:2:0 planes, within a level of what the encoder's own
+    conversion of the RGB path's frame gives, at half the bytes of RGB, and the file sink encodes them
+    with no RGB conversion at all."""
     import streamer.colour
 
     converted: list[int] = []
     real = streamer.colour.from_rgb
     monkeypatch.setattr(streamer.colour, "from_rgb", lambda *a: converted.append(1) or real(*a))
-    report, planes, backend = run(tmp_path, device_frames=True, yuv_output=True)
+    report, planes, backend = run(tmp_path, device_frames=True, yuv_output=True, model=model)
     assert not converted  # the sink took every frame's planes
-    host_report, rgb, _ = run(tmp_path, device_frames=True, yuv_output=False)
+    host_report, rgb, _ = run(tmp_path, device_frames=True, yuv_output=False, model=model)
     assert len(converted) == FRAMES  # where RGB came down, the sink converted each frame
     assert report.frames_out == host_report.frames_out == FRAMES
     assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
@@ -523,9 +537,8 @@ def test_planes_of_several_streams_colours_and_a_crop_each_as_asked() -> None:
     assert part.shape == (32, 48, 3)
 
 
-def test_yuv_output_without_frames_on_the_device_or_for_a_recurrent_model_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"model conv3d_t5 is without model.device_frames: remove"):
+def test_yuv_output_without_frames_on_the_device_is_refused_and_off_on_the_cpu_by_default() -> None:
+    with pytest.raises(ConfigError, match=r"model conv3d_t5 runs without model.device_frames: set it, or"):
         OnnxBackend(DEFAULT_MODEL, device_frames=False, yuv_output=True)
-    with pytest.raises(ConfigError, match=r"model convlstm is recurrent: remove model.yuv_output"):
-        OnnxBackend(CONVLSTM, device_frames=True, yuv_output=True)
+    assert OnnxBackend(CONVLSTM, device_frames=True, yuv_output=True).info.yuv_output
     assert not OnnxBackend(DEFAULT_MODEL, device_frames=True).info.yuv_output  # off on the CPU provider
