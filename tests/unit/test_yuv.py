@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from fractions import Fraction
 
 import av
@@ -11,9 +12,10 @@ import pytest
 from av.video.codeccontext import VideoCodecContext
 from onnx import TensorProto, helper
 
-from streamer.colour import encoder_frame, from_rgb, resolve, tag, to_rgb, yuv_frame
+from streamer.colour import encoder_frame, from_rgb, resolve, rgb_frame, tag, to_rgb, yuv_frame
 from streamer.errors import ConfigError, FrameError
 from streamer.frame import Colour, Frame, Yuv420
+from streamer.webrtc.playback import FrameHub
 from streamer.yuv import i420_nodes, matrices
 
 HEIGHT, WIDTH = 48, 80
@@ -128,3 +130,26 @@ def test_an_encoder_takes_planes_in_its_own_colour_as_they_are_and_converts_othe
     assert np.array_equal(converted.to_ndarray(), from_rgb(other.pixels, codec).to_ndarray())
     plain = Frame(rgb, 0, 0, Fraction(1, 30), 0.0)
     assert np.array_equal(encoder_frame(plain, codec).to_ndarray(), from_rgb(rgb, codec).to_ndarray())
+
+
+def test_a_whep_player_gets_bt601_planes_as_they_are_and_others_through_rgb() -> None:
+    """A player's track (what aiortc's encoder takes, yuv420p read as BT.601 tv range): a frame whose
+    planes are already so goes out with them unchanged; planes in another matrix go through RGB."""
+    hub = FrameHub("cam")
+    track = hub.subscribe()
+    rgb = picture()
+    sd = swscale_planes(rgb, Colour(6, 1))
+    hd = swscale_planes(rgb, Colour(1, 1))
+
+    async def play(frame: Frame) -> av.VideoFrame:
+        hub.publish(frame)
+        return await track.recv()
+
+    sent_sd = asyncio.run(play(Frame(sd, 0, 0, Fraction(1, 30), 0.0)))
+    flat = np.asarray(sent_sd.to_ndarray(), np.uint8)
+    assert np.array_equal(flat[:HEIGHT], sd.y)
+    assert np.array_equal(flat[HEIGHT:].reshape(2, HEIGHT // 2, WIDTH // 2)[0], sd.u)
+    hd_frame = Frame(hd, 1, 1, Fraction(1, 30), 0.0)
+    sent_hd = asyncio.run(play(hd_frame))
+    expected = rgb_frame(hd_frame.pixels).reformat(format="yuv420p").to_ndarray()
+    assert np.array_equal(sent_hd.to_ndarray(), expected)
