@@ -361,7 +361,8 @@ class OnnxBackend(Backend):
 
     def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Picture]:
         """With frames on the device, windows of several streams (of one size) in one call: each
-        stream's new frames uploaded into its own cache, the windows made and run together."""
+        stream's new frames uploaded into its own cache, the windows made and run together, their frames
+        back as 4:2:0 planes where ``model.yuv_output`` is on and the windows allow."""
         device = self._device
         if device is None:
             return super().enhance_cached_batch(windows)
