@@ -36,6 +36,7 @@ __all__ = [
     "tag",
     "to_rgb",
     "yuv_frame",
+    "yuv_of",
 ]
 
 HD_LINES = 720
@@ -94,6 +95,21 @@ def from_rgb(pixels: Pixels, codec: VideoCodecContext) -> VideoFrame:
     return rgb_frame(pixels).reformat(
         format=codec.pix_fmt, dst_colorspace=SWSCALE[colour.matrix], dst_color_range=colour.range
     )
+
+
+def yuv_of(frame: VideoFrame, unstated: int | None = None) -> Yuv420 | None:
+    """A decoded yuv420p (or yuvj420p) frame's planes as they lie in it, views and no copy, with its
+    matrix and range (:func:`resolve`d): what a model that takes planes would be handed instead of
+    :func:`to_rgb`'s conversion. None for other formats and odd sizes."""
+    if frame.format.name not in ("yuv420p", "yuvj420p") or frame.width % 2 or frame.height % 2:
+        return None
+    h, w = frame.height, frame.width
+    sizes = ((h, w), (h // 2, w // 2), (h // 2, w // 2))
+    y, u, v = (
+        np.frombuffer(memoryview(plane), np.uint8).reshape(-1, plane.line_size)[:rows, :columns]
+        for plane, (rows, columns) in zip(frame.planes, sizes, strict=True)
+    )
+    return Yuv420(y, u, v, resolve(colour_of(frame), h, unstated))
 
 
 def yuv_frame(yuv: Yuv420) -> VideoFrame:

@@ -381,14 +381,16 @@ class ModelConfig(_Strict):
     TensorRT), off on the CPU's, where it saves nothing. A recurrent model (convlstm_strength) keeps
     its state there too, step to step: one frame up and one down per step instead of the whole state
     both ways. Streaming models keep their own path."""
-    yuv_output: bool | None = None
-    """With frames on the device, each enhanced frame (a window model's, a recurrent model's step)
-    comes down as 4:2:0 planes in the stream's encoder colour, made in the model's graph
-    (``streamer.yuv``): half the bytes of RGB, and an H.264 encoder takes them without the host's RGB
-    to YUV conversion (libx264's host time per 1080p frame here: 8.2 ms from planes, 16.5 from RGB).
-    Stages that need RGB (a region's paste, a no-signal card beside it) convert on first use. None: on
-    for GPU providers, off on the CPU's, where the graph's conversion costs more than swscale's (about
-    35 against 5 ms at 1080p). Needs ``device_frames``."""
+    yuv420: bool | None = None
+    """Frames travel between the codecs and a model on the device as 4:2:0 planes, converted to and
+    from RGB inside the model's graph (``streamer.yuv``) rather than by the host. A file or RTSP source
+    hands on each decoded yuv420p frame as its planes, as they lie in the decoder's frame, and a window
+    model's frames go up at half RGB's bytes; each enhanced frame (a window model's, a recurrent
+    model's step) comes down as planes in the stream's encoder colour, and an H.264 encoder takes them
+    as they are (libx264's host time per 1080p frame here: 8.2 ms from planes, 16.5 from RGB). The gate
+    and the noise estimate read the Y plane; a stage that needs RGB (a region's paste) converts on
+    first use. None: on for GPU providers, off on the CPU's, where the graph's conversions cost more
+    than swscale's (about 35 against 5 ms at 1080p). Needs ``device_frames``."""
     tensorrt: TensorRtConfig = Field(default_factory=TensorRtConfig)
     warm_up: bool | None = None
     """Run the model once at a stream's frame size when its source opens, before the first live frame,

@@ -150,6 +150,13 @@ class Frame:
         return rgb
 
     @property
+    def planes_colour(self) -> Colour | None:
+        """The colour of a 4:2:0 picture; None for RGB. With the size, what a window run keeps: a
+        window's frames are all RGB or all planes in one colour."""
+        picture = self.picture
+        return picture.colour if isinstance(picture, Yuv420) else None
+
+    @property
     def height(self) -> int:
         picture = self.picture
         return picture.height if isinstance(picture, Yuv420) else int(picture.shape[0])
@@ -187,7 +194,7 @@ class Hyperframe:
     default."""
     colour: Colour | None = None
     """The matrix and range (resolved) of the stream's encoder, for a model on the device that hands
-    it 4:2:0 planes (``model.yuv_output``); None: RGB."""
+    it 4:2:0 planes (``model.yuv420``); None: RGB."""
 
     def __post_init__(self) -> None:
         if not self.frames:
@@ -206,6 +213,11 @@ class Hyperframe:
                     f"hyperframe of stream {first.stream_id!r} mixes frame sizes "
                     f"{(first.height, first.width)} and {(f.height, f.width)}; a resolution change must "
                     "end the window run"
+                )
+            if f.planes_colour != first.planes_colour:
+                raise FrameError(
+                    f"hyperframe of stream {first.stream_id!r} mixes pictures {first.planes_colour} and "
+                    f"{f.planes_colour} (None: RGB); a change of picture format must end the window run"
                 )
 
     @property

@@ -496,8 +496,10 @@ class Pipeline:
         if self.tile is not None and max(width, height) > self.tile and not backend.info.state:
             width, height = min(width, self.tile), min(height, self.tile)
         started = time.monotonic()
-        colour = resolve(info.colour, height * self.scale) if backend.info.yuv_output else None
-        await asyncio.to_thread(backend.warm_up, width, height, self.max_batch, colour)
+        colour = planes_in = None
+        if backend.info.yuv420:  # the encoder's planes, and the decoder's the source hands on
+            colour, planes_in = resolve(info.colour, height * self.scale), resolve(info.colour, height)
+        await asyncio.to_thread(backend.warm_up, width, height, self.max_batch, colour, planes_in)
         log.info(
             "stream %s: model %s warmed up at %dx%d on %s in %.0f ms",
             self.source.stream_id,
@@ -533,8 +535,8 @@ class Pipeline:
                 if self.keepalive is not None:
                     self.keepalive.received(self.last_frame_at)
                 self.ring.push(frame)
-                self.noise.observe(frame.pixels, frame.time if frame.time is not None else frame.index / fps)
-                if self.cuts.is_cut(frame.pixels):
+                self.noise.observe(frame.picture, frame.time if frame.time is not None else frame.index / fps)
+                if self.cuts.is_cut(frame.picture):
                     frame = dataclasses.replace(frame, discontinuity=True)
                 for task in self.windower.push(frame):
                     await self._work.put(self._plan(task, info))
@@ -553,7 +555,7 @@ class Pipeline:
             return _Work(frame, _Plan.STRIDE, task.run)
         strength = self.strength_now() if self.backend.info.strength else None
         # A model that gives the encoder 4:2:0 planes makes them in the colour the sinks encode with.
-        colour = resolve(info.colour, frame.height * self.scale) if self.backend.info.yuv_output else None
+        colour = resolve(info.colour, frame.height * self.scale) if self.backend.info.yuv420 else None
         window = Hyperframe(
             tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps, strength, colour
         )

@@ -151,7 +151,8 @@ class InferenceScheduler:
             future: asyncio.Future[BatchResult] = loop.create_future()
             # only windows of one shape, and of one kind, share a call
             kind = "step" if stepping else "cached" if cached is not None else "window"
-            key = (window.t, window.target_frame.height, window.target_frame.width, kind)
+            target = window.target_frame
+            key = (window.t, target.height, target.width, kind, target.planes_colour)
             self._batcher.submit(stream, _Request(window, future, cached, stepping, state), key, now)
             futures.append(future)
         assert self._wake is not None

@@ -156,9 +156,9 @@ class ModelInfo:
     """A window model whose frames are uploaded once and kept on the device, windows made there
     (``streamer.backend.device_frames``): windows go through ``enhance_cached`` like a streaming
     model's, with the frames in the cache. A recurrent model's steps keep its state there."""
-    yuv_output: bool = False
+    yuv420: bool = False
     """Windows kept on the device come back as 4:2:0 planes in their stream's encoder colour
-    (``model.yuv_output``; ``Hyperframe.colour`` says which), made on the device."""
+    (``model.yuv420``; ``Hyperframe.colour`` says which), made on the device."""
     strength: bool = False
     """The model takes a ``strength`` input: per window, the noise sigma (0..255 levels) to remove
     (``model.strength`` sets it per stream: a number, or auto from the stream's noise estimate)."""
@@ -221,11 +221,19 @@ class Backend(abc.ABC):
         """The zero state for ``batch`` streams of frames H x W; () for stateless models."""
         return ()
 
-    def warm_up(self, width: int, height: int, batch: int = 1, colour: Colour | None = None) -> None:
+    def warm_up(
+        self,
+        width: int,
+        height: int,
+        batch: int = 1,
+        colour: Colour | None = None,
+        planes_in: Colour | None = None,
+    ) -> None:
         """One call at this frame size on the path live frames take, so the first of them does not wait
         for the runtime's lazy work (cuDNN's algorithm search, TensorRT's engine build: seconds).
         ``batch``: the most windows a call will take, for a backend with a graph per batch size;
-        ``colour``: the stream's encoder colour, for one that makes 4:2:0 planes in it."""
+        ``colour`` and ``planes_in``: the stream's encoder colour and its frames', for one that makes
+        and takes 4:2:0 planes."""
         window = np.zeros((1, self.info.t, 3, height, width), np.uint8)
         if self.info.state:
             self.step(window, self.initial_state(1, height, width))
@@ -351,7 +359,7 @@ class Backend(abc.ABC):
 
     def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Picture]:
         """``enhance_cached`` of each window; a backend that can run them in one call does (and may
-        give 4:2:0 planes, ``ModelInfo.yuv_output``)."""
+        give 4:2:0 planes, ``ModelInfo.yuv420``)."""
         return [self.enhance_cached(w.window, w.run, w.cache, w.crop, w.guard) for w in windows]
 
     @abc.abstractmethod

@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -46,19 +46,22 @@ from streamer.backend.host_buffers import BufferPool, cuda_host_memory
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.frame import Colour
 from streamer.layout import from_model_nodes, to_model_nodes
-from streamer.yuv import i420_nodes
+from streamer.yuv import i420_nodes, rgb_nodes
 
 if TYPE_CHECKING:
     import onnx
 
 __all__ = [
     "DeviceFrames",
+    "DevicePlanes",
+    "OnDevice",
     "Transfers",
     "batch_size",
     "device_of",
     "frame_input",
     "frame_output",
     "graph_tools_missing",
+    "plane_inputs",
     "state_name",
     "window_graph",
     "yuv_outputs",
@@ -99,6 +102,12 @@ def frame_output(row: int, batch: int) -> str:
     return _PIXELS if batch == 1 else f"{_PIXELS}_{row}"
 
 
+def plane_inputs(frame: str) -> tuple[str, str]:
+    """The Y and the U and V inputs that stand for the frame input ``frame`` in a graph that takes 4:2:0
+    planes."""
+    return f"{frame}.y", f"{frame}.uv"
+
+
 def yuv_outputs(row: int, batch: int) -> tuple[str, str]:
     """A 4:2:0 window graph's outputs for the window in ``row``: its Y plane and its U and V planes."""
     suffix = "" if batch == 1 else f"_{row}"
@@ -106,7 +115,11 @@ def yuv_outputs(row: int, batch: int) -> tuple[str, str]:
 
 
 def window_graph(
-    model: onnx.ModelProto, info: ModelInfo, batch: int = 1, yuv: Colour | None = None
+    model: onnx.ModelProto,
+    info: ModelInfo,
+    batch: int = 1,
+    yuv: Colour | None = None,
+    planes_in: Colour | None = None,
 ) -> onnx.ModelProto:
     """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, H, W, 3)
     uint8 RGB, and giving each window's (1, H*scale, W*scale, 3) uint8 RGB frame
@@ -114,7 +127,9 @@ def window_graph(
     normalisation folded in where the model takes floats. A recurrent model's state inputs and outputs
     are per window too (:func:`state_name`). With ``yuv``, each window's frame comes out as 4:2:0
     planes in that matrix and range instead (:func:`yuv_outputs`: (1, 1, H', W') and (1, 2, H'/2,
-    W'/2) uint8; H' and W' must be even). Changed in place and returned."""
+    W'/2) uint8; H' and W' must be even). With ``planes_in``, each frame goes in as 4:2:0 planes in
+    that matrix and range (:func:`plane_inputs`), made RGB in the graph. Changed in place and
+    returned."""
     from onnx import TensorProto, helper, numpy_helper
 
     from streamer.fold import fold_uint8_io
@@ -170,13 +185,26 @@ def window_graph(
             names = [state_name(spec.output, b, batch) for b in range(batch)]
             tail.append(helper.make_node("Split", [spec.output, ones.name], names, axis=0))
             _per_row(graph.output, spec.output, names)
+    given: list[onnx.ValueInfoProto] = []
+    if planes_in is None:
+        given = [helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "H", "W", 3]) for name in inputs]
+    else:  # each frame's planes made the RGB frame the rest of the graph takes
+        for name in inputs:
+            y, uv = plane_inputs(name)
+            made_rgb, made_consts = rgb_nodes(y, uv, planes_in, name)
+            rows = [*made_rgb, *rows]
+            head_consts += made_consts
+            given += [
+                helper.make_tensor_value_info(y, TensorProto.UINT8, [1, 1, "H", "W"]),
+                helper.make_tensor_value_info(uv, TensorProto.UINT8, [1, 2, "H2", "W2"]),
+            ]
     nodes = [*rows, *head, *graph.node, *tail]
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend([*head_consts, *tail_consts])
     graph.input.remove(window)
-    for k, name in enumerate(inputs):  # the frames first, then the strength where there is one
-        graph.input.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "H", "W", 3]))
+    for k, value in enumerate(given):  # the frames first, then the strength where there is one
+        graph.input.insert(k, value)
     graph.output.remove(made)
     for k, (name, shape) in enumerate(zip(outputs, shapes, strict=True)):
         graph.output.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, shape))
@@ -202,6 +230,20 @@ def _per_row(tensors: Any, name: str, names: Sequence[str]) -> None:
 def batch_size(rows: int) -> int:
     """The size of the graph that runs ``rows`` windows: the power of two at or above it."""
     return 1 << (rows - 1).bit_length()
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlanes:
+    """A frame in device memory as its 4:2:0 planes: (1, 1, H, W) Y and (1, 2, H/2, W/2) U and V."""
+
+    y: ort.OrtValue
+    uv: ort.OrtValue
+    colour: Colour
+    """Their matrix and range, resolved: the graph that takes them is made for it."""
+
+
+OnDevice: TypeAlias = "ort.OrtValue | DevicePlanes"
+"""A frame in device memory: (1, H, W, 3) RGB, or its 4:2:0 planes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +282,7 @@ class DeviceFrames:
         self._options = options
         self._providers = providers
         self._settings = [dict(provider_options.get(p, {})) for p in providers]
-        self._sessions: dict[tuple[int, Colour | None], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[int, Colour | None, Colour | None], ort.InferenceSession] = {}
         self._opening = threading.Lock()
         self._lock = threading.Lock()
         self._uploads = self._uploaded = self._downloads = self._downloaded = 0
@@ -259,16 +301,19 @@ class DeviceFrames:
         written into kept device memory; False: fresh arrays and allocations each time (``bench gpu``
         compares the two)."""
 
-    def _session(self, batch: int, yuv: Colour | None = None) -> ort.InferenceSession:
+    def _session(
+        self, batch: int, yuv: Colour | None = None, planes_in: Colour | None = None
+    ) -> ort.InferenceSession:
         """The session of the graph for ``batch`` windows (giving 4:2:0 planes in ``yuv``'s matrix and
-        range where given), made on first use."""
+        range, and taking them in ``planes_in``'s, where given), made on first use."""
+        key = (batch, yuv, planes_in)
         with self._opening:
-            session = self._sessions.get((batch, yuv))
+            session = self._sessions.get(key)
             if session is not None:
                 return session
             model = type(self._model)()
             model.CopyFrom(self._model)
-            graph = window_graph(model, self._info, batch, yuv)
+            graph = window_graph(model, self._info, batch, yuv, planes_in)
             try:
                 session = ort.InferenceSession(
                     graph.SerializeToString(),
@@ -281,7 +326,7 @@ class DeviceFrames:
                     f"onnxruntime cannot load {self._info.name} with its window made on the device "
                     f"(batch {batch}): {err}; set model.device_frames: false to run it on host-made windows"
                 ) from err
-            self._sessions[(batch, yuv)] = session
+            self._sessions[key] = session
             return session
 
     def transfers(self) -> Transfers:
@@ -317,6 +362,14 @@ class DeviceFrames:
 
     def upload(self, frame: npt.NDArray[np.uint8]) -> ort.OrtValue:
         """One (H, W, 3) uint8 frame, padded to the model's multiple, copied into device memory."""
+        value = self._put(frame)
+        with self._lock:
+            self._uploads += 1
+            self._uploaded += frame.nbytes
+        return value
+
+    def _put(self, frame: npt.NDArray[np.uint8]) -> ort.OrtValue:
+        """A uint8 array (a frame, a plane) copied into device memory, with a batch axis added."""
         shape = (1, *frame.shape)
         if not self.reuse:
             value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(frame[None]), self.device, 0)
@@ -328,17 +381,27 @@ class DeviceFrames:
                 np.copyto(stage, source)
                 source = stage
             value.update_inplace(source)
-        with self._lock:
-            self._uploads += 1
-            self._uploaded += frame.nbytes
         return value
 
-    def run(self, frames: Sequence[ort.OrtValue], strength: float | None = None) -> npt.NDArray[np.uint8]:
+    def upload_planes(
+        self, y: npt.NDArray[np.uint8], u: npt.NDArray[np.uint8], v: npt.NDArray[np.uint8], colour: Colour
+    ) -> DevicePlanes:
+        """A frame's 4:2:0 planes (padded to the model's multiple) copied into device memory: half the
+        bytes of its RGB, made RGB in the graph."""
+        chroma = np.empty((2, *u.shape), np.uint8)
+        chroma[0], chroma[1] = u, v
+        planes = DevicePlanes(self._put(np.ascontiguousarray(y[None])), self._put(chroma), colour)
+        with self._lock:
+            self._uploads += 1
+            self._uploaded += y.nbytes + chroma.nbytes
+        return planes
+
+    def run(self, frames: Sequence[OnDevice], strength: float | None = None) -> npt.NDArray[np.uint8]:
         """The enhanced (H*scale, W*scale, 3) frame of the window of ``frames``, in slot order."""
         return self.run_batch([frames], [strength])[0]
 
     def run_batch(
-        self, windows: Sequence[Sequence[ort.OrtValue]], strengths: Sequence[float | None] | None = None
+        self, windows: Sequence[Sequence[OnDevice]], strengths: Sequence[float | None] | None = None
     ) -> list[npt.NDArray[np.uint8]]:
         """The enhanced (H*scale, W*scale, 3) frame of each of ``windows`` (frames of one size), in one
         call; a model that takes a strength gets ``strengths``, one per window (None: its default)."""
@@ -352,7 +415,7 @@ class DeviceFrames:
 
     def run_batch_yuv(
         self,
-        windows: Sequence[Sequence[ort.OrtValue]],
+        windows: Sequence[Sequence[OnDevice]],
         strengths: Sequence[float | None] | None,
         colour: Colour,
     ) -> list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]]:
@@ -369,7 +432,7 @@ class DeviceFrames:
         return [(y[0, 0], uv[0]) for y, uv in outs]
 
     def _check_steps(
-        self, windows: Sequence[Sequence[ort.OrtValue]], states: Sequence[Sequence[ort.OrtValue]]
+        self, windows: Sequence[Sequence[OnDevice]], states: Sequence[Sequence[ort.OrtValue]]
     ) -> None:
         if not self._info.state:
             raise ModelError(f"model {self._info.name} carries no state: run its windows with run_batch")
@@ -378,8 +441,8 @@ class DeviceFrames:
                 f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
             )
 
-    def _check_even(self, windows: Sequence[Sequence[ort.OrtValue]]) -> None:
-        _, h, w, _ = windows[0][0].shape() if windows and windows[0] else (0, 0, 0, 0)
+    def _check_even(self, windows: Sequence[Sequence[OnDevice]]) -> None:
+        h, w = self._size_of(windows[0][0]) if windows and windows[0] else (0, 0)
         s = self._info.scale
         if (h * s) % 2 or (w * s) % 2:
             raise FrameError(
@@ -388,7 +451,7 @@ class DeviceFrames:
             )
 
     def step(
-        self, frames: Sequence[ort.OrtValue], state: Sequence[ort.OrtValue], strength: float | None = None
+        self, frames: Sequence[OnDevice], state: Sequence[ort.OrtValue], strength: float | None = None
     ) -> tuple[npt.NDArray[np.uint8], tuple[ort.OrtValue, ...]]:
         """A recurrent model's enhanced (H*scale, W*scale, 3) frame of ``frames`` (its T, in slot order)
         and its next state, which stays in device memory: the state read is the last step's output, so
@@ -398,7 +461,7 @@ class DeviceFrames:
 
     def step_batch(
         self,
-        windows: Sequence[Sequence[ort.OrtValue]],
+        windows: Sequence[Sequence[OnDevice]],
         states: Sequence[Sequence[ort.OrtValue]],
         strengths: Sequence[float | None] | None = None,
     ) -> tuple[list[npt.NDArray[np.uint8]], list[tuple[ort.OrtValue, ...]]]:
@@ -410,7 +473,7 @@ class DeviceFrames:
 
     def step_batch_yuv(
         self,
-        windows: Sequence[Sequence[ort.OrtValue]],
+        windows: Sequence[Sequence[OnDevice]],
         states: Sequence[Sequence[ort.OrtValue]],
         strengths: Sequence[float | None] | None,
         colour: Colour,
@@ -423,7 +486,7 @@ class DeviceFrames:
 
     def _call(
         self,
-        windows: Sequence[Sequence[ort.OrtValue]],
+        windows: Sequence[Sequence[OnDevice]],
         states: Sequence[Sequence[ort.OrtValue]] | None,
         strengths: Sequence[float | None] | None,
         yuv: Colour | None = None,
@@ -433,9 +496,9 @@ class DeviceFrames:
         ``states`` each row's next state (onnxruntime allocates them on the device, from its arena on a
         GPU)."""
         rows = len(windows)
-        self._check_window(windows)
+        planes_in = self._check_window(windows)
         batch = batch_size(rows)
-        session = self._session(batch, yuv)
+        session = self._session(batch, yuv, planes_in)
         outs = self._outputs(windows[0][0], batch, yuv is not None)
         names = [
             yuv_outputs(b, batch) if yuv is not None else (frame_output(b, batch),) for b in range(batch)
@@ -445,7 +508,12 @@ class DeviceFrames:
         for b in range(batch):
             row = min(b, rows - 1)
             for k, value in enumerate(windows[row]):
-                binding.bind_ortvalue_input(frame_input(k, b, batch), value)
+                if isinstance(value, DevicePlanes):
+                    y, uv = plane_inputs(frame_input(k, b, batch))
+                    binding.bind_ortvalue_input(y, value.y)
+                    binding.bind_ortvalue_input(uv, value.uv)
+                else:
+                    binding.bind_ortvalue_input(frame_input(k, b, batch), value)
             for name, out in zip(names[b], outs[b], strict=True):
                 self._bind_pixels(binding, name, out)
             if states is not None:
@@ -484,22 +552,39 @@ class DeviceFrames:
             self._uploaded += array.nbytes
         return value
 
-    def _check_window(self, windows: Sequence[Sequence[ort.OrtValue]]) -> None:
+    def _check_window(self, windows: Sequence[Sequence[OnDevice]]) -> Colour | None:
+        """Checks the windows' lengths; returns the colour of the planes they hold, None for RGB (one
+        call takes frames of one kind)."""
         t = self._info.t
         if not windows or any(len(frames) != t for frames in windows):
             raise FrameError(
                 f"model {self._info.name} takes windows of T={t} frames; got {[len(w) for w in windows]}"
             )
+        kinds = {v.colour if isinstance(v, DevicePlanes) else None for frames in windows for v in frames}
+        if len(kinds) > 1:
+            raise FrameError(
+                f"model {self._info.name}: one call takes RGB frames or 4:2:0 planes of one colour; got "
+                f"{sorted(map(str, kinds))}"
+            )
+        return kinds.pop()
 
     @staticmethod
-    def _size(frame: ort.OrtValue) -> str:
-        _, h, w, _ = frame.shape()
+    def _size_of(frame: OnDevice) -> tuple[int, int]:
+        """A frame's height and width, as it lies in device memory (padded)."""
+        if isinstance(frame, DevicePlanes):
+            _, _, h, w = frame.y.shape()
+        else:
+            _, h, w, _ = frame.shape()
+        return h, w
+
+    def _size(self, frame: OnDevice) -> str:
+        h, w = self._size_of(frame)
         return f"{w}x{h}"
 
-    def _outputs(self, frame: ort.OrtValue, batch: int, yuv: bool) -> list[list[npt.NDArray[np.uint8]]]:
+    def _outputs(self, frame: OnDevice, batch: int, yuv: bool) -> list[list[npt.NDArray[np.uint8]]]:
         """Host buffers for ``batch`` output frames of ``frame``'s size (RGB, or its 4:2:0 planes): kept
         ones unless ``reuse`` is off."""
-        _, h, w, _ = frame.shape()
+        h, w = self._size_of(frame)
         h, w = h * self._info.scale, w * self._info.scale
         shapes = [(1, 1, h, w), (1, 2, h // 2, w // 2)] if yuv else [(1, h, w, 3)]
         if not self.reuse:
@@ -549,7 +634,7 @@ class DeviceFrames:
 
     def warm(
         self,
-        frame: ort.OrtValue,
+        frame: OnDevice,
         batch: int,
         state: Sequence[ort.OrtValue] | None = None,
         yuv: Colour | None = None,

@@ -62,11 +62,17 @@ from streamer.backend.base import (
     StateSpec,
     Strengths,
 )
-from streamer.backend.device_frames import DeviceFrames, Transfers, device_of, graph_tools_missing
+from streamer.backend.device_frames import (
+    DeviceFrames,
+    OnDevice,
+    Transfers,
+    device_of,
+    graph_tools_missing,
+)
 from streamer.core.features import FeatureCache
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError, ModelUnavailableError
-from streamer.frame import Colour, Hyperframe, Picture, Pixels, Yuv420
+from streamer.frame import Colour, Frame, Hyperframe, Picture, Pixels, Yuv420
 from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
@@ -171,13 +177,13 @@ class OnnxBackend(Backend):
         profile: Path | None = None,
         provider_options: Mapping[str, Mapping[str, str]] | None = None,
         device_frames: bool | None = None,
-        yuv_output: bool | None = None,
+        yuv420: bool | None = None,
     ) -> None:
         """``profile``: a folder where onnxruntime writes each session's per-operator profile
         (``streamer bench profile``); :meth:`end_profiling` closes them. ``provider_options``: by
         provider name, the options onnxruntime passes it (TensorRT's fp16 and engine cache, say).
         ``device_frames``: a window model's frames kept on the device (:mod:`.device_frames`); None: on
-        a GPU provider. ``yuv_output``: its windows' frames back as 4:2:0 planes (``model.yuv_output``);
+        a GPU provider. ``yuv420``: its windows' frames back as 4:2:0 planes (``model.yuv420``);
         None: on a GPU provider."""
         self.path = Path(path)
         if not self.path.is_file():
@@ -246,14 +252,14 @@ class OnnxBackend(Backend):
                 self._raise_if_out_of_memory,
             )
             self._info = dataclasses.replace(self._info, device_frames=True)
-        planes = yuv_output if yuv_output is not None else device_of(self._info.provider) != "cpu"
-        if yuv_output and self._device is None:
+        planes = yuv420 if yuv420 is not None else device_of(self._info.provider) != "cpu"
+        if yuv420 and self._device is None:
             raise ConfigError(
-                f"model.yuv_output needs the frames on the device; model {self._info.name} runs without "
-                "model.device_frames: set it, or remove model.yuv_output"
+                f"model.yuv420 needs the frames on the device; model {self._info.name} runs without "
+                "model.device_frames: set it, or remove model.yuv420"
             )
         if planes and self._device is not None:
-            self._info = dataclasses.replace(self._info, yuv_output=True)
+            self._info = dataclasses.replace(self._info, yuv420=True)
         logger.info(
             "model %s runs on %s (asked for %s)", self._info.name, self._info.provider, ", ".join(requested)
         )
@@ -341,15 +347,26 @@ class OnnxBackend(Backend):
         run: int,
         cache: FeatureCache[FrameFeatures],
         guard: contextlib.AbstractContextManager[object] | None,
-    ) -> list[ort.OrtValue]:
-        """The window's frames in device memory, uploading those its stream's cache lacks."""
+    ) -> list[OnDevice]:
+        """The window's frames in device memory, uploading those its stream's cache lacks: as their
+        4:2:0 planes where they come as planes and this backend takes them (``model.yuv420``; a window's
+        frames are all planes or all RGB), else as RGB."""
         frames = {f.index: f for f in window.frames}
         with guard if guard is not None else contextlib.nullcontext():
             for index in cache.missing(frames, run):
                 # The cache is the stream's and holds what its model makes per frame: here, device frames.
-                uploaded = device.upload(self._pad_frames(frames[index].pixels[None])[0])
-                cache.put(index, run, cast(FrameFeatures, (uploaded,)))
-            return [cast(ort.OrtValue, cache.get(i)[0]) for i in window.indices]
+                cache.put(index, run, cast(FrameFeatures, (self._upload(device, frames[index]),)))
+            return [cast(OnDevice, cache.get(i)[0]) for i in window.indices]
+
+    def _upload(self, device: DeviceFrames, frame: Frame) -> OnDevice:
+        picture = frame.picture
+        if isinstance(picture, Yuv420) and self._info.yuv420 and self._planes_fit(frame.height, frame.width):
+            m = self._info.pad_multiple
+            ph, pw = -frame.height % m, -frame.width % m
+            y = _pad(picture.y, ((0, ph), (0, pw)))
+            u, v = (_pad(c, ((0, ph // 2), (0, pw // 2))) for c in (picture.u, picture.v))
+            return device.upload_planes(y, u, v, picture.colour)
+        return device.upload(self._pad_frames(frame.pixels[None])[0])
 
     def _cropped(
         self, out: npt.NDArray[np.uint8], window: Hyperframe, crop: tuple[int, int, int, int] | None
@@ -362,7 +379,7 @@ class OnnxBackend(Backend):
     def enhance_cached_batch(self, windows: Sequence[CachedWindow]) -> list[Picture]:
         """With frames on the device, windows of several streams (of one size) in one call: each
         stream's new frames uploaded into its own cache, the windows made and run together, their frames
-        back as 4:2:0 planes where ``model.yuv_output`` is on and the windows allow."""
+        back as 4:2:0 planes where ``model.yuv420`` is on and the windows allow."""
         device = self._device
         if device is None:
             return super().enhance_cached_batch(windows)
@@ -380,7 +397,7 @@ class OnnxBackend(Backend):
         """The colour to make 4:2:0 planes in, where this batch can come down as planes: whole frames
         of an even size, padded and not, all of one stream colour."""
         colour = windows[0].window.colour
-        if not self._info.yuv_output or colour is None:
+        if not self._info.yuv420 or colour is None:
             return None
         target = windows[0].window.target_frame
         if not self._planes_fit(target.height, target.width):
@@ -402,19 +419,33 @@ class OnnxBackend(Backend):
         h, w = height * self._info.scale, width * self._info.scale
         return Yuv420(y[:h, :w], uv[0, : h // 2, : w // 2], uv[1, : h // 2, : w // 2], colour)
 
-    def warm_up(self, width: int, height: int, batch: int = 1, colour: Colour | None = None) -> None:
+    def warm_up(
+        self,
+        width: int,
+        height: int,
+        batch: int = 1,
+        colour: Colour | None = None,
+        planes_in: Colour | None = None,
+    ) -> None:
         """With frames on the device, its graphs too (one per batch size up to ``batch``, making 4:2:0
-        planes in ``colour`` where this backend makes them); a window model's host path as well, which
-        its tiles take."""
+        planes in ``colour`` and, for a window model, taking them in ``planes_in``, where this backend
+        does); a window model's host path as well, which its tiles take."""
         device = self._device
         if device is None or not self._info.state:
             super().warm_up(width, height)
-        if device is not None:
-            m = self._info.pad_multiple
-            frame = np.zeros((height + -height % m, width + -width % m, 3), np.uint8)
-            state = self.state_shapes(1, height, width)
-            planes = colour if self._info.yuv_output and self._planes_fit(height, width) else None
-            device.warm(device.upload(frame), batch, device.zero_state(state) if state else None, planes)
+        if device is None:
+            return
+        m = self._info.pad_multiple
+        hp, wp = height + -height % m, width + -width % m
+        fit = self._info.yuv420 and self._planes_fit(height, width)
+        frame: OnDevice
+        if fit and planes_in is not None and not self._info.state:
+            half = np.zeros((hp // 2, wp // 2), np.uint8)
+            frame = device.upload_planes(np.zeros((hp, wp), np.uint8), half, half, planes_in)
+        else:
+            frame = device.upload(np.zeros((hp, wp, 3), np.uint8))
+        state = self.state_shapes(1, height, width)
+        device.warm(frame, batch, device.zero_state(state) if state else None, colour if fit else None)
 
     @property
     def device_frames(self) -> DeviceFrames | None:
@@ -543,7 +574,7 @@ class OnnxBackend(Backend):
         colour: Colour | None = None,
     ) -> tuple[list[Picture], list[State]]:
         """In one call: with the state on the device, each stream's state is its own row of the batched
-        graph and stays there (and with ``model.yuv_output``, each frame comes down as 4:2:0 planes in
+        graph and stays there (and with ``model.yuv420``, each frame comes down as 4:2:0 planes in
         ``colour`` where given and the size allows); on the host, the states are joined along the batch
         axis and split after."""
         self._check_batch(batch)
@@ -555,7 +586,7 @@ class OnnxBackend(Backend):
         for state in states:
             self._check_state(state, 1, h, w)
         if self._device is not None and self._info.state:
-            planes = colour if self._info.yuv_output and self._planes_fit(h, w) else None
+            planes = colour if self._info.yuv420 and self._planes_fit(h, w) else None
             return self._device_steps(self._device, batch, states, strength, planes)
         if not self._info.state:
             out, made = self.infer(batch, strength), list(states)

@@ -6,9 +6,10 @@ issue's stream count includes both. Each row times one engine on one stream's fr
 runtime runs it: decode is the RTSP source's work (H.264 packets to rgb24 frames, ``to_rgb``), encode
 the RTSP sink's (rgb24 to the encoder's format, ``from_rgb``, then the live output's settings, through
 :func:`streamer.hwcodec.encoder_options`). The row ``libx264 from 4:2:0`` encodes what a model on the
-device hands the encoder with ``model.yuv_output``: 4:2:0 planes, copied into the encoder's frame
-(``yuv_frame``) instead of converted from rgb24. The clip is made here: a moving picture with a sensor's
-noise, through libx264 as a camera sends it (no B-frames, a keyframe a second).
+device hands the encoder with ``model.yuv420``: 4:2:0 planes, copied into the encoder's frame
+(``yuv_frame``) instead of converted from rgb24; the row ``cpu to 4:2:0`` decodes as a source does for
+such a model, each frame's planes taken as they lie (``yuv_of``). The clip is made here: a moving
+picture with a sensor's noise, through libx264 as a camera sends it (no B-frames, a keyframe a second).
 
 Engines: ``cpu`` (libavcodec's H.264 decoder) and ``nvdec`` (FFmpeg's CUDA hwaccel, frames back in host
 memory); ``libx264`` and ``h264_nvenc``. An engine that does not work here is listed with FFmpeg's
@@ -41,7 +42,7 @@ from av.video.stream import VideoStream
 
 from streamer.bench.gpu import gpu_name
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
-from streamer.colour import colour_of, from_rgb, resolve, to_rgb, yuv_frame
+from streamer.colour import colour_of, from_rgb, resolve, to_rgb, yuv_frame, yuv_of
 from streamer.errors import ConfigError
 from streamer.frame import Yuv420
 from streamer.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
@@ -52,7 +53,10 @@ Rounds = Callable[[], tuple[int, float]]
 """One round of an engine's work: the frames it did and the CPU seconds of their rgb24 conversion."""
 
 FROM_PLANES = f"{X264} from 4:2:0"
-"""The encode row of libx264 fed 4:2:0 planes (``model.yuv_output``) rather than rgb24."""
+"""The encode row of libx264 fed 4:2:0 planes (``model.yuv420``) rather than rgb24."""
+TO_PLANES = "cpu to 4:2:0"
+"""The decode row that takes each frame's 4:2:0 planes as they lie (``yuv_of``) rather than rgb24, as
+the sources do for a model that takes planes (``model.yuv420``)."""
 
 LIVE_OUTPUT = {"preset": "ultrafast", "tune": "zerolatency", "bf": "0", "g": "30", "threads": "1"}
 """The RTSP sink's defaults (``sink.preset``, ``tune``, ``gop``), one encoder thread."""
@@ -160,9 +164,10 @@ def _timed(once: Rounds, seconds: float) -> tuple[float, float, float, int]:
 
 
 @contextlib.contextmanager
-def _decoder(clip: bytes, accel: HWAccel | None) -> Iterator[Rounds]:
+def _decoder(clip: bytes, accel: HWAccel | None, planes: bool = False) -> Iterator[Rounds]:
     """Rounds on one decoder kept open, so its set-up (a CUDA decoder's is long) is paid once: each round
-    feeds it the clip's packets again (the clip starts at a keyframe) and converts each frame to rgb24."""
+    feeds it the clip's packets again (the clip starts at a keyframe) and converts each frame to rgb24
+    (with ``planes``, takes its 4:2:0 planes as they lie instead, ``yuv_of``)."""
     with av.open(io.BytesIO(clip), "r", format="h264", hwaccel=accel) as given:
         assert isinstance(given, InputContainer)
         stream = given.streams.video[0]
@@ -175,7 +180,10 @@ def _decoder(clip: bytes, accel: HWAccel | None) -> Iterator[Rounds]:
             for packet in packets:
                 for frame in context.decode(packet):
                     cpu0 = time.process_time()
-                    to_rgb(frame)
+                    if planes:
+                        yuv_of(frame)
+                    else:
+                        to_rgb(frame)
                     converting += time.process_time() - cpu0
                     done += 1
             return done, converting
@@ -216,7 +224,7 @@ def _encoder(
 
 
 def _planes(pixels: npt.NDArray[np.uint8], context: VideoCodecContext) -> Yuv420:
-    """A frame's 4:2:0 planes in the encoder's colour, as ``model.yuv_output`` makes them."""
+    """A frame's 4:2:0 planes in the encoder's colour, as ``model.yuv420`` makes them."""
     colour = resolve(colour_of(context), context.height)
     packed = np.asarray(from_rgb(pixels, context).to_ndarray(), np.uint8)
     h, w = pixels.shape[:2]
@@ -278,6 +286,7 @@ def run_codec_bench(
         rows: list[tuple[str, str, str | None, Callable[[], contextlib.AbstractContextManager[Rounds]]]] = [
             ("decode", "cpu", None, functools.partial(_decoder, clip, None)),
             ("decode", "nvdec", nvdec_why, functools.partial(_decoder, clip, accel)),
+            ("decode", TO_PLANES, None, functools.partial(_decoder, clip, None, True)),
             ("encode", X264, None, functools.partial(_encoder, pixels, X264, fps)),
             ("encode", FROM_PLANES, None, functools.partial(_encoder, pixels, X264, fps, True)),
             ("encode", NVENC, nvenc_why, functools.partial(_encoder, pixels, NVENC, fps)),

@@ -16,7 +16,7 @@ window, and for each provider, precision, frame size and batch, two speeds of th
 - ``frames_fresh``: the same with a fresh host array and device allocation for every frame, as before
   the buffers were kept: what keeping them is worth;
 - ``frames_yuv``: ``frames`` with each frame coming down as the encoder's 4:2:0 planes, made in the
-  graph (``model.yuv_output``, BT.709 tv range): 1.5 bytes a pixel down instead of 3, and the cost of
+  graph (``model.yuv420``, BT.709 tv range): 1.5 bytes a pixel down instead of 3, and the cost of
   the conversion on the device (window models; a recurrent model's steps make them the same way).
 
 A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``

@@ -15,14 +15,16 @@ they would from the whole frame) goes through the model; the other tiles keep th
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from streamer.core.tiling import on_grid
 from streamer.errors import ConfigError
-from streamer.frame import Frame, Hyperframe, Pixels
+from streamer.frame import Frame, Hyperframe, Picture, Yuv420
 
 __all__ = [
     "GateDecision",
@@ -41,21 +43,35 @@ _LUMA = np.array([77, 150, 29], dtype=np.uint16)
 """BT.601 luma weights scaled by 256: Y = (77 R + 150 G + 29 B) >> 8."""
 
 
-def luma_thumbnail(pixels: Pixels, width: int) -> npt.NDArray[np.float32]:
+def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
     """Luma at about ``width`` columns, each sample the mean of a 2x2 spread inside its block.
 
     Sampling a few pixels per block instead of averaging all of them keeps a 1080p frame in tens of
     microseconds, while the 4-sample mean still halves the sensor noise the threshold must ride over.
+    4:2:0 planes give their Y plane, on the same 0..255 scale (tv range stretched), not converted.
     """
-    h, w = pixels.shape[:2]
+    if not isinstance(picture, Yuv420):
+        return _spread_mean(picture, width, lambda sample: (sample @ _LUMA) >> 8)
+    acc = _spread_mean(picture.y, width, lambda sample: sample)
+    if picture.colour.range == 1:  # tv: Y 16..235 stretched to 0..255, as luma from RGB reads
+        acc -= 16.0
+        acc *= 255.0 / 219.0
+    return acc
+
+
+def _spread_mean(
+    image: npt.NDArray[np.uint8],
+    width: int,
+    luma: Callable[[npt.NDArray[np.uint8]], npt.NDArray[Any]],
+) -> npt.NDArray[np.float32]:
+    h, w = image.shape[:2]
     step = max(1, w // max(1, width))
     half = step // 2
     offsets = [(0, 0)] if step == 1 else [(0, 0), (0, half), (half, 0), (half, half)]
     rows, cols = h // step, w // step
     acc = np.zeros((rows, cols), dtype=np.float32)
     for dy, dx in offsets:
-        sample = pixels[dy : dy + rows * step : step, dx : dx + cols * step : step]
-        acc += (sample @ _LUMA) >> 8
+        acc += luma(image[dy : dy + rows * step : step, dx : dx + cols * step : step])
     acc /= len(offsets)
     return acc
 
@@ -209,7 +225,7 @@ class MotionGate:
         thumb = (
             self._thumb(target)
             if self.tile is not None
-            else luma_thumbnail(target.pixels, self.downscale_width)
+            else luma_thumbnail(target.picture, self.downscale_width)
         )
         reference = self._reference
         if reference is None or reference.shape != thumb.shape:
@@ -236,7 +252,7 @@ class MotionGate:
         key = (frame.index, frame.height, frame.width)
         thumb = self._thumbs.get(key)
         if thumb is None:
-            thumb = self._thumbs[key] = luma_thumbnail(frame.pixels, self.downscale_width)
+            thumb = self._thumbs[key] = luma_thumbnail(frame.picture, self.downscale_width)
             while len(self._thumbs) > _THUMBS_KEPT:
                 del self._thumbs[next(iter(self._thumbs))]
         return thumb
@@ -338,11 +354,11 @@ class SceneCutDetector:
         self._previous: npt.NDArray[np.float32] | None = None
         self.cuts = 0
 
-    def is_cut(self, pixels: Pixels) -> bool:
+    def is_cut(self, picture: Picture) -> bool:
         """Whether this frame starts a new scene; the first frame of a stream is not a cut."""
         if self.threshold is None:
             return False
-        thumb = luma_thumbnail(pixels, self.downscale_width)
+        thumb = luma_thumbnail(picture, self.downscale_width)
         previous, self._previous = self._previous, thumb
         if previous is None or previous.shape != thumb.shape:
             return False

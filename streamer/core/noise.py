@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamer.errors import ConfigError
-from streamer.frame import Pixels
+from streamer.frame import Picture, Yuv420
 
 __all__ = ["CROP", "NoiseEstimator", "noise_sigma"]
 
@@ -36,14 +36,20 @@ _LUMA_GAIN = float(np.sqrt(np.sum(_LUMA.astype(np.float64) ** 2)))
 """How much of independent per-channel noise's sigma survives in luma."""
 
 
-def noise_sigma(pixels: Pixels) -> float:
-    """One frame's noise sigma estimate, as per-channel Gaussian noise (0..255 levels)."""
-    h, w = pixels.shape[:2]
+def noise_sigma(picture: Picture) -> float:
+    """One frame's noise sigma estimate, as per-channel Gaussian noise (0..255 levels); 4:2:0 planes
+    are read from their Y plane (tv range stretched to 0..255), not converted."""
+    image = picture.y if isinstance(picture, Yuv420) else picture
+    h, w = image.shape[:2]
     if h < 3 or w < 3:
         raise ConfigError(f"a noise estimate needs a frame of at least 3x3 pixels, got {w}x{h}")
     top, left = max(0, (h - CROP) // 2), max(0, (w - CROP) // 2)
-    crop = pixels[top : top + CROP, left : left + CROP]
-    luma: npt.NDArray[np.float32] = crop.astype(np.float32) @ _LUMA
+    crop = image[top : top + CROP, left : left + CROP].astype(np.float32)
+    luma: npt.NDArray[np.float32]
+    if isinstance(picture, Yuv420):
+        luma = (crop - 16.0) * (255.0 / 219.0) if picture.colour.range == 1 else crop
+    else:
+        luma = crop @ _LUMA
     c = luma[1:-1, 1:-1]
     n, s = luma[:-2, 1:-1], luma[2:, 1:-1]
     west, east = luma[1:-1, :-2], luma[1:-1, 2:]
@@ -70,12 +76,12 @@ class NoiseEstimator:
         """Whether the frame at media time ``now`` (seconds) should be measured."""
         return self._last is None or now - self._last >= self.every_s or now < self._last
 
-    def observe(self, pixels: Pixels, now: float) -> None:
-        """Measures ``pixels`` if an estimate is due at ``now``."""
+    def observe(self, picture: Picture, now: float) -> None:
+        """Measures ``picture`` if an estimate is due at ``now``."""
         if not self.due(now):
             return
         self._last = now
-        self._estimates.append(noise_sigma(pixels))
+        self._estimates.append(noise_sigma(picture))
 
     @property
     def sigma(self) -> float | None:

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 
 from streamer.errors import ConfigError
-from streamer.frame import Frame
+from streamer.frame import Colour, Frame
 
 __all__ = ["EdgePolicy", "OutputPosition", "WindowTask", "Windower"]
 
@@ -85,7 +85,7 @@ class Windower:
         self._start = 0
         self._latest = -1
         self._next = 0
-        self._shape: tuple[int, ...] | None = None
+        self._format: tuple[int, int, Colour | None] | None = None
         self._time: float | None = None
         self.discontinuities = 0
         """Runs ended by a discontinuity (not counting the stream's first run)."""
@@ -125,7 +125,7 @@ class Windower:
             self._run += 1
             self._start = self._next = frame.index
         self._latest = frame.index
-        self._shape = (frame.height, frame.width)
+        self._format = (frame.height, frame.width, frame.planes_colour)
         self._time = frame.time
         tasks.extend(self._emit(final=False))
         return tasks
@@ -135,10 +135,11 @@ class Windower:
         return self._close_run() if self._open else []
 
     def _breaks_run(self, frame: Frame) -> bool:
+        # a new size, or a picture now RGB and now 4:2:0 planes (or planes in another colour)
         if (
             frame.discontinuity
             or frame.index != self._latest + 1
-            or (frame.height, frame.width) != self._shape
+            or (frame.height, frame.width, frame.planes_colour) != self._format
         ):
             return True
         now, before = frame.time, self._time

@@ -31,7 +31,7 @@ from av.video.stream import VideoStream
 
 from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
-from streamer.colour import colour_of, to_rgb
+from streamer.colour import colour_of, to_rgb, yuv_of
 from streamer.core.pacing import LoopTimeline, Pacer
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
@@ -81,7 +81,11 @@ class FileSource(ThreadedSource):
         realtime: bool = False,
         loop: bool = False,
         decode: Decode = "cpu",
+        planes: bool = False,
     ) -> None:
+        """``planes``: frames decoded as yuv420p (or yuvj420p) are handed on as their 4:2:0 planes, as
+        they lie in the decoder's frame, for a model that takes them (``model.yuv420``); others, and
+        any with ``noise_sigma``, as RGB."""
         if max_frames is not None and max_frames < 1:
             raise ConfigError(f"max_frames must be at least 1 or None (the whole file), got {max_frames}")
         if policy is None:
@@ -94,6 +98,7 @@ class FileSource(ThreadedSource):
         self.realtime = realtime
         self.loop = loop
         self._noise = GaussianNoise(noise_sigma, seed)
+        self._planes = planes and noise_sigma == 0
         self._container: InputContainer | None = None
         self._stream: VideoStream | None = None
         self._audio_stream: AudioStream | None = None
@@ -188,15 +193,15 @@ class FileSource(ThreadedSource):
                     av_frame = next(decoded, None)
                     if av_frame is None:
                         break
-                    rgb = to_rgb(av_frame)
+                    planes = yuv_of(av_frame) if self._planes else None
+                    picture = planes if planes is not None else self._noise(to_rgb(av_frame))
                     self._decoded(time.perf_counter() - started)
-                    pixels = self._noise(rgb)
                     seam = timeline.passes > 1 and timeline.frames == 0
                     pts = timeline.place(av_frame.pts, av_frame.duration)
                     if pacer is not None and not self._wait(pacer, pts, index):
                         return
                     yield Frame(
-                        pixels,
+                        picture,
                         index,
                         pts,
                         self._time_base,

@@ -45,7 +45,7 @@ from av.video.frame import VideoFrame
 
 from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
-from streamer.colour import colour_of, to_rgb
+from streamer.colour import colour_of, to_rgb, yuv_of
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import Decode, decoder_hwaccel
@@ -179,8 +179,11 @@ class RtspSource(ThreadedSource):
         capacity: int = 8,
         keep_audio: bool = False,
         decode: Decode = "cpu",
+        planes: bool = False,
     ) -> None:
-        """``decode``: where the video is decoded (``streamer.hwcodec``)."""
+        """``decode``: where the video is decoded (``streamer.hwcodec``). ``planes``: frames decoded
+        as yuv420p (or yuvj420p) are handed on as their 4:2:0 planes, for a model that takes them
+        (``model.yuv420``); others as RGB."""
         check_rtsp_url(url, "RTSP source")
         if transport not in ("tcp", "udp"):
             raise ConfigError(f"RTSP source transport must be 'tcp' or 'udp', got {transport!r}")
@@ -194,6 +197,7 @@ class RtspSource(ThreadedSource):
         check_backoff(backoff_initial_s, backoff_max_s, jitter, max_attempts, "RTSP source")
         super().__init__(stream_id, capacity, DropPolicy.DROP_OLDEST)
         self.url = url
+        self._planes = planes
         self.transport = transport
         self.open_timeout_s = open_timeout_s
         self.read_timeout_s = read_timeout_s
@@ -283,7 +287,8 @@ class RtspSource(ThreadedSource):
             ended = False
             try:
                 for av_frame in self._decode(container, track):
-                    pixels = to_rgb(av_frame)
+                    planes = yuv_of(av_frame) if self._planes else None
+                    pixels = planes if planes is not None else to_rgb(av_frame)
                     self._decoded(time.perf_counter() - self._decode_started)
                     arrival = time.monotonic()
                     with self._lock:

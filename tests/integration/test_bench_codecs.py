@@ -40,7 +40,7 @@ def test_each_engine_is_timed_or_said_unavailable_and_the_streams_follow(tmp_pat
     assert set(rows) == {
         (stage, engine, size)
         for stage, engines in (
-            ("decode", ("cpu", "nvdec")),
+            ("decode", ("cpu", "nvdec", "cpu to 4:2:0")),
             ("encode", ("libx264", "libx264 from 4:2:0", "h264_nvenc")),
         )
         for engine in engines
@@ -71,6 +71,7 @@ def test_each_engine_is_timed_or_said_unavailable_and_the_streams_follow(tmp_pat
     assert cpu["here"] == int(cpu["per_core"] * report["cores"])
     assert "| 64x48 | cpu | libx264 |" in markdown.read_text()
     assert "| 64x48 | cpu | libx264 from 4:2:0 |" in markdown.read_text()
+    assert "| 64x48 | cpu to 4:2:0 | libx264 from 4:2:0 |" in markdown.read_text()
 
 
 @pytest.mark.parametrize(

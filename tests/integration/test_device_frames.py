@@ -36,6 +36,7 @@ from streamer.errors import ConfigError, FrameError
 from streamer.frame import Colour, Frame, Hyperframe, Yuv420
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.scheduler import InferenceScheduler, SchedulerStats
+from streamer.sources.file import FileSource
 from tests.onnx_models import ema_model
 
 FRAMES = 24
@@ -48,7 +49,7 @@ def run(
     device_frames: bool,
     warm_up: bool = False,
     model: Path = DEFAULT_MODEL,
-    yuv_output: bool = False,
+    yuv420: bool = False,
 ) -> tuple[PipelineReport, list[Frame], OnnxBackend]:
     config = load_config(
         None,
@@ -60,10 +61,10 @@ def run(
                 "height": HEIGHT,
                 "noise_sigma": 20.0,
             },
-            "sink": {"kind": "file", "path": str(tmp_path / f"out-{device_frames}-{yuv_output}.mp4")},
+            "sink": {"kind": "file", "path": str(tmp_path / f"out-{device_frames}-{yuv420}.mp4")},
             "model.path": str(model),
             "model.device_frames": device_frames,
-            "model.yuv_output": yuv_output,
+            "model.yuv420": yuv420,
             "model.warm_up": warm_up,
             "gate.enabled": False,
         },
@@ -402,10 +403,10 @@ def test_steps_of_several_streams_in_one_call_carry_each_streams_own_state() -> 
 def test_a_backend_steps_several_streams_in_one_call_each_as_alone(device_frames: bool, yuv: bool) -> None:
     """``OnnxBackend.step_streams``, the call the scheduler batches streams' steps in: on the device
     each state is its own row of the graph, on the host the states are joined and split; either way
-    each stream's frames and next state are what stepping it alone gives. With ``model.yuv_output``
+    each stream's frames and next state are what stepping it alone gives. With ``model.yuv420``
     the frames come down as 4:2:0 planes, within a level of the encoder's conversion of those frames."""
     model = DEFAULT_MODEL.parent / "convlstm_strength.onnx"
-    backend = OnnxBackend(model, device_frames=device_frames, yuv_output=yuv)
+    backend = OnnxBackend(model, device_frames=device_frames, yuv420=yuv)
     colour = Colour(6, 1)
     clips = np.stack([pattern_window(1, 4, WIDTH, HEIGHT, seed=seed)[0] for seed in (5, 6, 7)])
     strengths = [None, 8.0, 25.0]
@@ -455,7 +456,7 @@ def worst_planes(these: Yuv420, those: Yuv420) -> int:
 def test_frames_come_down_as_4_2_0_planes_the_encoder_takes_as_they_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
 ) -> None:
-    """``model.yuv_output``: through the whole file pipeline each enhanced frame (of a window model, or
+    """``model.yuv420``: through the whole file pipeline each enhanced frame (of a window model, or
     a recurrent model's step) comes down as its 4:2:0 planes, within a level of what the encoder's own
     conversion of the RGB path's frame gives, at half the bytes of RGB, and the file sink encodes them
     with no RGB conversion at all."""
@@ -464,9 +465,9 @@ def test_frames_come_down_as_4_2_0_planes_the_encoder_takes_as_they_are(
     converted: list[int] = []
     real = streamer.colour.from_rgb
     monkeypatch.setattr(streamer.colour, "from_rgb", lambda *a: converted.append(1) or real(*a))
-    report, planes, backend = run(tmp_path, device_frames=True, yuv_output=True, model=model)
+    report, planes, backend = run(tmp_path, device_frames=True, yuv420=True, model=model)
     assert not converted  # the sink took every frame's planes
-    host_report, rgb, _ = run(tmp_path, device_frames=True, yuv_output=False, model=model)
+    host_report, rgb, _ = run(tmp_path, device_frames=True, yuv420=False, model=model)
     assert len(converted) == FRAMES  # where RGB came down, the sink converted each frame
     assert report.frames_out == host_report.frames_out == FRAMES
     assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
@@ -483,9 +484,9 @@ def test_frames_come_down_as_4_2_0_planes_the_encoder_takes_as_they_are(
 
 
 def test_warm_up_runs_the_graph_that_makes_planes_before_the_first_frame(tmp_path: Path) -> None:
-    """With ``model.yuv_output``, warm-up runs the planes' graph at each batch size (one on the CPU
+    """With ``model.yuv420``, warm-up runs the planes' graph at each batch size (one on the CPU
     provider) and the RGB graph of one window a probe takes; live frames then come down as planes."""
-    report, planes, backend = run(tmp_path, device_frames=True, warm_up=True, yuv_output=True)
+    report, planes, backend = run(tmp_path, device_frames=True, warm_up=True, yuv420=True)
     assert report.frames_out == FRAMES
     assert all(isinstance(frame.picture, Yuv420) for frame in planes)
     moved = backend.transfers()
@@ -500,8 +501,8 @@ def test_warm_up_runs_the_graph_that_makes_planes_before_the_first_frame(tmp_pat
 def test_planes_of_several_streams_colours_and_a_crop_each_as_asked() -> None:
     """A batch of windows whose frames come down as planes: each what the window alone gives; a crop
     (a region the gate asked for) or a batch of two colours comes down as RGB instead."""
-    backend = OnnxBackend(DEFAULT_MODEL, device_frames=True, yuv_output=True)
-    assert backend.info.yuv_output
+    backend = OnnxBackend(DEFAULT_MODEL, device_frames=True, yuv420=True)
+    assert backend.info.yuv420
     t = backend.info.t
     hd = Colour(1, 2)
 
@@ -524,7 +525,7 @@ def test_planes_of_several_streams_colours_and_a_crop_each_as_asked() -> None:
         assert mine.colour == hd
         assert worst_planes(mine, single) == 0
         assert (mine.height, mine.width) == (HEIGHT, WIDTH)
-    rgb = OnnxBackend(DEFAULT_MODEL, device_frames=True, yuv_output=False)
+    rgb = OnnxBackend(DEFAULT_MODEL, device_frames=True, yuv420=False)
     plain = rgb.enhance_cached_batch([window(0, hd)])[0]
     assert isinstance(plain, np.ndarray)
     target = Frame(plain, 0, 0, Fraction(1, 30), 0.0)
@@ -537,8 +538,93 @@ def test_planes_of_several_streams_colours_and_a_crop_each_as_asked() -> None:
     assert part.shape == (32, 48, 3)
 
 
-def test_yuv_output_without_frames_on_the_device_is_refused_and_off_on_the_cpu_by_default() -> None:
+def test_yuv420_without_frames_on_the_device_is_refused_and_off_on_the_cpu_by_default() -> None:
     with pytest.raises(ConfigError, match=r"model conv3d_t5 runs without model.device_frames: set it, or"):
-        OnnxBackend(DEFAULT_MODEL, device_frames=False, yuv_output=True)
-    assert OnnxBackend(CONVLSTM, device_frames=True, yuv_output=True).info.yuv_output
-    assert not OnnxBackend(DEFAULT_MODEL, device_frames=True).info.yuv_output  # off on the CPU provider
+        OnnxBackend(DEFAULT_MODEL, device_frames=False, yuv420=True)
+    assert OnnxBackend(CONVLSTM, device_frames=True, yuv420=True).info.yuv420
+    assert not OnnxBackend(DEFAULT_MODEL, device_frames=True).info.yuv420  # off on the CPU provider
+
+
+def camera_file(path: Path) -> Path:
+    """A yuv420p H.264 file of noisy moving frames, as a camera records them."""
+    clip = pattern_window(1, FRAMES, WIDTH, HEIGHT, seed=9)[0].transpose(0, 2, 3, 1)
+    with av.open(str(path), "w") as written:
+        stream = written.add_stream("libx264", rate=30)
+        assert isinstance(stream, av.video.stream.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        for k, pixels in enumerate(clip):
+            made = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
+            made.pts = k
+            written.mux(stream.encode(made))
+        written.mux(stream.encode(None))
+    return path
+
+
+def test_decoded_planes_go_up_as_they_are_and_come_down_as_planes(tmp_path: Path) -> None:
+    """``model.yuv420`` end to end on a file source: each decoded frame is handed on as its 4:2:0 planes
+    (no RGB conversion in the source), goes up at 1.5 bytes a pixel and is made RGB in the graph, and
+    comes down as planes; the frames within a few levels of the RGB path's (swscale's fixed-point
+    conversion against the graph's exact one)."""
+    source = camera_file(tmp_path / "camera.mp4")
+
+    def run_file(yuv: bool) -> tuple[list[Frame], list[Frame], OnnxBackend]:
+        config = load_config(
+            None,
+            {
+                "source": {"kind": "file", "path": str(source)},
+                "sink": {"kind": "file", "path": str(tmp_path / f"out-{yuv}.mp4")},
+                "model.device_frames": True,
+                "model.yuv420": yuv,
+                "gate.enabled": False,
+            },
+        )
+        taken: list[Frame] = []
+        given: list[Frame] = []
+
+        def output(source: Frame, frame: Frame, outcome: Outcome) -> None:
+            taken.append(source)
+            given.append(frame)
+
+        pipeline = build_pipeline(config, on_output=output)
+        report = asyncio.run(pipeline.run())
+        assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
+        backend = pipeline.backend
+        assert isinstance(backend, OnnxBackend)
+        return taken, given, backend
+
+    taken, planes, backend = run_file(True)
+    _, rgb, _ = run_file(False)
+    assert all(isinstance(frame.picture, Yuv420) for frame in taken)
+    moved = backend.transfers()
+    assert moved is not None
+    assert (moved.uploads, moved.uploaded_bytes) == (FRAMES, FRAMES * WIDTH * HEIGHT * 3 // 2)
+    worst, mean = 0, 0.0
+    for mine, theirs in zip(planes, rgb, strict=True):
+        assert isinstance(mine.picture, Yuv420)
+        made = encoder_planes(theirs, mine.picture.colour)
+        for a, b in ((mine.picture.y, made.y), (mine.picture.u, made.u), (mine.picture.v, made.v)):
+            difference = np.abs(a.astype(np.int16) - b)
+            worst, mean = max(worst, int(difference.max())), max(mean, float(difference.mean()))
+    assert worst <= 4  # measured: 3, and 1.11 on average in the plane that differs most
+    assert mean < 1.5
+
+
+def test_a_file_source_hands_on_planes_only_where_asked_and_never_with_added_noise(tmp_path: Path) -> None:
+    source = camera_file(tmp_path / "camera.mp4")
+
+    def first(planes: bool = False, noise_sigma: float = 0.0) -> Frame:
+        async def read() -> Frame:
+            reader = FileSource(source, max_frames=1, planes=planes, noise_sigma=noise_sigma)
+            await reader.open()
+            try:
+                return await reader.recv()
+            finally:
+                await reader.aclose()
+
+        return asyncio.run(read())
+
+    planes = first(planes=True)
+    assert isinstance(planes.picture, Yuv420)
+    assert planes.picture.colour == Colour(6, 1)
+    assert isinstance(first().picture, np.ndarray)
+    assert isinstance(first(planes=True, noise_sigma=10.0).picture, np.ndarray)

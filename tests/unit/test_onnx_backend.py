@@ -395,7 +395,7 @@ def test_the_cpu_provider_runs_two_calls_at_once_with_the_cores_split_unless_tol
         workers: int,
         declared: object,
         device_frames: object,
-        yuv_output: object,
+        yuv420: object,
         provider_options: object,
     ) -> str:
         made.append((workers, threads))

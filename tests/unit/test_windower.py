@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower, WindowTask
 from streamer.errors import ConfigError
-from streamer.frame import Frame
+from streamer.frame import Colour, Frame, Yuv420
 from tests.factories import make_frame
 
 BREAKS = ("none", "flag", "gap", "resize", "pts_back", "pts_jump")
@@ -136,6 +136,27 @@ def test_discontinuity_flushes_the_run_with_edge_padding() -> None:
     assert [(task.target, task.indices, task.run) for task in tasks] == [(1, (0, 1, 1), 0)]
     assert windower.flush()[0].indices == (2, 2, 2)
     assert windower.discontinuities == 1
+
+
+def test_frames_turning_from_rgb_to_planes_or_to_planes_of_another_colour_start_a_new_run() -> None:
+    """A window's frames are all RGB or all 4:2:0 planes of one colour (a model on the device takes
+    one kind per call): a source whose frames change kind ends the run, as a size change does."""
+
+    def planes(index: int, colour: Colour) -> Frame:
+        y = np.zeros((8, 8), np.uint8)
+        half = np.zeros((4, 4), np.uint8)
+        rgb = make_frame(index, size=(8, 8))
+        return rgb.with_pixels(Yuv420(y, half, half.copy(), colour))
+
+    windower = Windower(3, position=OutputPosition.CENTER)
+    windower.push(make_frame(0, size=(8, 8)))
+    windower.push(make_frame(1, size=(8, 8)))
+    tasks = windower.push(planes(2, Colour(6, 1)))
+    assert [(task.indices, task.run) for task in tasks] == [((0, 1, 1), 0)]
+    windower.push(planes(3, Colour(6, 1)))
+    tasks = windower.push(planes(4, Colour(1, 1)))
+    assert [(task.indices, task.run) for task in tasks] == [((2, 3, 3), 1)]
+    assert windower.discontinuities == 2
 
 
 def test_missing_pts_never_breaks_a_run() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 from fractions import Fraction
 
 import av
@@ -12,11 +13,14 @@ import pytest
 from av.video.codeccontext import VideoCodecContext
 from onnx import TensorProto, helper
 
-from streamer.colour import encoder_frame, from_rgb, resolve, rgb_frame, tag, to_rgb, yuv_frame
+from streamer.bench.codecs import camera_clip
+from streamer.colour import encoder_frame, from_rgb, resolve, rgb_frame, tag, to_rgb, yuv_frame, yuv_of
+from streamer.core.gate import luma_thumbnail
+from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError, FrameError
 from streamer.frame import Colour, Frame, Yuv420
 from streamer.webrtc.playback import FrameHub
-from streamer.yuv import i420_nodes, matrices
+from streamer.yuv import i420_nodes, matrices, rgb_nodes
 
 HEIGHT, WIDTH = 48, 80
 
@@ -153,3 +157,77 @@ def test_a_whep_player_gets_bt601_planes_as_they_are_and_others_through_rgb() ->
     sent_hd = asyncio.run(play(hd_frame))
     expected = rgb_frame(hd_frame.pixels).reformat(format="yuv420p").to_ndarray()
     assert np.array_equal(sent_hd.to_ndarray(), expected)
+
+
+def test_a_decoded_frames_planes_are_taken_as_they_lie_with_its_colour() -> None:
+    """``yuv_of``: a decoded yuv420p frame's planes, views of its own buffers (no copy), read as its
+    tags say (yuvj420p: pc range); other formats and odd sizes give None."""
+    clip, _ = camera_clip(WIDTH, HEIGHT, frames=2, fps=30)
+    with av.open(io.BytesIO(clip), "r", format="h264") as given:
+        decoded = next(given.decode(video=0))
+        planes = yuv_of(decoded)
+        assert planes is not None
+        flat = np.asarray(decoded.to_ndarray(), np.uint8)
+        assert np.array_equal(planes.y, flat[:HEIGHT])
+        chroma = flat[HEIGHT:].reshape(2, HEIGHT // 2, WIDTH // 2)
+        assert np.array_equal(planes.u, chroma[0])
+        assert np.array_equal(planes.v, chroma[1])
+        assert planes.colour == Colour(6, 1)  # untagged, under 720 lines: BT.601 tv
+        assert planes.y.base is not None  # a view of the frame's own memory
+    full = decoded.reformat(format="yuvj420p")
+    taken = yuv_of(full)
+    assert taken is not None
+    assert taken.colour.range == 2
+    assert yuv_of(decoded.reformat(format="rgb24")) is None
+    assert yuv_of(decoded.reformat(width=WIDTH - 2, height=HEIGHT - 1)) is None
+
+
+@pytest.mark.parametrize(
+    "colour",
+    [Colour(6, 1), Colour(1, 1), Colour(1, 2), Colour(9, 1)],
+    ids=["bt601-tv", "bt709-tv", "bt709-pc", "bt2020-tv"],
+)
+def test_planes_made_rgb_in_a_graph_read_as_swscale_reads_them_within_three_levels(colour: Colour) -> None:
+    """The graph a model that takes planes starts with: each chroma sample for its 2x2 block and the
+    exact matrix, against swscale's fixed-point tables (what a source's ``to_rgb`` gives)."""
+    rng = np.random.default_rng(3)
+    lo, hi = (16, 236) if colour.range == 1 else (0, 256)
+    y = rng.integers(lo, hi, (HEIGHT, WIDTH), dtype=np.uint8)
+    u, v = (rng.integers(lo, hi, (HEIGHT // 2, WIDTH // 2), dtype=np.uint8) for _ in range(2))
+    planes = Yuv420(y, u, v, colour)
+    nodes, consts = rgb_nodes("y", "uv", colour, "rgb")
+    graph = helper.make_graph(
+        nodes,
+        "planes_to_rgb",
+        [
+            helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 1, "H", "W"]),
+            helper.make_tensor_value_info("uv", TensorProto.UINT8, [1, 2, "H2", "W2"]),
+        ],
+        [helper.make_tensor_value_info("rgb", TensorProto.UINT8, None)],
+        consts,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (rgb,) = session.run(None, {"y": y[None, None], "uv": np.stack([u, v])[None]})
+    reference = to_rgb(yuv_frame(planes)).astype(np.int16)
+    difference = np.abs(rgb[0].astype(np.int16) - reference)
+    assert rgb.shape == (1, HEIGHT, WIDTH, 3)
+    assert int(difference.max()) <= 3
+    assert float(difference.mean()) < 1.0
+
+
+def test_the_gate_and_the_noise_estimate_read_planes_luma_as_they_read_rgbs() -> None:
+    """Planes are not converted for the gate's thumbnails or the noise estimate: their Y plane, tv
+    range stretched, reads within 3 levels of the RGB's luma, and the same noise."""
+    clip, _ = camera_clip(320, 192, frames=1, fps=30)
+    with av.open(io.BytesIO(clip), "r", format="h264") as given:
+        decoded = next(given.decode(video=0))
+    planes, rgb = yuv_of(decoded), to_rgb(decoded)
+    assert planes is not None
+    thumbs = luma_thumbnail(planes, 64), luma_thumbnail(rgb, 64)
+    assert thumbs[0].shape == thumbs[1].shape == (38, 64)
+    assert float(np.abs(thumbs[0] - thumbs[1]).max()) < 3.0
+    noisy = np.clip(rgb + np.random.default_rng(1).normal(0, 10, rgb.shape), 0, 255).astype(np.uint8)
+    noisy_planes = yuv_of(av.VideoFrame.from_ndarray(noisy, format="rgb24").reformat(format="yuv420p"))
+    assert noisy_planes is not None
+    assert noise_sigma(noisy_planes) == pytest.approx(noise_sigma(noisy), rel=0.05)
