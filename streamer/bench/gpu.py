@@ -15,9 +15,9 @@ window, and for each provider, precision, frame size and batch, two speeds of th
   memory (``streamer.backend.host_buffers``);
 - ``frames_fresh``: the same with a fresh host array and device allocation for every frame, as before
   the buffers were kept: what keeping them is worth;
-- ``frames_yuv``: ``frames`` with each frame coming down as the encoder's 4:2:0 planes, made in the
-  graph (``model.yuv420``, BT.709 tv range): 1.5 bytes a pixel down instead of 3, and the cost of
-  the conversion on the device (window models; a recurrent model's steps make them the same way).
+- ``frames_yuv``: ``frames`` with each frame going up and coming down as 4:2:0 planes, converted to
+  and from RGB in the graph (``model.yuv420``, BT.709 tv range): 1.5 bytes a pixel each way instead of
+  3, and the cost of the conversions on the device (window models).
 
 A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``
 keeps it on the device both ways; ``host`` sends it up and brings it down with every call, as
@@ -53,12 +53,13 @@ import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import STRENGTH
-from streamer.backend.device_frames import DeviceFrames, device_of
+from streamer.backend.device_frames import DeviceFrames, OnDevice, device_of
 from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
 from streamer.errors import ConfigError, StreamerError
 from streamer.frame import Colour
+from streamer.yuv import matrices
 
 __all__ = ["GpuReport", "Parity", "Speed", "on_device", "run_gpu_bench"]
 
@@ -241,15 +242,21 @@ def _window_steps(
     backend: OnnxBackend, device: DeviceFrames, size: tuple[int, int], batch: int, yuv: bool = False
 ) -> Callable[[], None]:
     """One output frame for each of ``batch`` streams: each uploads its new frame into its ring of the
-    last T and the B windows run in one call (their frames back as 4:2:0 planes with ``yuv``)."""
+    last T and the B windows run in one call (with ``yuv``, the frames going up and coming down as
+    4:2:0 planes, as ``model.yuv420`` has them)."""
     t = backend.info.t
     frames = np.ascontiguousarray(pattern_window(1, t + 1, *size, seed=0)[0].transpose(0, 2, 3, 1))
-    rings = [[device.upload(f) for f in frames[:t]] for _ in range(batch)]
+    planes = [_planes(frame) for frame in frames] if yuv else []
+
+    def up(k: int) -> OnDevice:
+        return device.upload_planes(*planes[k], HD_TV) if yuv else device.upload(frames[k])
+
+    rings = [[up(k) for k in range(t)] for _ in range(batch)]
     fresh = iter(range(10**12))
 
     def step() -> None:
         for ring in rings:
-            ring.append(device.upload(frames[next(fresh) % len(frames)]))
+            ring.append(up(next(fresh) % len(frames)))
             del ring[0]
         if yuv:
             device.run_batch_yuv(rings, None, HD_TV)
@@ -257,6 +264,23 @@ def _window_steps(
             device.run_batch(rings)
 
     return step
+
+
+def _planes(
+    frame: npt.NDArray[np.uint8],
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
+    """A frame's 4:2:0 planes in BT.709 tv range, made with numpy (this module runs without PyAV)."""
+    luma, chroma, offset = matrices(HD_TV)
+    rgb = frame.astype(np.float32)
+    y = rgb @ luma.astype(np.float32) + offset
+    h, w = frame.shape[:2]
+    means = rgb.reshape(h // 2, 2, w // 2, 2, 3).mean(axis=(1, 3))
+    u, v = np.moveaxis(means @ chroma.T.astype(np.float32) + 128.0, -1, 0)
+
+    def level(plane: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+        return np.clip(np.rint(plane), 0, 255).astype(np.uint8)
+
+    return level(y), level(u), level(v)
 
 
 def _recurrent_steps(
@@ -312,8 +336,8 @@ def _speed_row(
                 median, cpu, runs, first = _timed(step, batch, seconds, 3)
             finally:
                 device.reuse = True
-            down = 1.5 if path == "frames_yuv" else 3
-            moved = 0 if provider == CPU else int(height * width * (3 + down * info.scale**2))
+            per_pixel = 1.5 if path == "frames_yuv" else 3
+            moved = 0 if provider == CPU else int(height * width * per_pixel * (1 + info.scale**2))
         else:
             median, cpu, runs, first = _timed(lambda: backend.infer(window), batch, seconds, 3)
             up = backend.model_input(window[:1]).nbytes
