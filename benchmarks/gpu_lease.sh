@@ -30,7 +30,7 @@ step() {  # name, seconds, command...
 }
 
 # 1. The default model: kept, page-locked buffers (frames) against fresh ones (frames_fresh), and
-#    frames down as the encoder's 4:2:0 planes (frames_yuv), batched.
+#    frames up and down as 4:2:0 planes (frames_yuv), batched.
 step gpu 200 python3 -m streamer.bench gpu --providers TensorrtExecutionProvider,CUDAExecutionProvider \
     --precisions fp16 --io uint8 --sizes 1280x720,1920x1080 --batches 1,8,16 --seconds 1 --budget-s 170 \
     --json "$OUT/gpu.json" --markdown "$OUT/gpu.md"
