@@ -157,8 +157,9 @@ class ModelInfo:
     (``streamer.backend.device_frames``): windows go through ``enhance_cached`` like a streaming
     model's, with the frames in the cache. A recurrent model's steps keep its state there."""
     yuv420: bool = False
-    """Windows kept on the device come back as 4:2:0 planes in their stream's encoder colour
-    (``model.yuv420``; ``Hyperframe.colour`` says which), made on the device."""
+    """Frames kept on the device go up as 4:2:0 planes where they come as planes, and come back as
+    planes in their stream's encoder colour (``model.yuv420``; ``Hyperframe.colour`` says which),
+    converted to and from RGB on the device."""
     strength: bool = False
     """The model takes a ``strength`` input: per window, the noise sigma (0..255 levels) to remove
     (``model.strength`` sets it per stream: a number, or auto from the stream's noise estimate)."""

@@ -183,7 +183,7 @@ class OnnxBackend(Backend):
         (``streamer bench profile``); :meth:`end_profiling` closes them. ``provider_options``: by
         provider name, the options onnxruntime passes it (TensorRT's fp16 and engine cache, say).
         ``device_frames``: a window model's frames kept on the device (:mod:`.device_frames`); None: on
-        a GPU provider. ``yuv420``: its windows' frames back as 4:2:0 planes (``model.yuv420``);
+        a GPU provider. ``yuv420``: frames to and from the device as 4:2:0 planes (``model.yuv420``);
         None: on a GPU provider."""
         self.path = Path(path)
         if not self.path.is_file():
