@@ -129,17 +129,25 @@ def inside(plane: np.ndarray, patch: int) -> np.ndarray:
     return plane[keep].astype(np.int16)
 
 
-def check_same_yuv(got: Planes, want: Planes) -> None:
-    """Inside the patches, each plane within TOLERANCE everywhere and BIAS on average."""
+def check_same_yuv(got: Planes, want: Planes, tolerance: int = TOLERANCE, bias: float = BIAS) -> None:
+    """Inside the patches, each plane within ``tolerance`` everywhere and ``bias`` on average."""
     for name, a, b, side in zip("YUV", got, want, (PATCH, PATCH // 2, PATCH // 2), strict=True):
         diff = inside(a, side) - inside(b, side)
-        assert np.abs(diff).max() <= TOLERANCE, f"{name} differs by up to {np.abs(diff).max()} levels"
-        assert abs(diff.mean()) <= BIAS, f"{name} is shifted by {diff.mean():.2f} levels on average"
+        assert np.abs(diff).max() <= tolerance, f"{name} differs by up to {np.abs(diff).max()} levels"
+        assert abs(diff.mean()) <= bias, f"{name} is shifted by {diff.mean():.2f} levels on average"
 
 
-def identity(source: FileSource | RtspSource, sink: FileSink | RtspSink) -> Pipeline:
-    """The temporal filter averages a window of identical frames: the frame itself."""
-    return Pipeline(source, sink, OnnxBackend(TEMPORAL_FILTER, threads=1), Windower(5))
+PLANES_TOLERANCE, PLANES_BIAS = TOLERANCE + 1, 0.5
+"""With the frames kept as planes (``model.yuv420``) the decoder's planes reach the encoder unchanged
+(the graph's round trip is exact on these patches) and nothing truncates, so the mean holds to 0.5; the
+output's own x264 encode still moves a V sample by up to 4 levels in the 720p clip (3 through RGB)."""
+
+
+def identity(source: FileSource | RtspSource, sink: FileSink | RtspSink, planes: bool = False) -> Pipeline:
+    """The temporal filter averages a window of identical frames: the frame itself. With ``planes``,
+    on frames kept on the device as 4:2:0 planes both ways (``model.yuv420``)."""
+    backend = OnnxBackend(TEMPORAL_FILTER, threads=1, device_frames=planes, yuv420=planes or None)
+    return Pipeline(source, sink, backend, Windower(5))
 
 
 @pytest.mark.parametrize(
@@ -152,22 +160,32 @@ def identity(source: FileSource | RtspSource, sink: FileSink | RtspSink) -> Pipe
         pytest.param((1280, 720), 1, False, UNTAGGED, Colour(matrix=1, range=1), id="untagged-hd"),
     ],
 )
+@pytest.mark.parametrize("planes", [False, True], ids=["rgb", "planes"])
 def test_identity_model_keeps_the_files_yuv_and_colour_tags(
-    tmp_path: Path, size: tuple[int, int], made_with: int, full: bool, tagged: Colour, written: Colour
+    tmp_path: Path,
+    size: tuple[int, int],
+    made_with: int,
+    full: bool,
+    tagged: Colour,
+    written: Colour,
+    planes: bool,
 ) -> None:
+    """Through RGB, and with the frames kept 4:2:0 planes from decoder to encoder, converted in the
+    model's graph: the same YUV and tags out as in."""
     want = patches(*size, made_with, full)
-    source = FileSource(write_clip(tmp_path / "in.mp4", want, tagged))
+    source = FileSource(write_clip(tmp_path / "in.mp4", want, tagged), planes=planes)
     out = tmp_path / "out.mp4"
 
-    report = asyncio.run(identity(source, FileSink(out)).run())
+    report = asyncio.run(identity(source, FileSink(out), planes).run())
 
     assert source.info.colour == tagged
     assert report.frames_out == FRAMES
     tags, frames = read_yuv(out)
     assert tags == written
     assert len(frames) == FRAMES
+    tolerance, bias = (PLANES_TOLERANCE, PLANES_BIAS) if planes else (TOLERANCE, BIAS)
     for got in frames:
-        check_same_yuv(got, want)
+        check_same_yuv(got, want, tolerance, bias)
 
 
 def publish(url: str, planes: Planes, colour: Colour, stop: threading.Event, fps: int = 30) -> None:
@@ -197,11 +215,12 @@ def play(url: str, frames: int) -> Iterator[tuple[Colour, Planes]]:
                 return
 
 
-def test_rtsp_keeps_a_cameras_bt709_tv_yuv_and_tags(rtsp_server: RtspServer) -> None:
+@pytest.mark.parametrize("planes", [False, True], ids=["rgb", "planes"])
+def test_rtsp_keeps_a_cameras_bt709_tv_yuv_and_tags(rtsp_server: RtspServer, planes: bool) -> None:
     want = patches(256, 144, 1, False)
-    source = RtspSource(rtsp_server.url("cam"))
+    source = RtspSource(rtsp_server.url("cam"), planes=planes)
     sink = RtspSink(rtsp_server.publish_url("out"), bitrate=4_000_000, gop=15)
-    pipeline = identity(source, sink)
+    pipeline = identity(source, sink, planes)
     played: list[tuple[Colour, Planes]] = []
     stop = threading.Event()
 
@@ -232,6 +251,7 @@ def test_rtsp_keeps_a_cameras_bt709_tv_yuv_and_tags(rtsp_server: RtspServer) -> 
 
     assert source.info.colour == BT709_TV
     assert len(played) == FRAMES
+    tolerance, bias = (PLANES_TOLERANCE, PLANES_BIAS) if planes else (TOLERANCE, BIAS)
     for tags, got in played:
         assert tags == BT709_TV
-        check_same_yuv(got, want)
+        check_same_yuv(got, want, tolerance, bias)
