@@ -99,8 +99,8 @@ def from_rgb(pixels: Pixels, codec: VideoCodecContext) -> VideoFrame:
 
 def yuv_of(frame: VideoFrame, unstated: int | None = None) -> Yuv420 | None:
     """A decoded yuv420p (or yuvj420p) frame's planes as they lie in it, views and no copy, with its
-    matrix and range (:func:`resolve`d): what a model that takes planes would be handed instead of
-    :func:`to_rgb`'s conversion. None for other formats and odd sizes."""
+    matrix and range (:func:`resolve`d): what a source hands a model that takes planes
+    (``model.yuv420``) instead of :func:`to_rgb`'s conversion. None for other formats and odd sizes."""
     if frame.format.name not in ("yuv420p", "yuvj420p") or frame.width % 2 or frame.height % 2:
         return None
     h, w = frame.height, frame.width

@@ -38,9 +38,10 @@ class Colour:
 
 @dataclass(frozen=True, slots=True)
 class Yuv420:
-    """A picture as 4:2:0 planes (an H.264 encoder's own format), in ``colour``'s matrix and range:
-    what a model on the device hands an encoder, so the host does not convert RGB to YUV (at 1080p,
-    half of libx264's host time per frame). The planes may be views of larger buffers."""
+    """A picture as 4:2:0 planes (an H.264 decoder's and encoder's own format), in ``colour``'s matrix
+    and range: what a decoder hands a model on the device and the model hands an encoder
+    (``model.yuv420``), so the host converts nothing between RGB and YUV (at 1080p, half of libx264's
+    host time per frame). The planes may be views of larger buffers (a decoder's frame, padding)."""
 
     y: npt.NDArray[np.uint8]
     """(H, W), H and W even."""
@@ -80,7 +81,7 @@ class Yuv420:
 
 
 Picture = Pixels | Yuv420
-"""A frame's picture: RGB, or the 4:2:0 planes a model on the device made for the encoder."""
+"""A frame's picture: RGB, or 4:2:0 planes (a decoder's, or those a model on the device made)."""
 
 
 @dataclass(frozen=True, slots=True)
