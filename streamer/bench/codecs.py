@@ -42,7 +42,7 @@ from av.video.stream import VideoStream
 
 from streamer.bench.gpu import gpu_name
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
-from streamer.colour import colour_of, from_rgb, resolve, to_rgb, yuv_frame, yuv_of
+from streamer.colour import from_rgb, to_rgb, yuv_frame, yuv_of
 from streamer.errors import ConfigError
 from streamer.frame import Yuv420
 from streamer.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
@@ -225,11 +225,10 @@ def _encoder(
 
 def _planes(pixels: npt.NDArray[np.uint8], context: VideoCodecContext) -> Yuv420:
     """A frame's 4:2:0 planes in the encoder's colour, as ``model.yuv420`` makes them."""
-    colour = resolve(colour_of(context), context.height)
-    packed = np.asarray(from_rgb(pixels, context).to_ndarray(), np.uint8)
-    h, w = pixels.shape[:2]
-    chroma = packed[h:].reshape(2, h // 2, w // 2)
-    return Yuv420(packed[:h], chroma[0], chroma[1], colour)
+    planes = yuv_of(from_rgb(pixels, context))  # the converted frame is tagged with that colour
+    if planes is None:
+        raise ConfigError(f"4:2:0 planes need an even frame size; got {pixels.shape[1]}x{pixels.shape[0]}")
+    return planes
 
 
 def _row(

@@ -29,7 +29,7 @@ from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import CachedWindow, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.gpu import pattern_window
-from streamer.colour import from_rgb, tag
+from streamer.colour import from_rgb, tag, yuv_of
 from streamer.config import load_config
 from streamer.core.features import FeatureCache
 from streamer.errors import ConfigError, FrameError
@@ -337,7 +337,7 @@ import json, resource, numpy as np
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import CachedWindow, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
-from streamer.colour import from_rgb, tag
+from streamer.colour import from_rgb, tag, yuv_of
 from streamer.core.features import FeatureCache
 from streamer.errors import ModelUnavailableError
 backend = OnnxBackend(DEFAULT_MODEL, threads=1, device_frames=True)
@@ -439,10 +439,9 @@ def encoder_planes(frame: Frame, colour: Colour) -> Yuv420:
     assert isinstance(context, VideoCodecContext)
     context.width, context.height, context.pix_fmt = frame.width, frame.height, "yuv420p"
     tag(context, colour)
-    flat = np.asarray(from_rgb(frame.pixels, context).to_ndarray(), np.uint8)
-    h, w = frame.height, frame.width
-    chroma = flat[h:].reshape(2, h // 2, w // 2)
-    return Yuv420(flat[:h], chroma[0], chroma[1], colour)
+    planes = yuv_of(from_rgb(frame.pixels, context))
+    assert planes is not None
+    return planes
 
 
 def worst_planes(these: Yuv420, those: Yuv420) -> int:

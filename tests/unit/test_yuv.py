@@ -43,10 +43,9 @@ def encoder(colour: Colour) -> VideoCodecContext:
 
 def swscale_planes(rgb: np.ndarray, colour: Colour) -> Yuv420:
     """rgb24 to yuv420p through swscale, as an encoder tagged ``colour`` and fed RGB converts it."""
-    flat = np.asarray(from_rgb(rgb, encoder(colour)).to_ndarray(), np.uint8)
-    h, w = rgb.shape[:2]
-    chroma = flat[h:].reshape(2, h // 2, w // 2)
-    return Yuv420(flat[:h], chroma[0], chroma[1], colour)
+    planes = yuv_of(from_rgb(rgb, encoder(colour)))
+    assert planes is not None
+    return planes
 
 
 def graph_planes(rgb: np.ndarray, colour: Colour) -> tuple[np.ndarray, np.ndarray]:
