@@ -97,11 +97,16 @@ def from_rgb(pixels: Pixels, codec: VideoCodecContext) -> VideoFrame:
     )
 
 
+def planes_fit(pix_fmt: str | None, width: int, height: int) -> bool:
+    """Whether decoded frames of this format and size hand on as 4:2:0 planes (:func:`yuv_of`)."""
+    return pix_fmt in ("yuv420p", "yuvj420p") and not (width % 2 or height % 2)
+
+
 def yuv_of(frame: VideoFrame, unstated: int | None = None) -> Yuv420 | None:
     """A decoded yuv420p (or yuvj420p) frame's planes as they lie in it, views and no copy, with its
     matrix and range (:func:`resolve`d): what a source hands a model that takes planes
     (``model.yuv420``) instead of :func:`to_rgb`'s conversion. None for other formats and odd sizes."""
-    if frame.format.name not in ("yuv420p", "yuvj420p") or frame.width % 2 or frame.height % 2:
+    if not planes_fit(frame.format.name, frame.width, frame.height):
         return None
     h, w = frame.height, frame.width
     sizes = ((h, w), (h // 2, w // 2), (h // 2, w // 2))

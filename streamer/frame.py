@@ -103,6 +103,9 @@ class StreamInfo:
     as coded, and a file sink writes the same rotation."""
     tags: tuple[tuple[str, str], ...] = ()
     """A file's container metadata to carry over (``streamer.metadata.kept_tags``)."""
+    planes: bool = False
+    """The source hands on its frames as 4:2:0 planes (asked for, and its decoder makes yuv420p), so
+    warm-up readies the graphs that take them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -497,8 +497,9 @@ class Pipeline:
             width, height = min(width, self.tile), min(height, self.tile)
         started = time.monotonic()
         colour = planes_in = None
-        if backend.info.yuv420:  # the encoder's planes, and the decoder's the source hands on
-            colour, planes_in = resolve(info.colour, height * self.scale), resolve(info.colour, height)
+        if backend.info.yuv420:  # the encoder's planes, and the decoder's where the source hands them on
+            colour = resolve(info.colour, height * self.scale)
+            planes_in = resolve(info.colour, height) if info.planes else None
         await asyncio.to_thread(backend.warm_up, width, height, self.max_batch, colour, planes_in)
         log.info(
             "stream %s: model %s warmed up at %dx%d on %s in %.0f ms",

@@ -271,17 +271,17 @@ class InferenceScheduler:
         cached = [r.cached for r in requests if r.cached is not None]
         if cached:
             return [(pixels, ()) for pixels in self.backend.enhance_cached_batch(cached)]
-        batch = np.stack([r.window.pixels() for r in requests])
-        strength = [r.window.strength for r in requests]
         if requests[0].stepping:
-            _, _, _, h, w = batch.shape
+            target = requests[0].window.target_frame
+            h, w = target.height, target.width
             states = [self.backend.initial_state(1, h, w) if r.state is None else r.state for r in requests]
             colour = requests[0].window.colour
             if any(r.window.colour != colour for r in requests):
                 colour = None  # one call makes planes in one colour: RGB, which each sink converts
-            pictures, made = self.backend.step_streams(batch, states, strength, colour)
+            pictures, made = self.backend.step_windows([r.window for r in requests], states, colour)
             return list(zip(pictures, made, strict=True))
-        out = self.backend.infer(batch, strength)
+        batch = np.stack([r.window.pixels() for r in requests])
+        out = self.backend.infer(batch, [r.window.strength for r in requests])
         return [(np.ascontiguousarray(o.transpose(1, 2, 0)), ()) for o in out]
 
 

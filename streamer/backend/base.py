@@ -270,6 +270,17 @@ class Backend(abc.ABC):
             made.append(next_state)
         return pictures, made
 
+    def step_windows(
+        self, windows: Sequence[Hyperframe], states: Sequence[State], colour: Colour | None = None
+    ) -> tuple[list[Picture], list[State]]:
+        """``step_streams`` on the windows of several streams (frames of one size and kind), each with
+        its own strength: here their frames stacked as RGB; a backend that takes frames as they come
+        (4:2:0 planes, uploaded as they are) does so."""
+        if not windows:
+            raise FrameError(f"model {self.info.name!r}: step_windows needs at least one window")
+        batch = np.stack([window.pixels() for window in windows])
+        return self.step_streams(batch, states, [window.strength for window in windows], colour)
+
     def encode(self, frames: npt.NDArray[np.uint8]) -> list[FrameFeatures]:
         """(N, H, W, 3) uint8 RGB frames of one size -> each frame's feature maps (streaming models)."""
         raise ModelError(f"model {self.info.name!r} is not a streaming model; it has no encoder")

@@ -329,6 +329,13 @@ class DeviceFrames:
             self._sessions[key] = session
             return session
 
+    @property
+    def graphs(self) -> frozenset[tuple[int, Colour | None, Colour | None]]:
+        """The graphs made so far, each as (batch, colour of the planes it makes, colour of the planes
+        it takes; None: RGB): warm-up's work, which a live frame finding one missing would wait for."""
+        with self._opening:
+            return frozenset(self._sessions)
+
     def transfers(self) -> Transfers:
         with self._lock:
             return Transfers(self._uploads, self._uploaded, self._downloads, self._downloaded)

@@ -428,8 +428,8 @@ class OnnxBackend(Backend):
         planes_in: Colour | None = None,
     ) -> None:
         """With frames on the device, its graphs too (one per batch size up to ``batch``, making 4:2:0
-        planes in ``colour`` and, for a window model, taking them in ``planes_in``, where this backend
-        does); a window model's host path as well, which its tiles take."""
+        planes in ``colour`` and taking them in ``planes_in``, where this backend does); a window
+        model's host path as well, which its tiles take."""
         device = self._device
         if device is None or not self._info.state:
             super().warm_up(width, height)
@@ -439,7 +439,7 @@ class OnnxBackend(Backend):
         hp, wp = height + -height % m, width + -width % m
         fit = self._info.yuv420 and self._planes_fit(height, width)
         frame: OnDevice
-        if fit and planes_in is not None and not self._info.state:
+        if fit and planes_in is not None:
             half = np.zeros((hp // 2, wp // 2), np.uint8)
             frame = device.upload_planes(np.zeros((hp, wp), np.uint8), half, half, planes_in)
         else:
@@ -596,6 +596,35 @@ class OnnxBackend(Backend):
             made = [tuple(m[r : r + 1] for m in joint) for r in range(b)]
         return [np.ascontiguousarray(o.transpose(1, 2, 0)) for o in out], made
 
+    def step_windows(
+        self, windows: Sequence[Hyperframe], states: Sequence[State], colour: Colour | None = None
+    ) -> tuple[list[Picture], list[State]]:
+        """With the state on the device, each window's frames go up as they come: a decoder's 4:2:0
+        planes as they are where ``model.yuv420`` takes them (half the bytes of RGB, made RGB in the
+        graph), so no step converts a frame on the host."""
+        device = self._device
+        if device is None or not self._info.state or not windows:
+            return super().step_windows(windows, states, colour)
+        first = windows[0].target_frame
+        h, w = first.height, first.width
+        for window in windows:
+            frame = window.target_frame
+            if window.t != self._info.t or (frame.height, frame.width) != (h, w):
+                raise FrameError(
+                    f"model {self._info.name} steps windows of T={self._info.t} frames of one size "
+                    f"({w}x{h} here); got T={window.t} of {frame.width}x{frame.height}"
+                )
+        if len(states) != len(windows):
+            raise FrameError(
+                f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
+            )
+        for state in states:
+            self._check_state(state, 1, h, w)
+        uploaded = [[self._upload(device, frame) for frame in window.frames] for window in windows]
+        planes = colour if self._info.yuv420 and self._planes_fit(h, w) else None
+        strengths = [window.strength for window in windows]
+        return self._steps_on_device(device, uploaded, (h, w), states, strengths, planes)
+
     def _check_state(self, state: State, b: int, h: int, w: int) -> None:
         shapes = self.state_shapes(b, h, w)
         if len(state) != len(shapes):
@@ -619,9 +648,7 @@ class OnnxBackend(Backend):
         strength: Strengths,
         colour: Colour | None = None,
     ) -> tuple[list[Picture], list[State]]:
-        """Each stream's step with its state in device memory, in one call: the frames go up, the frames
-        come down (as 4:2:0 planes in ``colour`` where given), the next states stay (a host array given
-        as a state goes up once)."""
+        """Each stream's step with its state in device memory, in one call: the frames go up as RGB."""
         b, _, _, h, w = batch.shape
         if strength is not None and len(strength) != b:
             raise FrameError(f"model {self._info.name}: {len(strength)} strengths for a batch of {b}")
@@ -629,6 +656,21 @@ class OnnxBackend(Backend):
         for row in batch:
             frames = self._pad_frames(np.ascontiguousarray(row.transpose(0, 2, 3, 1)))
             windows.append([device.upload(frame) for frame in frames])
+        return self._steps_on_device(device, windows, (h, w), states, strength, colour)
+
+    def _steps_on_device(
+        self,
+        device: DeviceFrames,
+        windows: Sequence[Sequence[OnDevice]],
+        size: tuple[int, int],
+        states: Sequence[State],
+        strength: Strengths,
+        colour: Colour | None,
+    ) -> tuple[list[Picture], list[State]]:
+        """Each stream's step of its frames in device memory (frames ``size`` before padding), in one
+        call: the frames come down (as 4:2:0 planes in ``colour`` where given), the next states stay (a
+        host array given as a state goes up once)."""
+        h, w = size
         kept = [tuple(device.to_device(v) if isinstance(v, np.ndarray) else v for v in s) for s in states]
         if colour is not None:
             planes, made = device.step_batch_yuv(windows, kept, strength, colour)

@@ -31,7 +31,7 @@ from av.video.stream import VideoStream
 
 from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
-from streamer.colour import colour_of, to_rgb, yuv_of
+from streamer.colour import colour_of, planes_fit, to_rgb, yuv_of
 from streamer.core.pacing import LoopTimeline, Pacer
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
@@ -162,6 +162,7 @@ class FileSource(ThreadedSource):
             colour=colour_of(stream.codec_context),
             rotation=self._rotation(),
             tags=kept_tags(dict(self._container.metadata), f"'{self.path}'"),
+            planes=self._planes and planes_fit(stream.codec_context.pix_fmt, stream.width, stream.height),
         )
 
     def _rotation(self) -> int:

@@ -45,7 +45,7 @@ from av.video.frame import VideoFrame
 
 from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
-from streamer.colour import colour_of, to_rgb, yuv_of
+from streamer.colour import colour_of, planes_fit, to_rgb, yuv_of
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import Decode, decoder_hwaccel
@@ -267,6 +267,9 @@ class RtspSource(ThreadedSource):
             frame_count=None,
             live=True,
             colour=colour_of(stream.codec_context),
+            planes=self._planes
+            and self._hwaccel is None  # a hardware decoder's frames come down as NV12, handed on as RGB
+            and planes_fit(stream.codec_context.pix_fmt, stream.width, stream.height),
         )
 
     def _frames(self) -> Iterator[Frame]:

@@ -559,12 +559,20 @@ def camera_file(path: Path) -> Path:
     return path
 
 
-def test_decoded_planes_go_up_as_they_are_and_come_down_as_planes(tmp_path: Path) -> None:
-    """``model.yuv420`` end to end on a file source: each decoded frame is handed on as its 4:2:0 planes
-    (no RGB conversion in the source), goes up at 1.5 bytes a pixel and is made RGB in the graph, and
-    comes down as planes; the frames within a few levels of the RGB path's (swscale's fixed-point
-    conversion against the graph's exact one)."""
+@pytest.mark.parametrize("model", [DEFAULT_MODEL, CONVLSTM], ids=["windows", "steps"])
+def test_decoded_planes_go_up_as_they_are_and_come_down_as_planes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
+) -> None:
+    """``model.yuv420`` end to end on a file source, for a window model and a recurrent model's steps:
+    each decoded frame is handed on as its 4:2:0 planes (no RGB conversion anywhere on the way), goes up
+    at 1.5 bytes a pixel and is made RGB in the graph, and comes down as planes; the frames within a few
+    levels of the RGB path's (swscale's fixed-point conversion against the graph's exact one)."""
+    import streamer.planes
+
     source = camera_file(tmp_path / "camera.mp4")
+    converted: list[int] = []
+    real = streamer.planes.planes_rgb
+    monkeypatch.setattr(streamer.planes, "planes_rgb", lambda *a: converted.append(1) or real(*a))
 
     def run_file(yuv: bool) -> tuple[list[Frame], list[Frame], OnnxBackend]:
         config = load_config(
@@ -572,6 +580,7 @@ def test_decoded_planes_go_up_as_they_are_and_come_down_as_planes(tmp_path: Path
             {
                 "source": {"kind": "file", "path": str(source)},
                 "sink": {"kind": "file", "path": str(tmp_path / f"out-{yuv}.mp4")},
+                "model.path": str(model),
                 "model.device_frames": True,
                 "model.yuv420": yuv,
                 "gate.enabled": False,
@@ -592,11 +601,14 @@ def test_decoded_planes_go_up_as_they_are_and_come_down_as_planes(tmp_path: Path
         return taken, given, backend
 
     taken, planes, backend = run_file(True)
+    assert not converted
     _, rgb, _ = run_file(False)
     assert all(isinstance(frame.picture, Yuv420) for frame in taken)
     moved = backend.transfers()
     assert moved is not None
-    assert (moved.uploads, moved.uploaded_bytes) == (FRAMES, FRAMES * WIDTH * HEIGHT * 3 // 2)
+    # a recurrent model's zero state goes up once per shape, shared by every run's first step
+    state = sum(4 * int(np.prod(shape)) for shape in set(backend.state_shapes(1, HEIGHT, WIDTH)))
+    assert (moved.uploads, moved.uploaded_bytes) == (FRAMES, FRAMES * WIDTH * HEIGHT * 3 // 2 + state)
     worst, mean = 0, 0.0
     for mine, theirs in zip(planes, rgb, strict=True):
         assert isinstance(mine.picture, Yuv420)
@@ -608,22 +620,67 @@ def test_decoded_planes_go_up_as_they_are_and_come_down_as_planes(tmp_path: Path
     assert mean < 1.5
 
 
+@pytest.mark.parametrize("model", [DEFAULT_MODEL, CONVLSTM], ids=["windows", "steps"])
+def test_warm_up_makes_every_graph_decoded_planes_take_before_the_first_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Path
+) -> None:
+    """A file source that hands on planes says so (``StreamInfo.planes``), so warm-up makes the graphs
+    that take planes, for a window model and a recurrent model's steps: no live frame waits for one."""
+    source = camera_file(tmp_path / "camera.mp4")
+    warmed: list[frozenset[tuple[int, Colour | None, Colour | None]]] = []
+    real = OnnxBackend.warm_up
+
+    def warm_up(backend: OnnxBackend, *args: object) -> None:
+        real(backend, *args)  # type: ignore[arg-type]
+        device = backend.device_frames
+        assert device is not None
+        warmed.append(device.graphs)
+
+    monkeypatch.setattr(OnnxBackend, "warm_up", warm_up)
+    config = load_config(
+        None,
+        {
+            "source": {"kind": "file", "path": str(source)},
+            "sink": {"kind": "file", "path": str(tmp_path / "out.mp4")},
+            "model.path": str(model),
+            "model.device_frames": True,
+            "model.yuv420": True,
+            "model.warm_up": True,
+            "gate.enabled": False,
+        },
+    )
+    pipeline = build_pipeline(config)
+    report = asyncio.run(pipeline.run())
+    assert report.outcomes[Outcome.ENHANCED.value] == FRAMES
+    backend = pipeline.backend
+    assert isinstance(backend, OnnxBackend)
+    device = backend.device_frames
+    assert device is not None
+    (before,) = warmed
+    assert device.graphs == before
+    colour = Colour(6, 1)
+    assert (1, colour, colour) in before  # planes in, planes out
+
+
 def test_a_file_source_hands_on_planes_only_where_asked_and_never_with_added_noise(tmp_path: Path) -> None:
+    """And its StreamInfo says which it hands on, before the first frame."""
     source = camera_file(tmp_path / "camera.mp4")
 
-    def first(planes: bool = False, noise_sigma: float = 0.0) -> Frame:
-        async def read() -> Frame:
+    def first(planes: bool = False, noise_sigma: float = 0.0) -> tuple[Frame, bool]:
+        async def read() -> tuple[Frame, bool]:
             reader = FileSource(source, max_frames=1, planes=planes, noise_sigma=noise_sigma)
-            await reader.open()
+            info = await reader.open()
             try:
-                return await reader.recv()
+                return await reader.recv(), info.planes
             finally:
                 await reader.aclose()
 
         return asyncio.run(read())
 
-    planes = first(planes=True)
+    planes, said = first(planes=True)
     assert isinstance(planes.picture, Yuv420)
     assert planes.picture.colour == Colour(6, 1)
-    assert isinstance(first().picture, np.ndarray)
-    assert isinstance(first(planes=True, noise_sigma=10.0).picture, np.ndarray)
+    assert said
+    for frame, said in (first(), first(planes=True, noise_sigma=10.0)):
+        assert isinstance(frame.picture, np.ndarray)
+        assert not said
