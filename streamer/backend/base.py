@@ -230,16 +230,19 @@ class Backend(abc.ABC):
         colour: Colour | None = None,
         planes_in: Colour | None = None,
     ) -> None:
-        """One call at this frame size on the path live frames take, so the first of them does not wait
+        """Calls at this frame size on the path live frames take, so the first of them does not wait
         for the runtime's lazy work (cuDNN's algorithm search, TensorRT's engine build: seconds).
-        ``batch``: the most windows a call will take, for a backend with a graph per batch size;
-        ``colour`` and ``planes_in``: the stream's encoder colour and its frames', for one that makes
-        and takes 4:2:0 planes."""
-        window = np.zeros((1, self.info.t, 3, height, width), np.uint8)
-        if self.info.state:
-            self.step(window, self.initial_state(1, height, width))
-        else:
-            self.infer(window)
+        ``batch``: the most windows a call will take. A call of one window and, where ``batch`` is
+        more, one of ``batch``: TensorRT fits its engine's optimisation profile to the shapes it has
+        seen and builds it again for a batch outside them, so both ends run here, not on live frames.
+        ``colour`` and ``planes_in``: the stream's encoder colour and its frames', for a backend that
+        makes and takes 4:2:0 planes."""
+        for rows in sorted({1, max(1, batch)}):
+            window = np.zeros((rows, self.info.t, 3, height, width), np.uint8)
+            if self.info.state:
+                self.step_streams(window, [self.initial_state(1, height, width)] * rows)
+            else:
+                self.infer(window)
 
     def step(
         self, batch: npt.NDArray[np.uint8], state: State, strength: Strengths = None

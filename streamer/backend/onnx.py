@@ -429,10 +429,10 @@ class OnnxBackend(Backend):
     ) -> None:
         """With frames on the device, its graphs too (one per batch size up to ``batch``, making 4:2:0
         planes in ``colour`` and taking them in ``planes_in``, where this backend does); a window
-        model's host path as well, which its tiles take."""
+        model's host path as well, one window at a time, as its tiles take it."""
         device = self._device
         if device is None or not self._info.state:
-            super().warm_up(width, height)
+            super().warm_up(width, height, batch if device is None else 1)
         if device is None:
             return
         m = self._info.pad_multiple

@@ -17,13 +17,13 @@ window, and for each provider, precision, frame size and batch, two speeds of th
   the buffers were kept: what keeping them is worth;
 - ``frames_yuv``: ``frames`` with each frame going up and coming down as 4:2:0 planes, converted to
   and from RGB in the graph (``model.yuv420``, BT.709 tv range): 1.5 bytes a pixel each way instead of
-  3, and the cost of the conversions on the device (window models).
+  3, and the cost of the conversions on the device.
 
 A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``
 keeps it on the device both ways; ``host`` sends it up and brings it down with every call, as
 ``model.device_frames: false`` does (49.8 MB per 1080p frame each way for the ConvLSTM); ``frames``
-steps B streams in one call (``DeviceFrames.step_batch``), each state left on the device, one uint8
-frame up and one down per step.
+steps B streams in one call (``DeviceFrames.step_batch``; ``frames_yuv``: ``step_batch_yuv``), each
+state left on the device, one uint8 frame up and one down per step.
 
 fp16 is the fp32 file converted here by onnxruntime's own converter (float32 inputs and outputs kept),
 so both precisions feed alike. How many 1080p30 streams one GPU holds is read off the best batch of
@@ -284,18 +284,26 @@ def _planes(
 
 
 def _recurrent_steps(
-    backend: OnnxBackend, device: DeviceFrames, size: tuple[int, int], batch: int
+    backend: OnnxBackend, device: DeviceFrames, size: tuple[int, int], batch: int, yuv: bool = False
 ) -> Callable[[], None]:
     """One step for each of ``batch`` streams of a recurrent model in one call (``step_batch``): each
-    uploads its new frame, and each state stays on the device from one call to the next."""
+    uploads its new frame, and each state stays on the device from one call to the next (with ``yuv``,
+    the frames going up and coming down as 4:2:0 planes, as ``model.yuv420`` has them)."""
     t = backend.info.t
     frames = np.ascontiguousarray(pattern_window(1, t + 1, *size, seed=0)[0].transpose(0, 2, 3, 1))
+    planes = [_planes(frame) for frame in frames] if yuv else []
     states = [backend.initial_state(1, size[1], size[0]) for _ in range(batch)]
     fresh = iter(range(10**12))
 
+    def up(k: int) -> OnDevice:
+        return device.upload_planes(*planes[k], HD_TV) if yuv else device.upload(frames[k])
+
     def step() -> None:
-        windows = [[device.upload(frames[next(fresh) % len(frames)]) for _ in range(t)] for _ in states]
-        _, made = device.step_batch(windows, states)
+        windows = [[up(next(fresh) % len(frames)) for _ in range(t)] for _ in states]
+        if yuv:
+            _, made = device.step_batch_yuv(windows, states, None, HD_TV)
+        else:
+            _, made = device.step_batch(windows, states)
         states[:] = made
 
     return step
@@ -328,7 +336,7 @@ def _speed_row(
                 return _failed(provider, variant, size, batch, path, "no device frames for this model")
             device.reuse = path != "frames_fresh"
             if info.state:
-                step = _recurrent_steps(backend, device, size, batch)
+                step = _recurrent_steps(backend, device, size, batch, path == "frames_yuv")
             else:
                 step = _window_steps(backend, device, size, batch, path == "frames_yuv")
 
@@ -505,9 +513,7 @@ def run_gpu_bench(
                     if reference.info.state:
                         parity.append(recurrent_parity(backend, reference, provider, variant))
                     progress(f"parity {provider} {variant}: {parity[-1].max_levels} levels at most")
-                paths = ["device", "host", "frames", "frames_fresh"]
-                if not reference.info.state:
-                    paths.append("frames_yuv")
+                paths = ["device", "host", "frames", "frames_fresh", "frames_yuv"]
                 if provider == CUDA and (cuda_options or {}).get("enable_cuda_graph") == "1":
                     paths = ["device"]
                     note = "host path with enable_cuda_graph=1: not run (CUDA graphs need IO binding)"

@@ -53,7 +53,8 @@ def test_each_row_has_every_path_and_the_cpu_moves_nothing_over_pcie(
 
 def test_a_recurrent_model_that_takes_a_strength_runs_every_path_with_its_state(tmp_path: Path) -> None:
     """convlstm_strength: its state bound on the device path, sent both ways on the host path, kept on
-    the device by the frames path's steps, one stream after another at batch 2."""
+    the device by the frames path's steps (as RGB, and as 4:2:0 planes both ways), one stream after
+    another at batch 2."""
     out = tmp_path / "gpu.json"
     model = str(DEFAULT_MODEL.parent / "convlstm_strength.onnx")
     argv = [
@@ -75,7 +76,7 @@ def test_a_recurrent_model_that_takes_a_strength_runs_every_path_with_its_state(
         (size, b, path)
         for size in ("64x48", "96x64")
         for b in (1, 2)
-        for path in ("device", "host", "frames", "frames_fresh")
+        for path in ("device", "host", "frames", "frames_fresh", "frames_yuv")
     }
     assert all(s["fps"] > 0 and s["error"] is None for s in rows.values())
 

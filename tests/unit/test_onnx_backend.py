@@ -455,3 +455,22 @@ def test_a_gpu_provider_that_did_not_start_is_said_once_with_the_provider_runnin
     assert "running on CPUExecutionProvider" in said[0]
     assert onnx_backend.provider_fallback(["CPUExecutionProvider"], ["CPUExecutionProvider"]) is None
     assert onnx_backend.provider_fallback(wanted, wanted) is None
+
+
+@pytest.mark.parametrize("recurrent", [False, True], ids=["windows", "steps"])
+def test_warm_up_on_the_host_runs_one_window_and_the_largest_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recurrent: bool
+) -> None:
+    """TensorRT fits its engine's profile to the shapes it has seen and builds it again for one outside
+    them: warm-up on the host path runs both ends of the batch sizes live calls take."""
+    model = ema_model(tmp_path / "ema.onnx") if recurrent else TEMPORAL_FILTER
+    backend = OnnxBackend(model, device_frames=False)
+    seen: list[tuple[int, ...]] = []
+    real = backend.model_input
+    monkeypatch.setattr(backend, "model_input", lambda batch: seen.append(batch.shape) or real(batch))
+    backend.warm_up(24, 16, batch=6)
+    t = backend.info.t
+    assert seen == [(1, t, 3, 16, 24), (6, t, 3, 16, 24)]
+    seen.clear()
+    backend.warm_up(24, 16)
+    assert seen == [(1, t, 3, 16, 24)]
