@@ -102,7 +102,14 @@ def _add_train(subparsers: Any) -> None:
         type=float,
         default=0.0,
         help="share of training sequences damaged as a camera does (export.camera: blur, rescale, sensor "
-        "noise, x264 CRF 23..40), from 3 draws per clip made at start (default: 0)",
+        "noise, x264 CRF 23..40), from --camera-draws draws per clip made at start (default: 0)",
+    )
+    p.add_argument(
+        "--camera-draws",
+        type=int,
+        default=3,
+        help="camera damage draws per training clip (1..64), each a whole-clip encode made at start and held "
+        "in memory: more draws, more CRFs, GOPs and noises to learn from (default: 3)",
     )
     p.add_argument(
         "--camera-noiseless",
@@ -161,6 +168,7 @@ def _run_train(args: argparse.Namespace) -> int:
         clip_frames=args.clip_frames,
         camera=args.camera,
         camera_noiseless=args.camera_noiseless,
+        camera_draws=args.camera_draws,
         teacher=None if args.teacher is None else str(args.teacher),
         distill=args.distill,
         init=tuple(str(path) for path in args.init or ()),

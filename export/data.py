@@ -29,8 +29,10 @@ from streamer.errors import ConfigError
 from streamer.samples import sample_clip
 
 __all__ = [
+    "CAMERA_DRAWS",
     "HELDOUT_CLIP",
     "HELDOUT_PHOTO",
+    "MAX_CAMERA_DRAWS",
     "TRAIN_CLIPS",
     "TRAIN_PHOTOS",
     "Batch",
@@ -65,7 +67,10 @@ TRAIN_PHOTOS = (
 HELDOUT_PHOTO = "chelsea"
 
 CAMERA_DRAWS = 3
-"""Camera damage draws made per clip at start (each a whole-clip encode), when ``camera`` > 0."""
+"""Camera damage draws made per clip at start (each a whole-clip encode), when ``camera`` > 0, unless
+``Degradation.camera_draws`` says otherwise."""
+MAX_CAMERA_DRAWS = 64
+"""The most draws a run may ask for: each is a clip's worth of frames in memory."""
 _SIGMA_RANGE = (5.0, 50.0)
 _H264_BITRATES = (150_000, 400_000)
 """Bits per second at 25 fps for a 640x360 picture; scaled by area for other sizes."""
@@ -180,6 +185,9 @@ class Degradation:
     """Damaged as a camera does (``export.camera``); the other shares are scaled into what is left."""
     camera_noiseless: float = 0.0
     """Of the camera draws, the share with no sensor noise: the encoder's damage alone."""
+    camera_draws: int = CAMERA_DRAWS
+    """Camera damage draws per clip, each a whole-clip encode at start and held in memory: how many
+    encodes (CRFs, GOPs, noises) the camera share is sampled from."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +206,7 @@ class _Source:
     h264: list[Frames] = field(default_factory=list)
     h264_noisy: list[Frames] = field(default_factory=list)
     camera: list[Frames] = field(default_factory=list)
-    """The clip after :data:`CAMERA_DRAWS` draws of camera damage (its even-sided part)."""
+    """The clip after ``Degradation.camera_draws`` draws of camera damage (its even-sided part)."""
 
 
 class TrainingData:
@@ -235,7 +243,8 @@ class TrainingData:
             for source in self.sources[1:]:
                 _, h, w, _ = source.clean.shape
                 even = np.ascontiguousarray(source.clean[:, : h - h % 2, : w - w % 2])
-                source.camera = [damage(even, cameras.draw(rng), rng) for _ in range(CAMERA_DRAWS)]
+                draws = self.degradation.camera_draws
+                source.camera = [damage(even, cameras.draw(rng), rng) for _ in range(draws)]
         lo, hi = _H264_BITRATES
         # Encoding the 720p clip too would double the start-up time for little new: its half-size copy has it.
         for source in self.sources[1:]:

@@ -28,7 +28,14 @@ from torch import nn
 from tqdm import tqdm
 
 from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint, save_checkpoint
-from export.data import Degradation, TrainingData, add_gaussian_noise, heldout_photo_clip
+from export.data import (
+    CAMERA_DRAWS,
+    MAX_CAMERA_DRAWS,
+    Degradation,
+    TrainingData,
+    add_gaussian_noise,
+    heldout_photo_clip,
+)
 from export.distill import OnnxTeacher, init_weights, warm_start
 from export.objective import (
     LOSSES,
@@ -97,6 +104,8 @@ class TrainConfig:
     default degradations are shared."""
     camera_noiseless: float = 0.0
     """Of the camera draws, the share with no sensor noise (good light: the encoder's damage alone)."""
+    camera_draws: int = CAMERA_DRAWS
+    """Camera damage draws per training clip, each a whole-clip encode made at start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +239,9 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     data = TrainingData(
         seed=config.seed,
-        degradation=Degradation(camera=config.camera, camera_noiseless=config.camera_noiseless),
+        degradation=Degradation(
+            camera=config.camera, camera_noiseless=config.camera_noiseless, camera_draws=config.camera_draws
+        ),
         clip_frames=config.clip_frames,
         photo_frames=config.photo_frames,
     )
@@ -312,6 +323,11 @@ def _check_config(config: TrainConfig) -> None:
         )
     if not 0.0 <= config.camera <= 1.0:
         raise ConfigError(f"camera is a share of the training sequences, 0..1; got {config.camera}")
+    if not 1 <= config.camera_draws <= MAX_CAMERA_DRAWS:
+        raise ConfigError(
+            f"camera_draws is the number of camera damage draws per clip, 1..{MAX_CAMERA_DRAWS} (each one "
+            f"a whole-clip encode held in memory); got {config.camera_draws}"
+        )
     if not 0.0 <= config.camera_noiseless <= 1.0:
         raise ConfigError(
             f"camera_noiseless is a share of the camera draws, 0..1; got {config.camera_noiseless}"

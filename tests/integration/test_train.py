@@ -71,6 +71,16 @@ def test_noiseless_camera_draws_are_the_encoders_damage_alone_and_a_bad_share_is
         train(dataclasses.replace(TINY, camera_noiseless=2.0), tmp_path / "bad", progress=False)
 
 
+def test_camera_draws_set_how_many_encodes_each_clip_is_sampled_from(tmp_path: Path) -> None:
+    degradation = Degradation(camera=1.0, camera_draws=5)
+    data = TrainingData(seed=3, degradation=degradation, clip_frames=8, photo_frames=8)
+    assert {len(source.camera) for source in data.sources[1:]} == {5}
+    assert not data.sources[0].camera  # the 720p clip: its half-size copy stands for it
+    for draws in (0, 65):
+        with pytest.raises(ConfigError, match=rf"camera_draws is .* 1\.\.64 .*; got {draws}"):
+            train(dataclasses.replace(TINY, camera_draws=draws), tmp_path / "bad", progress=False)
+
+
 def test_each_sequence_carries_the_strength_the_runtimes_noise_estimate_would_give_it() -> None:
     def strengths(**shares: float) -> np.ndarray:
         degradation = Degradation(sigma_range=(20.0, 20.0), **{"poisson": 0.0, "h264_noise": 0.0, **shares})
