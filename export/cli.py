@@ -88,7 +88,12 @@ def _add_train(subparsers: Any) -> None:
     p.add_argument(
         "--lr", type=float, default=1e-3, help="peak learning rate, cosine-annealed (default: 1e-3)"
     )
-    p.add_argument("--loss", choices=("charbonnier", "l1"), default="charbonnier")
+    p.add_argument(
+        "--loss",
+        choices=("charbonnier", "l1", "l2"),
+        default="charbonnier",
+        help="charbonnier (a smooth L1), l1, or l2: the squared error PSNR scores (default: charbonnier)",
+    )
     p.add_argument("--seq-len", type=int, default=8, help="unrolled frames for recurrent models (default: 8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

@@ -29,13 +29,16 @@ __all__ = [
     "zero_states",
 ]
 
-LOSSES = ("charbonnier", "l1")
+LOSSES = ("charbonnier", "l1", "l2")
 
 
 def training_loss(kind: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Charbonnier (a smooth L1 that does not blur as L2 does) or plain L1, averaged."""
+    """Charbonnier (a smooth L1 that does not blur as L2 does), plain L1, or L2 (the mean squared error,
+    which PSNR scores: for a last fine-tune that aims at PSNR), averaged."""
     if kind == "l1":
         return (output - target).abs().mean()
+    if kind == "l2":
+        return ((output - target) ** 2).mean()
     return torch.sqrt((output - target) ** 2 + 1e-6).mean()
 
 

@@ -339,7 +339,7 @@ def _check_config(config: TrainConfig) -> None:
     if not 0.0 <= config.init_lr_scale <= 1.0:
         raise ConfigError(f"init_lr_scale is a share of lr, 0..1; got {config.init_lr_scale}")
     if config.loss not in LOSSES:
-        raise ConfigError(f"loss must be charbonnier or l1, got {config.loss!r}")
+        raise ConfigError(f"loss must be charbonnier, l1 or l2, got {config.loss!r}")
     position = config.model.get("position")
     if position is not None and position not in {p.value for p in OutputPosition}:
         raise ConfigError(f"position {position!r} is not one of center | last")

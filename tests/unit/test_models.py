@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from export.distill import warm_start
-from export.objective import count_macs, zero_states
+from export.objective import count_macs, psnr, training_loss, zero_states
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
@@ -313,3 +313,14 @@ def test_registry_builds_with_string_positions_and_records_them() -> None:
 def test_registry_errors_name_the_bad_input(name: str, kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         build(name, **kwargs)
+
+
+def test_the_l2_loss_is_the_squared_error_psnr_scores_and_each_loss_is_zero_at_the_target() -> None:
+    target = torch.linspace(0.0, 1.0, 48).reshape(1, 3, 4, 4)
+    output = (target + 0.1 * torch.sin(torch.arange(48.0)).reshape(1, 3, 4, 4)).clamp(0.0, 1.0)
+    mse = float(((output - target) ** 2).mean())
+    assert float(training_loss("l2", output, target)) == pytest.approx(mse)
+    assert psnr(output, target) == pytest.approx(-10.0 * torch.log10(torch.tensor(mse)).item(), abs=1e-4)
+    assert float(training_loss("l1", output, target)) == pytest.approx(float((output - target).abs().mean()))
+    assert float(training_loss("l1", target, target)) == float(training_loss("l2", target, target)) == 0.0
+    assert float(training_loss("charbonnier", target, target)) == pytest.approx(1e-3)  # its epsilon's root
