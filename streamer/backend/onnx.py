@@ -579,15 +579,9 @@ class OnnxBackend(Backend):
         axis and split after."""
         self._check_batch(batch)
         b, _, _, h, w = batch.shape
-        if len(states) != b:
-            raise FrameError(
-                f"model {self._info.name}: {len(states)} states for a batch of {b}, one per stream"
-            )
-        for state in states:
-            self._check_state(state, 1, h, w)
+        self._check_states(states, f"a batch of {b}", b, h, w)
         if self._device is not None and self._info.state:
-            planes = colour if self._info.yuv420 and self._planes_fit(h, w) else None
-            return self._device_steps(self._device, batch, states, strength, planes)
+            return self._device_steps(self._device, batch, states, strength, self._planes_out(colour, h, w))
         if not self._info.state:
             out, made = self.infer(batch, strength), list(states)
         else:
@@ -614,16 +608,23 @@ class OnnxBackend(Backend):
                     f"model {self._info.name} steps windows of T={self._info.t} frames of one size "
                     f"({w}x{h} here); got T={window.t} of {frame.width}x{frame.height}"
                 )
-        if len(states) != len(windows):
-            raise FrameError(
-                f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
-            )
+        self._check_states(states, f"{len(windows)} windows", len(windows), h, w)
+        uploaded = [[self._upload(device, frame) for frame in window.frames] for window in windows]
+        strengths = [window.strength for window in windows]
+        planes = self._planes_out(colour, h, w)
+        return self._steps_on_device(device, uploaded, (h, w), states, strengths, planes)
+
+    def _check_states(self, states: Sequence[State], given: str, rows: int, h: int, w: int) -> None:
+        """One state per stream of ``given``, each a batch of one's for frames ``h`` x ``w``."""
+        if len(states) != rows:
+            raise FrameError(f"model {self._info.name}: {len(states)} states for {given}, one per stream")
         for state in states:
             self._check_state(state, 1, h, w)
-        uploaded = [[self._upload(device, frame) for frame in window.frames] for window in windows]
-        planes = colour if self._info.yuv420 and self._planes_fit(h, w) else None
-        strengths = [window.strength for window in windows]
-        return self._steps_on_device(device, uploaded, (h, w), states, strengths, planes)
+
+    def _planes_out(self, colour: Colour | None, h: int, w: int) -> Colour | None:
+        """``colour`` where this backend makes 4:2:0 planes and frames ``h`` x ``w`` allow them; else
+        None (RGB)."""
+        return colour if self._info.yuv420 and self._planes_fit(h, w) else None
 
     def _check_state(self, state: State, b: int, h: int, w: int) -> None:
         shapes = self.state_shapes(b, h, w)

@@ -433,6 +433,24 @@ def test_a_backend_steps_several_streams_in_one_call_each_as_alone(device_frames
         backend.step_streams(batch, together[:2], strengths)
 
 
+def test_step_windows_refuses_a_state_count_or_a_size_that_does_not_match_naming_both() -> None:
+    backend = OnnxBackend(CONVLSTM, device_frames=True)
+
+    def window(width: int, height: int, stream: str) -> Hyperframe:
+        pixels = np.zeros((height, width, 3), np.uint8)
+        return Hyperframe((Frame(pixels, 0, 0, Fraction(1, 30), 0.0, stream),), 0)
+
+    two = [window(WIDTH, HEIGHT, "a"), window(WIDTH, HEIGHT, "b")]
+    zero = backend.initial_state(1, HEIGHT, WIDTH)
+    with pytest.raises(FrameError, match=r"1 states for 2 windows, one per stream"):
+        backend.step_windows(two, [zero])
+    with pytest.raises(FrameError, match=rf"frames of one size \({WIDTH}x{HEIGHT} here\); got T=1 of 80x48"):
+        backend.step_windows([two[0], window(80, 48, "c")], [zero, zero])
+    pictures, states = backend.step_windows(two, [zero, zero])
+    assert len(pictures) == len(states) == 2
+    assert all(isinstance(p, np.ndarray) and p.shape == (HEIGHT, WIDTH, 3) for p in pictures)
+
+
 def encoder_planes(frame: Frame, colour: Colour) -> Yuv420:
     """What an encoder tagged ``colour`` makes of a frame's RGB (swscale)."""
     context = av.CodecContext.create("libx264", "w")
