@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -12,8 +13,16 @@ import onnx
 import pytest
 import torch
 
-from export.cli import main
-from export.data import CAMERA_DRAWS, HELDOUT_CLIP, TRAIN_CLIPS, Degradation, TrainingData, heldout_clip
+from export.cli import main, register
+from export.data import (
+    CAMERA_DRAWS,
+    HELDOUT_CLIP,
+    MAX_CAMERA_DRAWS,
+    TRAIN_CLIPS,
+    Degradation,
+    TrainingData,
+    heldout_clip,
+)
 from export.objective import noise_strengths
 from export.train import CHECKPOINT, TrainConfig, load_checkpoint, train
 from streamer.core.noise import noise_sigma
@@ -76,9 +85,16 @@ def test_camera_draws_set_how_many_encodes_each_clip_is_sampled_from(tmp_path: P
     data = TrainingData(seed=3, degradation=degradation, clip_frames=8, photo_frames=8)
     assert {len(source.camera) for source in data.sources[1:]} == {5}
     assert not data.sources[0].camera  # the 720p clip: its half-size copy stands for it
-    for draws in (0, 65):
-        with pytest.raises(ConfigError, match=rf"camera_draws is .* 1\.\.64 .*; got {draws}"):
+    for draws in (0, MAX_CAMERA_DRAWS + 1):
+        with pytest.raises(ConfigError, match=rf"camera_draws is .* 1\.\.{MAX_CAMERA_DRAWS} .*; got {draws}"):
             train(dataclasses.replace(TINY, camera_draws=draws), tmp_path / "bad", progress=False)
+    # the CLI writes these numbers out (it does not import the training data's module to parse flags)
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command")
+    register(commands)
+    args = parser.parse_args(["train", "--arch", "conv3d", "--out", str(tmp_path)])
+    assert args.camera_draws == CAMERA_DRAWS
+    assert f"(1..{MAX_CAMERA_DRAWS})" in commands.choices["train"].format_help()
 
 
 def test_each_sequence_carries_the_strength_the_runtimes_noise_estimate_would_give_it() -> None:
