@@ -39,8 +39,22 @@ __all__ = [
 _THUMBS_KEPT = 32
 """Thumbnails kept for the tile gate: more than any window's frames."""
 
-_LUMA = np.array([77, 150, 29], dtype=np.uint16)
+_LUMA = (77, 150, 29)
 """BT.601 luma weights scaled by 256: Y = (77 R + 150 G + 29 B) >> 8."""
+
+
+def _luma(sample: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint16]:
+    """Y of strided RGB samples, channel by channel: numpy's integer matmul (``sample @ weights``) has
+    no fast kernel and took 4.6x as long on a 1080p frame's samples (0.25 against 0.05 ms each). The sum
+    is at most 255 * 256, so uint16 holds it."""
+    r, g, b = (sample[..., k].astype(np.uint16) for k in range(3))
+    r *= _LUMA[0]
+    g *= _LUMA[1]
+    b *= _LUMA[2]
+    r += g
+    r += b
+    r >>= 8
+    return r
 
 
 def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
@@ -51,7 +65,7 @@ def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
     4:2:0 planes give their Y plane, on the same 0..255 scale (tv range stretched), not converted.
     """
     if not isinstance(picture, Yuv420):
-        return _spread_mean(picture, width, lambda sample: (sample @ _LUMA) >> 8)
+        return _spread_mean(picture, width, _luma)
     acc = _spread_mean(picture.y, width, lambda sample: sample)
     if picture.colour.range == 1:  # tv: Y 16..235 stretched to 0..255, as luma from RGB reads
         acc -= 16.0
