@@ -175,3 +175,18 @@ def test_the_halo_follows_the_models_reach_unless_one_is_set() -> None:
     fixed = gate(tile=16, halo=8)
     fixed.fit_reach(39)
     assert fixed.halo == 8  # gate.halo set: the config's word stands
+
+
+def test_the_thumbnails_luma_is_bt601_in_integers_exactly_up_to_white() -> None:
+    """(77 R + 150 G + 29 B) >> 8 of each sample, averaged over the four spread samples of a block:
+    summed channel by channel it must give numpy's integer matmul's values, white included."""
+    rng = np.random.default_rng(4)
+    frame = rng.integers(0, 256, (96, 160, 3), dtype=np.uint8)
+    frame[:12, :16] = 255
+    weights = np.array([77, 150, 29], dtype=np.uint16)
+    step, half = 160 // 40, 2
+    samples = [frame[dy::step, dx::step][:24, :40] for dy in (0, half) for dx in (0, half)]
+    expected = np.mean([((s @ weights) >> 8).astype(np.float32) for s in samples], axis=0)
+    thumb = luma_thumbnail(frame, 40)
+    assert np.array_equal(thumb, expected)
+    assert thumb[:3, :4].min() == 255.0
