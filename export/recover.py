@@ -37,7 +37,7 @@ __all__ = ["PARITY_TOLERANCE", "conv3d_from_onnx", "main", "rebuild", "streaming
 PARITY_TOLERANCE = 1e-4
 """Largest |PyTorch - onnxruntime| accepted for the rebuilt module, on frames in [0, 1]."""
 
-_BLOCK = re.compile(r"body\.(\d+)\.conv1\.weight")
+_BLOCK = re.compile(r"(body|fine)\.(\d+)\.conv1\.weight")
 
 
 def conv3d_from_onnx(path: Path) -> Conv3dEnhancer:
@@ -53,15 +53,16 @@ def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
         t = int(meta["streamer.t"])
         position = OutputPosition(meta["streamer.output_position"])
         entry, fuse = (weights[convs[k].input[1]] for k in (0, 1))
-        blocks = len({int(m.group(1)) for name in weights if (m := _BLOCK.fullmatch(name))})
+        found = [m.group(1) for name in weights if (m := _BLOCK.fullmatch(name))]
         module = Conv3dEnhancer(
             t=t,
             position=position,
             embed=entry.shape[0],
             features=fuse.shape[0],
             channels=weights["down.weight"].shape[0],
-            blocks=blocks,
+            blocks=found.count("body"),
             strength=any(i.name == STRENGTH for i in graph.graph.input),
+            fine=found.count("fine"),
         )
         state = {k: torch.from_numpy(v.copy()) for k, v in weights.items() if k in module.state_dict()}
         if "up.weight" not in state:  # exported since ``up`` runs as a transposed convolution

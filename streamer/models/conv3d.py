@@ -125,6 +125,10 @@ class Conv3dEnhancer(nn.Module):
     resolution; a strided convolution takes the fused features to 1/4 resolution, where the residual
     blocks work cheaply with a wide receptive field; they come back by depth-to-space and join the 1/2
     features through a skip, which carries the per-pixel detail a 1/4 bottleneck alone would lose.
+    ``fine`` residual blocks at 1/2 resolution after the skip work where a compressed feed's damage is
+    (block edges and ringing, a few pixels wide), which blocks at 1/4 resolution can only smooth over;
+    each starts as the identity (its last convolution zero), so a model warm-started from one without
+    them begins as that model.
     H and W must be multiples of ``pad_multiple`` (4); the runtime pads and crops. T=1 is the
     single-frame ablation of the same architecture.
 
@@ -150,12 +154,13 @@ class Conv3dEnhancer(nn.Module):
         channels: int = 64,
         blocks: int = 2,
         strength: bool = False,
+        fine: int = 0,
     ) -> None:
         super().__init__()
-        if min(t, embed, features, channels) < 1 or blocks < 0:
+        if min(t, embed, features, channels) < 1 or min(blocks, fine) < 0:
             raise ConfigError(
-                f"Conv3dEnhancer needs t, embed, features, channels >= 1 and blocks >= 0; got t={t}, "
-                f"embed={embed}, features={features}, channels={channels}, blocks={blocks}"
+                f"Conv3dEnhancer needs t, embed, features, channels >= 1 and blocks, fine >= 0; got t={t}, "
+                f"embed={embed}, features={features}, channels={channels}, blocks={blocks}, fine={fine}"
             )
         self.t = t
         self.output_position = position
@@ -164,6 +169,7 @@ class Conv3dEnhancer(nn.Module):
         self.features = features
         self.channels = channels
         self.blocks = blocks
+        self.fine_blocks = fine
         self.takes_strength = strength
         self.condition = StrengthCondition(features, channels) if strength else None
         self.embed = nn.Conv3d(12, embed, kernel_size=1)
@@ -171,6 +177,11 @@ class Conv3dEnhancer(nn.Module):
         self.down = nn.Conv2d(features, channels, 3, stride=2, padding=1)
         self.body = nn.Sequential(*(ResidualBlock(channels) for _ in range(blocks)))
         self.up = nn.Conv2d(channels, 4 * features, 1)
+        fine_blocks = [ResidualBlock(features) for _ in range(fine)]
+        for block in fine_blocks:
+            nn.init.zeros_(block.conv2.weight)
+            nn.init.zeros_(cast(torch.Tensor, block.conv2.bias))
+        self.fine = nn.Sequential(*fine_blocks)
         self.refine = nn.Conv2d(features, features, 3, padding=1)
         self.head = nn.Conv2d(features, 12, 3, padding=1)
         # A near-zero head makes the untrained model (almost) the identity on the target frame.
@@ -178,8 +189,9 @@ class Conv3dEnhancer(nn.Module):
         nn.init.zeros_(cast(torch.Tensor, self.head.bias))
 
     def config(self) -> dict[str, int | str | bool]:
-        """The constructor's arguments, for checkpoints and model cards."""
-        return {
+        """The constructor's arguments, for checkpoints and model cards; ``fine`` only where there are
+        any, so the cards of models without them read as before."""
+        config: dict[str, int | str | bool] = {
             "t": self.t,
             "position": self.output_position.value,
             "embed": self.embed_channels,
@@ -188,6 +200,7 @@ class Conv3dEnhancer(nn.Module):
             "blocks": self.blocks,
             "strength": self.takes_strength,
         }
+        return config | ({"fine": self.fine_blocks} if self.fine_blocks else {})
 
     def forward(self, x: torch.Tensor, strength: torch.Tensor | None = None) -> torch.Tensor:
         b, _, c, h, w = x.shape
@@ -206,6 +219,6 @@ class Conv3dEnhancer(nn.Module):
         fused = F.conv2d(frames, fuse, self.fuse.bias, padding=1)
         half, quarter = two_scales(fused, self.down, self.condition, strength, "Conv3dEnhancer")
         quarter = self.body(quarter)
-        y = activation(half + up_transposed(self.up, quarter))
+        y = self.fine(activation(half + up_transposed(self.up, quarter)))
         y = self.head(activation(self.refine(y)))
         return x[:, self.slot] + F.pixel_shuffle(y, 2)

@@ -155,7 +155,15 @@ class StreamingEnhancer(nn.Module):
     @classmethod
     def from_conv3d(cls, model: Conv3dEnhancer) -> StreamingEnhancer:
         """The same function as ``model``, split for streaming: its per-frame embedding becomes the
-        encoder, its Conv3d spanning all T frames a dense 3x3 over the T stacked half maps."""
+        encoder, its Conv3d spanning all T frames a dense 3x3 over the T stacked half maps. A model with
+        a strength input or ``fine`` blocks has parts the streaming graphs do not, and is refused rather
+        than converted without them."""
+        if model.takes_strength or model.fine_blocks:
+            raise ConfigError(
+                f"a Conv3dEnhancer with strength={model.takes_strength} and fine={model.fine_blocks} cannot "
+                "be split for streaming (the streaming graphs have no strength input and no fine blocks); "
+                "export it as a window model, without --streaming"
+            )
         t, embed, features = model.t, model.embed_channels, model.features
         out = cls(
             t=t,

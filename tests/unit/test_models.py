@@ -88,6 +88,25 @@ def test_conv3d_with_a_strength_starts_as_the_model_without_and_learns_to_use_it
     assert build("conv3d", **model.config()).takes_strength
 
 
+def test_conv3d_fine_blocks_start_as_the_model_without_and_are_kept_in_its_config() -> None:
+    torch.manual_seed(0)
+    plain = Conv3dEnhancer(t=1, strength=True, **TINY_CONV3D).eval()
+    model = Conv3dEnhancer(t=1, strength=True, fine=2, **TINY_CONV3D).eval()
+    copied = warm_start(model, plain.state_dict())
+    assert copied
+    assert not any(name.startswith("fine.") for name in copied)
+    x = torch.rand(2, 1, 3, 16, 24)
+    strengths = torch.tensor([[0.5], [25.0]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, strengths), plain(x, strengths))
+        for p in model.fine.parameters():
+            p.add_(0.1)
+        assert not torch.allclose(model(x, strengths), plain(x, strengths))
+    assert "fine" not in plain.config()
+    assert model.config()["fine"] == 2
+    assert build("conv3d", **model.config()).fine_blocks == 2
+
+
 def test_convlstm_with_a_strength_starts_as_the_model_without_and_takes_a_per_frame_models_conditioning() -> (
     None
 ):
@@ -308,6 +327,7 @@ def test_registry_builds_with_string_positions_and_records_them() -> None:
         ("conv3d", {"position": "middle"}, r"position 'middle' is not one of center \| last"),
         ("conv3d", {"widht": 3}, r"architecture 'conv3d' does not take arguments \['widht'\]"),
         ("conv3d", {"t": 0}, r"Conv3dEnhancer needs t, embed, features, channels >= 1"),
+        ("conv3d", {"fine": -1}, r"blocks, fine >= 0; got .*fine=-1"),
     ],
 )
 def test_registry_errors_name_the_bad_input(name: str, kwargs: dict[str, object], match: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -369,6 +370,14 @@ def test_a_conv3d_model_streams_as_the_same_function(tmp_path: Path) -> None:
     assert float(np.abs(out[0].astype(np.float64) - levels).max()) <= UINT8_TOLERANCE_LEVELS
 
 
+@pytest.mark.parametrize("kwargs", [{"strength": True}, {"fine": 1}])
+def test_a_conv3d_with_parts_the_streaming_graphs_lack_is_refused_not_converted_without_them(
+    kwargs: dict[str, Any],
+) -> None:
+    with pytest.raises(ConfigError, match=r"cannot be split for streaming.*without --streaming"):
+        StreamingEnhancer.from_conv3d(Conv3dEnhancer(**SMALL_CONV3D, **kwargs))
+
+
 def test_a_conv3d_export_is_rebuilt_from_its_onnx_file(tmp_path: Path) -> None:
     from export.onnx_export import export_onnx
     from export.recover import conv3d_from_onnx, main
@@ -411,19 +420,22 @@ def test_a_conv3d_exported_before_up_ran_transposed_is_rebuilt_too(
         assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
 
 
-def test_a_conv3d_with_a_strength_is_rebuilt_with_its_conditioning(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fine", [0, 2])
+def test_a_conv3d_with_a_strength_is_rebuilt_with_its_conditioning_and_fine_blocks(
+    tmp_path: Path, fine: int
+) -> None:
     from export.onnx_export import export_onnx
     from export.recover import conv3d_from_onnx
     from streamer.models.conv3d import Conv3dEnhancer
 
     torch.manual_seed(0)
-    window = Conv3dEnhancer(t=3, embed=4, features=8, channels=8, blocks=1, strength=True)
+    window = Conv3dEnhancer(t=3, embed=4, features=8, channels=8, blocks=1, strength=True, fine=fine)
     with torch.no_grad():
-        for p in window.condition.parameters():  # type: ignore[union-attr]
-            p.normal_(0.0, 0.1)  # trained: the strength moves the output
+        for p in [*window.condition.parameters(), *window.fine.parameters()]:  # type: ignore[union-attr]
+            p.normal_(0.0, 0.1)  # trained: the strength and the fine blocks move the output
     export_onnx(window, tmp_path / "s.onnx", name="s", real_frames=False)
     rebuilt = conv3d_from_onnx(tmp_path / "s.onnx")
-    assert rebuilt.takes_strength
+    assert (rebuilt.takes_strength, rebuilt.blocks, rebuilt.fine_blocks) == (True, 1, fine)
     for key, value in window.state_dict().items():
         assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
 
