@@ -3,8 +3,9 @@
 A shipped model whose training checkpoint was not kept can still be re-exported (as a streaming
 model, in INT8, in a newer graph form) or fine-tuned (``streamer train --init MODEL.onnx``).
 A ``Conv3dEnhancer``'s graph holds every weight, most under their PyTorch names; the embedding and the
-Conv3d were reshaped at export and are read back from the first two convolutions, and ``up`` from
-the transposed convolution it runs as (files exported before that keep it by name). A
+Conv3d were reshaped at export and are read back from the Einsum that composes them into the entry's
+one convolution (from the first two convolutions of files exported before that), and ``up`` from the
+transposed convolution it runs as (files exported before that keep it by name). A
 ``StreamingEnhancer``'s two graphs hold every weight under its name; its constructor's arguments are in
 the fusion graph's ``streamer.architecture`` metadata, or in the model card beside files exported
 before that was written. The result is checked against the file with onnxruntime before it is used, so
@@ -48,17 +49,16 @@ def conv3d_from_onnx(path: Path) -> Conv3dEnhancer:
 def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
     meta = {p.key: p.value for p in graph.metadata_props}
     weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
-    convs = [n for n in graph.graph.node if n.op_type == "Conv"]
     try:
         t = int(meta["streamer.t"])
         position = OutputPosition(meta["streamer.output_position"])
-        entry, fuse = (weights[convs[k].input[1]] for k in (0, 1))
+        entry, fuse5 = _entry(graph, weights, t)
         found = [m.group(1) for name in weights if (m := _BLOCK.fullmatch(name))]
         module = Conv3dEnhancer(
             t=t,
             position=position,
             embed=entry.shape[0],
-            features=fuse.shape[0],
+            features=fuse5.shape[0],
             channels=weights["down.weight"].shape[0],
             blocks=found.count("body"),
             strength=any(i.name == STRENGTH for i in graph.graph.input),
@@ -68,9 +68,7 @@ def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
         if "up.weight" not in state:  # exported since ``up`` runs as a transposed convolution
             state |= _up_from_transposed(weights, graph, module.features)
         state["embed.weight"] = torch.from_numpy(entry.reshape(entry.shape[0], 12, 1, 1, 1).copy())
-        e = module.embed_channels
-        fuse5 = fuse.reshape(fuse.shape[0], t, e, 3, 3).transpose(0, 2, 1, 3, 4)
-        state["fuse.weight"] = torch.from_numpy(fuse5.copy())
+        state["fuse.weight"] = torch.from_numpy(fuse5.transpose(0, 2, 1, 3, 4).copy())
         module.load_state_dict(state, strict=True)
     except (KeyError, IndexError, ValueError, RuntimeError) as err:
         raise ModelError(
@@ -80,6 +78,19 @@ def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
     module.eval()
     _check(module, path)
     return module
+
+
+def _entry(graph: onnx.ModelProto, weights: dict[str, np.ndarray], t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The embedding's (E, 3, 2, 2) kernel and the fusion's (F, T, E, 3, 3) one. Since the entry runs
+    as one convolution (``Conv3dEnhancer.entry``) the graph composes them in an Einsum of the two, which
+    onnxruntime folds at load; files exported before that apply them as its first two convolutions."""
+    kernels = [n for n in graph.graph.node if n.op_type == "Einsum" and all(i in weights for i in n.input)]
+    if kernels:  # the other Einsum composes the fusion with the embedding's bias, computed in the graph
+        fuse5, entry = (weights[name] for name in kernels[0].input)
+        return entry, fuse5
+    convs = [n for n in graph.graph.node if n.op_type == "Conv"]
+    entry, fuse = (weights[convs[k].input[1]] for k in (0, 1))
+    return entry, fuse.reshape(fuse.shape[0], t, entry.shape[0], 3, 3)
 
 
 def _up_from_transposed(

@@ -692,8 +692,8 @@ def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_g
     media = tmp_path / "media"
     media.mkdir()
     (media / "clip.mp4").write_bytes(real_clip.read_bytes())
-    # The running 640x360 stream is estimated at about 160 MB (two model calls at once, conv3d_t5's card:
-    # 295 bytes a pixel each): 40 MB are left, less than a 640x272 file needs.
+    # The running 640x360 stream is estimated at about 120 MB (two model calls at once, conv3d_t5's card:
+    # 212 bytes a pixel each): 80 MB are left, less than the 91 MB a 640x272 file needs.
     config = config_of(
         [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
         **{"http.token": "t", "http.media_roots": [str(media)], "runtime.memory_budget_mb": 200},

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
 import pytest
 import torch
+import torch.nn.functional as F  # noqa: N812
 
 from export.onnx_export import PARITY_TOLERANCE
 from export.streaming_export import UINT8_TOLERANCE_LEVELS, StreamingGraphs, export_streaming
@@ -418,6 +419,43 @@ def test_a_conv3d_exported_before_up_ran_transposed_is_rebuilt_too(
     rebuilt = conv3d_from_onnx(tmp_path / "old.onnx")
     for key, value in window.state_dict().items():
         assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
+
+
+def _entry_as_two_convolutions(model: Conv3dEnhancer, frames: torch.Tensor) -> torch.Tensor:
+    """``Conv3dEnhancer.entry`` as files before session 17 ran it: each frame's 2x2 stride-2 embedding,
+    then the 3x3 fusion of the T embeddings stacked."""
+    b, _, h, w = frames.shape
+    t, e = model.t, model.embed_channels
+    k = model.embed.weight.reshape(e, 3, 2, 2)
+    bias = cast(torch.Tensor, model.embed.bias) - 0.5 * k.sum(dim=(1, 2, 3))
+    embedded = F.conv2d(frames.reshape(b * t, 3, h, w), k, bias, stride=2).reshape(b, t * e, h // 2, w // 2)
+    fuse = model.fuse.weight.permute(0, 2, 1, 3, 4).reshape(model.features, t * e, 3, 3)
+    return F.conv2d(embedded, fuse, model.fuse.bias, padding=1)
+
+
+def test_a_conv3d_exported_before_its_entry_ran_as_one_convolution_is_rebuilt_to_the_same_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuilt module runs the entry as one convolution; ``rebuild`` checks it against the old file
+    with onnxruntime, padded borders included, so the two forms are one function."""
+    from export.onnx_export import export_onnx
+    from export.recover import conv3d_from_onnx
+
+    window = _conv3d()
+    with torch.no_grad():
+        window.embed.bias.normal_(0.0, 1.0)  # the bias the old form's padding leaves out at the borders
+    with monkeypatch.context() as patch:
+        patch.setattr(Conv3dEnhancer, "entry", _entry_as_two_convolutions)
+        export_onnx(window, tmp_path / "old.onnx", name="old", real_frames=False)
+    ops = [node.op_type for node in onnx.load(tmp_path / "old.onnx").graph.node]
+    assert ("Einsum" in ops, ops.count("Conv")) == (False, 7)  # embedding and fusion: two of them
+    rebuilt = conv3d_from_onnx(tmp_path / "old.onnx")
+    for key, value in window.state_dict().items():
+        assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
+    x = torch.rand(2, 5, 3, 20, 28, dtype=torch.float64)
+    with torch.no_grad():
+        ours = window.double().entry(x.reshape(2, 15, 20, 28))
+        torch.testing.assert_close(ours, _entry_as_two_convolutions(window, x.reshape(2, 15, 20, 28)))
 
 
 @pytest.mark.parametrize("fine", [0, 2])
