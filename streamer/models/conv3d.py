@@ -125,10 +125,10 @@ class Conv3dEnhancer(nn.Module):
     resolution; a strided convolution takes the fused features to 1/4 resolution, where the residual
     blocks work cheaply with a wide receptive field; they come back by depth-to-space and join the 1/2
     features through a skip, which carries the per-pixel detail a 1/4 bottleneck alone would lose.
-    ``fine`` residual blocks at 1/2 resolution after the skip work where a compressed feed's damage is
-    (block edges and ringing, a few pixels wide), which blocks at 1/4 resolution can only smooth over;
-    each starts as the identity (its last convolution zero), so a model warm-started from one without
-    them begins as that model.
+    ``fine`` residual blocks at 1/2 resolution after the skip add capacity at the scale of a compressed
+    feed's damage (block edges and ringing, a few pixels wide) rather than at 1/4 (tried for issue 14:
+    two of them went into Gaussian denoising, not deblocking; docs/benchmarks.md); each starts as the
+    identity (its last convolution zero), so a model warm-started from one without them begins as it.
     H and W must be multiples of ``pad_multiple`` (4); the runtime pads and crops. T=1 is the
     single-frame ablation of the same architecture.
 

@@ -116,7 +116,7 @@ def test_onnxruntime_transposes_each_slots_uint8_frames_not_the_whole_float_wind
     info = OnnxBackend(model, providers=["CPUExecutionProvider"]).info
     options = ort.SessionOptions()
     options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
-    # The transpose optimiser runs at every level; the level above this adds changes for this CPU alone.
+    # The transpose optimiser runs from the basic level up; the level above this adds this CPU's own.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     graph = window_graph(onnx.load(model), info, batch=2)
     ort.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
