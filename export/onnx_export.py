@@ -59,6 +59,7 @@ from export.reach import CARD_REACH_KEY, module_reach
 from streamer.backend.base import ChannelOrder, Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, SourceError
+from streamer.fold import fold_constants
 from streamer.layout import to_model_layout
 
 __all__ = [
@@ -677,7 +678,7 @@ def _to_fp16(
     with warnings.catch_warnings():
         # It warns for every weight below fp16's range; the parity check below is what decides.
         warnings.filterwarnings("ignore", category=UserWarning, module=r"onnxconverter_common")
-        half = float16.convert_float_to_float16(model, keep_io_types=True)
+        half = float16.convert_float_to_float16(fold_constants(model), keep_io_types=True)
     data = half.SerializeToString()
     session = _session(data, f"{name} (fp16)")
     span = contract.span

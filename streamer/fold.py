@@ -6,17 +6,25 @@ and scales its uint8 input, and scales, clips, rounds and casts its output, take
 frames' own bytes and returns the frame's: a quarter of the transfer and none of the host's float work
 (`streamer bench gpu`: 13 -> 215 fps at 1080p on an H200's host path). The runtime reads uint8 tensors
 as such a contract, so a folded file needs nothing else declared. Graph surgery with onnx alone.
+
+And ``fold_constants``: the parts of a graph that depend only on its weights, computed once before a
+conversion to float16 (whose CPU kernels onnxruntime lacks for some of them, so it would run them on
+every call instead).
 """
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from streamer.errors import ModelError
 
-__all__ = ["fold_uint8_io"]
+__all__ = ["fold_constants", "fold_uint8_io"]
 
 
 def fold_uint8_io(model: onnx.ModelProto, value_range: tuple[float, float]) -> onnx.ModelProto:
@@ -66,3 +74,21 @@ def fold_uint8_io(model: onnx.ModelProto, value_range: tuple[float, float]) -> o
     graph.output.remove(made)
     graph.output.insert(0, outlet)
     return model
+
+
+def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every node whose inputs are all weights replaced by its result (a conv3d's
+    composed entry kernel, its centred bias), by onnxruntime's basic optimisations, which change no
+    operator and suit any provider; the metadata kept. float16 conversion comes after: onnxruntime has
+    no float16 CPU kernel for Einsum, ReduceSum or Mul, so in a converted file it cannot fold them at
+    load and a GPU runs them on every call."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "folded.onnx"
+        options.optimized_model_filepath = str(path)
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        folded = onnx.load(str(path))
+    del folded.metadata_props[:]
+    folded.metadata_props.extend(model.metadata_props)
+    return folded

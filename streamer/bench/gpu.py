@@ -179,7 +179,9 @@ def half_precision(model: Path, folder: Path) -> Path:
     import onnx  # only fp16 needs it
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    half = convert_float_to_float16(onnx.load(str(model)), keep_io_types=True)
+    from streamer.fold import fold_constants
+
+    half = convert_float_to_float16(fold_constants(onnx.load(str(model))), keep_io_types=True)
     path = folder / f"{model.stem}.fp16.onnx"
     onnx.save(half, str(path))
     return path

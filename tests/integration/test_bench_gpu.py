@@ -14,7 +14,7 @@ import pytest
 
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.gpu import fold_uint8_io, pattern_window, recurrent_parity
+from streamer.bench.gpu import fold_uint8_io, half_precision, pattern_window, recurrent_parity
 from streamer.errors import ConfigError
 from tests.bench_cli import run_bench
 
@@ -138,6 +138,21 @@ def test_the_uint8_variant_folds_normalisation_into_the_graph_exactly(tmp_path: 
     window = pattern_window(2, reference.info.t, 96, 64, seed=3)
     assert folded.model_input(window).dtype == np.uint8
     np.testing.assert_array_equal(folded.infer(window), reference.infer(window))
+
+
+def test_the_fp16_file_computes_its_weights_arithmetic_once_and_keeps_its_contract(tmp_path: Path) -> None:
+    """onnxruntime has no float16 CPU kernel for the Einsums that compose conv3d's entry, so unfolded
+    a GPU would run them on every call."""
+    import onnx
+
+    half = half_precision(DEFAULT_MODEL, tmp_path)
+    model = onnx.load(str(half))
+    assert {"Einsum", "ReduceSum"}.isdisjoint(node.op_type for node in model.graph.node)
+    assert list(model.metadata_props) == list(onnx.load(str(DEFAULT_MODEL)).metadata_props)
+    reference = OnnxBackend(DEFAULT_MODEL, providers=["CPUExecutionProvider"])
+    window = pattern_window(1, reference.info.t, 96, 64, seed=3)
+    made = OnnxBackend(half, providers=["CPUExecutionProvider"]).infer(window).astype(np.int16)
+    assert int(np.abs(made - reference.infer(window)).max()) <= 1
 
 
 def test_the_module_runs_with_numpy_and_onnxruntime_alone(tmp_path: Path) -> None:
