@@ -70,12 +70,13 @@ def _bgr(name: str, axis: int, out: str) -> tuple[list[NodeProto], list[TensorPr
 
 
 def to_model_nodes(
-    frames: Sequence[str], layout: Layout, order: ChannelOrder, out: str
+    frames: Sequence[str], layout: Layout, order: ChannelOrder, out: str, channels_first: bool = False
 ) -> tuple[list[NodeProto], list[TensorProto]]:
     """The same rearrangement as :func:`to_model_layout`, as graph nodes (and their constants): the T
-    frames ``frames``, each (1, H, W, C) in slot order as they lie in device memory, into the window
-    ``out`` in ``layout``'s axis order and ``order``'s channels. For models run on frames kept on the
-    device (``streamer.backend.device_frames``)."""
+    frames ``frames``, each (1, H, W, C) in slot order as they lie in device memory (or (1, C, H, W)
+    with ``channels_first``, as the graph makes them from 4:2:0 planes), into the window ``out`` in
+    ``layout``'s axis order and ``order``'s channels. For models run on frames kept on the device
+    (``streamer.backend.device_frames``)."""
     from onnx import helper, numpy_helper
 
     t = len(frames)
@@ -87,10 +88,13 @@ def to_model_nodes(
     for k, frame in enumerate(frames):
         source = frame
         if order is ChannelOrder.BGR:
-            made, more = _bgr(frame, 3, f"{out}_{k}_bgr")
+            made, more = _bgr(frame, 1 if channels_first else 3, f"{out}_{k}_bgr")
             nodes += made
             consts += more
             source = f"{out}_{k}_bgr"
+        if channels_first:
+            chw.append(source)
+            continue
         chw.append(f"{out}_{k}_chw")  # (1, C, H, W)
         made, more = _channels_first(source, chw[-1])
         nodes += made

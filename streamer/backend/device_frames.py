@@ -159,7 +159,9 @@ def window_graph(
             helper.make_node("Concat", [frame_input(k, b, batch) for b in range(batch)], [slot], axis=0)
             for k, slot in enumerate(slots)
         ]
-    head, head_consts = to_model_nodes(slots, info.layout, info.channel_order, window.name)
+    head, head_consts = to_model_nodes(
+        slots, info.layout, info.channel_order, window.name, channels_first=planes_in is not None
+    )
     tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS, planar=yuv is not None)
     if yuv is None:
         outputs = [frame_output(b, batch) for b in range(batch)]
@@ -191,7 +193,7 @@ def window_graph(
     else:  # each frame's planes made the RGB frame the rest of the graph takes
         for name in inputs:
             y, uv = plane_inputs(name)
-            made_rgb, made_consts = rgb_nodes(y, uv, planes_in, name)
+            made_rgb, made_consts = rgb_nodes(y, uv, planes_in, name, channels_last=False)
             rows = [*made_rgb, *rows]
             head_consts += made_consts
             given += [

@@ -38,7 +38,7 @@ from streamer.frame import Colour, Frame, Hyperframe, Yuv420
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.scheduler import InferenceScheduler, SchedulerStats
 from streamer.sources.file import FileSource
-from tests.onnx_models import ema_model
+from tests.onnx_models import ema_model, kind_model
 
 FRAMES = 24
 WIDTH, HEIGHT = 160, 96
@@ -104,12 +104,14 @@ def test_the_default_model_on_device_frames_matches_the_host_path_with_one_frame
     assert (moved.downloads, moved.downloaded_bytes) == (FRAMES, FRAMES * frame_bytes)
 
 
+@pytest.mark.parametrize("planes", [False, True], ids=["rgb", "planes"])
 @pytest.mark.parametrize("model", [DEFAULT_MODEL, TEMPORAL_FILTER], ids=["NTCHW", "NCTHW"])
 def test_onnxruntime_transposes_each_slots_uint8_frames_not_the_whole_float_window(
-    tmp_path: Path, model: Path
+    tmp_path: Path, model: Path, planes: bool
 ) -> None:
     """Left as one Transpose per frame, onnxruntime's optimiser merges them into one 5-D transpose of
-    the float window, 1.7x the whole temporal filter's time at 720p on the CPU (``streamer.layout``)."""
+    the float window, 1.7x the whole temporal filter's time at 720p on the CPU (``streamer.layout``);
+    frames made from 4:2:0 planes in the graph are channels-first already, and are not transposed."""
     import onnx
     import onnxruntime as ort
 
@@ -118,15 +120,59 @@ def test_onnxruntime_transposes_each_slots_uint8_frames_not_the_whole_float_wind
     options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
     # The transpose optimiser runs from the basic level up; the level above this adds this CPU's own.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    graph = window_graph(onnx.load(model), info, batch=2)
+    graph = window_graph(onnx.load(model), info, batch=2, planes_in=Colour(1, 1) if planes else None)
     ort.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
     transposes = [
         next(list(a.ints) for a in node.attribute if a.name == "perm")
         for node in onnx.load(tmp_path / "optimised.onnx").graph.node
         if node.op_type == "Transpose"
     ]
-    # each slot's frames, both windows' at once, as uint8 pixels; each window's output on its way out
-    assert sorted(transposes) == [[0, 2, 1]] * info.t + [[0, 2, 3, 1]] * 2
+    # each slot's RGB frames, both windows' at once, as uint8 pixels; each window's output on its way out
+    assert sorted(transposes) == [[0, 2, 1]] * (0 if planes else info.t) + [[0, 2, 3, 1]] * 2
+
+
+@pytest.mark.parametrize(("layout", "order"), [("NTCHW", "RGB"), ("NCTHW", "BGR")])
+def test_frames_made_from_planes_in_the_graph_give_what_the_same_rgb_frames_give(
+    tmp_path: Path, layout: str, order: str
+) -> None:
+    """Planes made channels-first RGB in the graph go into the model as the RGB frames the graph
+    takes from the host do, in either layout and channel order."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from streamer.backend.device_frames import frame_input, frame_output, plane_inputs
+    from streamer.yuv import rgb_nodes
+
+    path = kind_model(tmp_path / "kind.onnx", layout=layout, t=3, slot=1, order=order)
+    info = OnnxBackend(path, providers=["CPUExecutionProvider"]).info
+    colour = Colour(1, 1)
+
+    def session(model: onnx.ModelProto) -> ort.InferenceSession:
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    from_planes = session(window_graph(onnx.load(path), info, batch=2, planes_in=colour))
+    from_rgb = session(window_graph(onnx.load(path), info, batch=2))
+    nodes, consts = rgb_nodes("y", "uv", colour, "rgb")
+    tensors = [
+        helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 1, "H", "W"]),
+        helper.make_tensor_value_info("uv", TensorProto.UINT8, [1, 2, "H2", "W2"]),
+    ]
+    rgb = helper.make_tensor_value_info("rgb", TensorProto.UINT8, None)
+    made_rgb = helper.make_graph(nodes, "rgb", tensors, [rgb], consts)
+    to_rgb = session(helper.make_model(made_rgb, opset_imports=[helper.make_opsetid("", 17)]))
+    rng = np.random.default_rng(5)
+    planes_feed, rgb_feed = {}, {}
+    for name in (frame_input(k, b, 2) for b in range(2) for k in range(info.t)):
+        y, uv = plane_inputs(name)
+        planes_feed[y] = rng.integers(16, 236, (1, 1, 24, 32), dtype=np.uint8)
+        planes_feed[uv] = rng.integers(16, 241, (1, 2, 12, 16), dtype=np.uint8)
+        (rgb_feed[name],) = to_rgb.run(None, {"y": planes_feed[y], "uv": planes_feed[uv]})
+    outputs = [frame_output(b, 2) for b in range(2)]
+    for ours, theirs in zip(
+        from_planes.run(outputs, planes_feed), from_rgb.run(outputs, rgb_feed), strict=True
+    ):
+        np.testing.assert_array_equal(ours, theirs)
 
 
 def test_device_frames_asked_for_a_streaming_model_is_refused_in_one_line() -> None:
