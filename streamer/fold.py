@@ -78,10 +78,10 @@ def fold_uint8_io(model: onnx.ModelProto, value_range: tuple[float, float]) -> o
 
 def fold_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with every node whose inputs are all weights replaced by its result (a conv3d's
-    composed entry kernel, its centred bias), by onnxruntime's basic optimisations, which change no
-    operator and suit any provider; the metadata kept. float16 conversion comes after: onnxruntime has
-    no float16 CPU kernel for Einsum, ReduceSum or Mul, so in a converted file it cannot fold them at
-    load and a GPU runs them on every call."""
+    composed entry kernel, its centred bias), by onnxruntime's basic optimisations (constant folding,
+    and fusions into standard operators, for any provider); the metadata kept. float16 conversion comes
+    after: onnxruntime has no float16 CPU kernel for Einsum, ReduceSum or Mul, so in a converted file it
+    cannot fold them at load and a GPU runs them on every call."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     with tempfile.TemporaryDirectory() as folder:

@@ -193,7 +193,7 @@ def window_graph(
     else:  # each frame's planes made the RGB frame the rest of the graph takes
         for name in inputs:
             y, uv = plane_inputs(name)
-            made_rgb, made_consts = rgb_nodes(y, uv, planes_in, name, channels_last=False)
+            made_rgb, made_consts = rgb_nodes(y, uv, planes_in, name)
             rows = [*made_rgb, *rows]
             head_consts += made_consts
             given += [

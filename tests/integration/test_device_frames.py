@@ -167,7 +167,8 @@ def test_frames_made_from_planes_in_the_graph_give_what_the_same_rgb_frames_give
         y, uv = plane_inputs(name)
         planes_feed[y] = rng.integers(16, 236, (1, 1, 24, 32), dtype=np.uint8)
         planes_feed[uv] = rng.integers(16, 241, (1, 2, 12, 16), dtype=np.uint8)
-        (rgb_feed[name],) = to_rgb.run(None, {"y": planes_feed[y], "uv": planes_feed[uv]})
+        (made,) = to_rgb.run(None, {"y": planes_feed[y], "uv": planes_feed[uv]})
+        rgb_feed[name] = np.ascontiguousarray(made.transpose(0, 2, 3, 1))  # as the host's frames lie
     outputs = [frame_output(b, 2) for b in range(2)]
     for ours, theirs in zip(
         from_planes.run(outputs, planes_feed), from_rgb.run(outputs, rgb_feed), strict=True

@@ -209,8 +209,8 @@ def test_planes_made_rgb_in_a_graph_read_as_swscale_reads_them_within_three_leve
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (rgb,) = session.run(None, {"y": y[None, None], "uv": np.stack([u, v])[None]})
     reference = to_rgb(yuv_frame(planes)).astype(np.int16)
-    difference = np.abs(rgb[0].astype(np.int16) - reference)
-    assert rgb.shape == (1, HEIGHT, WIDTH, 3)
+    assert rgb.shape == (1, 3, HEIGHT, WIDTH)
+    difference = np.abs(rgb[0].transpose(1, 2, 0).astype(np.int16) - reference)
     assert int(difference.max()) <= 3
     assert float(difference.mean()) < 1.0
 
