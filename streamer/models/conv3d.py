@@ -208,11 +208,12 @@ class Conv3dEnhancer(nn.Module):
         took half of onnxruntime's time). Space-to-depth x2 and the per-frame 1x1 embedding are one 2x2
         stride-2 convolution of each frame, and the Conv3d spanning all T frames a 3x3 over their
         embeddings; with no activation between, the two are one 6x6 stride-2 convolution of the
-        stacked frames (the entry's only pass over full resolution: 1.4-2x faster in onnxruntime on a
-        CPU than the two with the layout changes between them, and no T x embed maps in memory). The
-        embedding's bias, which the 3x3 saw only inside the frame (its padding is zeros, not an
-        embedded black block), comes in as a map: the taps that fall inside, summed, from a 3x3
-        convolution of ones. The weights are composed here, so export folds them into constants."""
+        stacked frames (the entry's only pass over full resolution: about 1.8x as fast in onnxruntime
+        on a 2-core CPU as the two with the layout changes between them, and no T x embed maps in
+        memory). The embedding's bias, which the 3x3 saw only inside the frame (its padding is zeros,
+        not an embedded black block), comes in as a map: the taps that fall inside, summed, from a 3x3
+        convolution of ones. The weights are composed here, in the graph: the exported file keeps the
+        factors (``export.recover`` reads them) and onnxruntime folds the composition when it loads."""
         t, embed, h, w = self.t, self.embed_channels, frames.shape[2], frames.shape[3]
         k = self.embed.weight.reshape(embed, 3, 2, 2)
         # Centred input (x - 0.5; on raw [0, 1] input training stalled) folded into the bias.
