@@ -407,9 +407,8 @@ def test_a_model_that_takes_a_strength_gets_each_windows_own_on_the_device() -> 
 
 _OUT_OF_MEMORY = """
 import json, resource, numpy as np
-from streamer.assets import DEFAULT_MODEL, TEMPORAL_FILTER
+from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import CachedWindow, FrameFeatures
-from streamer.backend.device_frames import window_graph
 from streamer.backend.onnx import OnnxBackend
 from streamer.colour import from_rgb, tag, yuv_of
 from streamer.core.features import FeatureCache
