@@ -383,7 +383,8 @@ class ModelConfig(_Strict):
     both ways. Streaming models keep their own path."""
     yuv420: bool | None = None
     """Frames travel between the codecs and a model on the device as 4:2:0 planes, converted to and
-    from RGB inside the model's graph (``streamer.yuv``) rather than by the host. A file or RTSP source
+    from RGB on the device (``streamer.yuv``: once as each frame goes up, and in the model's graph on
+    the way down) rather than by the host. A file or RTSP source
     hands on each decoded yuv420p frame as its planes, as they lie in the decoder's frame, and a window
     model's frames go up at half RGB's bytes; each enhanced frame (a window model's, a recurrent
     model's step) comes down as planes in the stream's encoder colour, and an H.264 encoder takes them

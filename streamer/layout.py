@@ -60,23 +60,22 @@ def from_model_channels(
     return out[:, ::-1] if order is ChannelOrder.BGR else out
 
 
-def _bgr(name: str, axis: int, out: str) -> tuple[list[NodeProto], list[TensorProto]]:
+def _bgr(name: str, out: str) -> tuple[list[NodeProto], list[TensorProto]]:
     from onnx import helper, numpy_helper
 
     index = f"{out}_bgr_index"
-    return [helper.make_node("Gather", [name, index], [out], axis=axis)], [
+    return [helper.make_node("Gather", [name, index], [out], axis=1)], [
         numpy_helper.from_array(np.array([2, 1, 0], np.int64), index)
     ]
 
 
 def to_model_nodes(
-    frames: Sequence[str], layout: Layout, order: ChannelOrder, out: str, channels_first: bool = False
+    frames: Sequence[str], layout: Layout, order: ChannelOrder, out: str
 ) -> tuple[list[NodeProto], list[TensorProto]]:
     """The same rearrangement as :func:`to_model_layout`, as graph nodes (and their constants): the T
-    frames ``frames``, each (1, H, W, C) in slot order as they lie in device memory (or (1, C, H, W)
-    with ``channels_first``, as the graph makes them from 4:2:0 planes), into the window ``out`` in
-    ``layout``'s axis order and ``order``'s channels. For models run on frames kept on the device
-    (``streamer.backend.device_frames``)."""
+    frames ``frames``, each (1, C, H, W) RGB in slot order as they lie in device memory (made so once,
+    as each frame goes up), into the window ``out`` in ``layout``'s axis order and ``order``'s channels.
+    For models run on frames kept on the device (``streamer.backend.device_frames``)."""
     from onnx import helper, numpy_helper
 
     t = len(frames)
@@ -84,21 +83,13 @@ def to_model_nodes(
         raise FrameError(f"a per-frame (NCHW) model takes windows of one frame; got T={t}")
     nodes: list[NodeProto] = []
     consts: list[TensorProto] = []
-    chw = []
-    for k, frame in enumerate(frames):
-        source = frame
-        if order is ChannelOrder.BGR:
-            made, more = _bgr(frame, 1 if channels_first else 3, f"{out}_{k}_bgr")
+    chw = list(frames)
+    if order is ChannelOrder.BGR:
+        chw = [f"{out}_{k}_bgr" for k in range(t)]
+        for frame, bgr in zip(frames, chw, strict=True):
+            made, more = _bgr(frame, bgr)
             nodes += made
             consts += more
-            source = f"{out}_{k}_bgr"
-        if channels_first:
-            chw.append(source)
-            continue
-        chw.append(f"{out}_{k}_chw")  # (1, C, H, W)
-        made, more = _channels_first(source, chw[-1])
-        nodes += made
-        consts += more
     if layout is Layout.NCHW:
         nodes.append(helper.make_node("Identity", [chw[0]], [out]))
     elif layout is Layout.STACKED:
@@ -115,29 +106,6 @@ def to_model_nodes(
     return nodes, consts
 
 
-def _channels_first(frame: str, out: str) -> tuple[list[NodeProto], list[TensorProto]]:
-    """(N, H, W, 3) frames as (N, 3, H, W): a transpose of their (N, H*W, 3) pixels between two
-    Reshapes. A plain Transpose per frame is not kept: onnxruntime's transpose optimizer pushes the T
-    of them through the Concat and the uint8 fold's Cast into one generic 5-D transpose of the whole
-    float window (59 ms for a 720p window of 5 on a 2-core CPU, against 0.7 ms per uint8 frame); it does
-    not push one through a Reshape."""
-    from onnx import helper, numpy_helper
-
-    pixels, order = f"{out}_pixels_shape", f"{out}_chw_order"
-    consts = [
-        numpy_helper.from_array(np.array([0, -1, 3], np.int64), pixels),
-        numpy_helper.from_array(np.array([0, 3, 1, 2], np.int64), order),
-    ]
-    nodes = [
-        helper.make_node("Reshape", [frame, pixels], [f"{out}_pixels"]),
-        helper.make_node("Transpose", [f"{out}_pixels"], [f"{out}_planes"], perm=[0, 2, 1]),
-        helper.make_node("Shape", [frame], [f"{out}_nhwc"]),
-        helper.make_node("Gather", [f"{out}_nhwc", order], [f"{out}_nchw"], axis=0),
-        helper.make_node("Reshape", [f"{out}_planes", f"{out}_nchw"], [out]),
-    ]
-    return nodes, consts
-
-
 def from_model_nodes(
     y: str, order: ChannelOrder, out: str, planar: bool = False
 ) -> tuple[list[NodeProto], list[TensorProto]]:
@@ -148,7 +116,7 @@ def from_model_nodes(
     nodes: list[NodeProto] = []
     consts: list[TensorProto] = []
     if order is ChannelOrder.BGR:
-        nodes, consts = _bgr(y, 1, f"{out}_rgb")
+        nodes, consts = _bgr(y, f"{out}_rgb")
         y = f"{out}_rgb"
     if planar:
         nodes.append(helper.make_node("Identity", [y], [out]))

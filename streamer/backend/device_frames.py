@@ -2,11 +2,14 @@
 
 Built for a GPU: the host path hands onnxruntime a whole T-frame window for every output frame (at 720p
 and T=5, 13.8 MB of uint8 up per frame, 55 MB as float32), although each frame belongs to T windows.
-Here each frame goes up once, as its own uint8 bytes (``upload``), into device memory that the
-stream's :class:`~streamer.core.features.FeatureCache` keeps for the T windows it belongs to, as a
-streaming model's feature maps are kept; one graph takes the window's T frames, arranges them as the
-model wants (``streamer.layout.to_model_nodes``, the layout's graph form), scales them, runs the model
-and hands back the uint8 frame (``run``), through IO binding, so nothing but one frame comes down.
+Here each frame goes up once, as its own uint8 bytes (``upload``; ``upload_planes``: a decoder's
+4:2:0 planes, half those bytes), and a small graph makes it (1, 3, H, W) uint8 RGB in device memory
+(:func:`upload_graph`: a transpose, or the conversion from planes), which the stream's
+:class:`~streamer.core.features.FeatureCache` keeps for the T windows it belongs to, as a streaming
+model's feature maps are kept. So each frame is rearranged or converted once, not once per window it is
+in (T times). One graph takes the window's T frames, arranges them as the model wants
+(``streamer.layout.to_model_nodes``, the layout's graph form), scales them, runs the model and hands
+back the uint8 frame (``run``), through IO binding, so nothing but one frame comes down.
 
 Windows of several streams share one call (``run_batch``): the batch graph concatenates each slot's
 frames along the batch axis first. A graph's inputs are fixed, so there is one session per batch size,
@@ -35,7 +38,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -53,16 +56,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeviceFrames",
-    "DevicePlanes",
-    "OnDevice",
     "Transfers",
     "batch_size",
     "device_of",
     "frame_input",
     "frame_output",
     "graph_tools_missing",
-    "plane_inputs",
     "state_name",
+    "upload_graph",
     "window_graph",
     "yuv_outputs",
 ]
@@ -72,9 +73,14 @@ _Y = "streamer.y"
 _UV = "streamer.uv"
 _FRAME = "streamer.frame_{}"
 _ROW_FRAME = "streamer.window_{}.frame_{}"
+_HOST_RGB = "streamer.host_rgb"
+_UP_Y, _UP_UV = "streamer.up.y", "streamer.up.uv"
+_UP_RGB = "streamer.up.rgb"
+_UPLOAD_OPSET = 17
 DEVICE_FRAMES_KEPT = 1024
 """Device frames of one size kept for reuse: a stream's cache holds T plus the frames of its windows in
-flight, so this covers dozens of streams (6.2 MB each at 1080p); past it, frames are allocated anew."""
+flight, so this covers dozens of streams (6.2 MB each at 1080p); past it, frames are allocated anew.
+Planes on their way to the upload graph are kept the same way, by their own shapes."""
 OUTPUTS_KEPT = 256
 """Host buffers of one size kept for output frames: those in flight to the encoders of every stream."""
 STAGING_KEPT = 16
@@ -102,12 +108,6 @@ def frame_output(row: int, batch: int) -> str:
     return _PIXELS if batch == 1 else f"{_PIXELS}_{row}"
 
 
-def plane_inputs(frame: str) -> tuple[str, str]:
-    """The Y and the U and V inputs that stand for the frame input ``frame`` in a graph that takes 4:2:0
-    planes."""
-    return f"{frame}.y", f"{frame}.uv"
-
-
 def yuv_outputs(row: int, batch: int) -> tuple[str, str]:
     """A 4:2:0 window graph's outputs for the window in ``row``: its Y plane and its U and V planes."""
     suffix = "" if batch == 1 else f"_{row}"
@@ -119,17 +119,14 @@ def window_graph(
     info: ModelInfo,
     batch: int = 1,
     yuv: Colour | None = None,
-    planes_in: Colour | None = None,
 ) -> onnx.ModelProto:
-    """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, H, W, 3)
-    uint8 RGB, and giving each window's (1, H*scale, W*scale, 3) uint8 RGB frame
-    (:func:`frame_output`), each its own output so that each comes down into a buffer of its own;
-    normalisation folded in where the model takes floats. A recurrent model's state inputs and outputs
-    are per window too (:func:`state_name`). With ``yuv``, each window's frame comes out as 4:2:0
-    planes in that matrix and range instead (:func:`yuv_outputs`: (1, 1, H', W') and (1, 2, H'/2,
-    W'/2) uint8; H' and W' must be even). With ``planes_in``, each frame goes in as 4:2:0 planes in
-    that matrix and range (:func:`plane_inputs`), made RGB in the graph. Changed in place and
-    returned."""
+    """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, 3, H, W)
+    uint8 RGB as :func:`upload_graph` makes it, and giving each window's (1, H*scale, W*scale, 3)
+    uint8 RGB frame (:func:`frame_output`), each its own output so that each comes down into a buffer
+    of its own; normalisation folded in where the model takes floats. A recurrent model's state inputs
+    and outputs are per window too (:func:`state_name`). With ``yuv``, each window's frame comes out as
+    4:2:0 planes in that matrix and range instead (:func:`yuv_outputs`: (1, 1, H', W') and (1, 2,
+    H'/2, W'/2) uint8; H' and W' must be even). Changed in place and returned."""
     from onnx import TensorProto, helper, numpy_helper
 
     from streamer.fold import fold_uint8_io
@@ -159,9 +156,7 @@ def window_graph(
             helper.make_node("Concat", [frame_input(k, b, batch) for b in range(batch)], [slot], axis=0)
             for k, slot in enumerate(slots)
         ]
-    head, head_consts = to_model_nodes(
-        slots, info.layout, info.channel_order, window.name, channels_first=planes_in is not None
-    )
+    head, head_consts = to_model_nodes(slots, info.layout, info.channel_order, window.name)
     tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS, planar=yuv is not None)
     if yuv is None:
         outputs = [frame_output(b, batch) for b in range(batch)]
@@ -187,19 +182,7 @@ def window_graph(
             names = [state_name(spec.output, b, batch) for b in range(batch)]
             tail.append(helper.make_node("Split", [spec.output, ones.name], names, axis=0))
             _per_row(graph.output, spec.output, names)
-    given: list[onnx.ValueInfoProto] = []
-    if planes_in is None:
-        given = [helper.make_tensor_value_info(name, TensorProto.UINT8, [1, "H", "W", 3]) for name in inputs]
-    else:  # each frame's planes made the RGB frame the rest of the graph takes
-        for name in inputs:
-            y, uv = plane_inputs(name)
-            made_rgb, made_consts = rgb_nodes(y, uv, planes_in, name)
-            rows = [*made_rgb, *rows]
-            head_consts += made_consts
-            given += [
-                helper.make_tensor_value_info(y, TensorProto.UINT8, [1, 1, "H", "W"]),
-                helper.make_tensor_value_info(uv, TensorProto.UINT8, [1, 2, "H2", "W2"]),
-            ]
+    given = [helper.make_tensor_value_info(name, TensorProto.UINT8, [1, 3, "H", "W"]) for name in inputs]
     nodes = [*rows, *head, *graph.node, *tail]
     del graph.node[:]
     graph.node.extend(nodes)
@@ -210,6 +193,29 @@ def window_graph(
     graph.output.remove(made)
     for k, (name, shape) in enumerate(zip(outputs, shapes, strict=True)):
         graph.output.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, shape))
+    return model
+
+
+def upload_graph(planes: Colour | None = None) -> onnx.ModelProto:
+    """The graph that makes an uploaded frame what every window graph takes, (1, 3, H, W) uint8 RGB:
+    from a (1, H, W, 3) RGB frame a transpose; from 4:2:0 planes in ``planes``' matrix and range,
+    (1, 1, H, W) Y and (1, 2, H/2, W/2) U and V, the conversion (``streamer.yuv.rgb_nodes``)."""
+    from onnx import TensorProto, helper
+
+    if planes is None:
+        nodes = [helper.make_node("Transpose", [_HOST_RGB], [_UP_RGB], perm=[0, 3, 1, 2])]
+        consts: list[onnx.TensorProto] = []
+        given = [helper.make_tensor_value_info(_HOST_RGB, TensorProto.UINT8, [1, "H", "W", 3])]
+    else:
+        nodes, consts = rgb_nodes(_UP_Y, _UP_UV, planes, _UP_RGB)
+        given = [
+            helper.make_tensor_value_info(_UP_Y, TensorProto.UINT8, [1, 1, "H", "W"]),
+            helper.make_tensor_value_info(_UP_UV, TensorProto.UINT8, [1, 2, "H2", "W2"]),
+        ]
+    made = helper.make_tensor_value_info(_UP_RGB, TensorProto.UINT8, [1, 3, "H", "W"])
+    graph = helper.make_graph(nodes, "streamer.upload", given, [made], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _UPLOAD_OPSET)])
+    model.ir_version = 8  # opset 17's, which every onnxruntime this runs on reads
     return model
 
 
@@ -232,20 +238,6 @@ def _per_row(tensors: Any, name: str, names: Sequence[str]) -> None:
 def batch_size(rows: int) -> int:
     """The size of the graph that runs ``rows`` windows: the power of two at or above it."""
     return 1 << (rows - 1).bit_length()
-
-
-@dataclass(frozen=True, slots=True)
-class DevicePlanes:
-    """A frame in device memory as its 4:2:0 planes: (1, 1, H, W) Y and (1, 2, H/2, W/2) U and V."""
-
-    y: ort.OrtValue
-    uv: ort.OrtValue
-    colour: Colour
-    """Their matrix and range, resolved: the graph that takes them is made for it."""
-
-
-OnDevice: TypeAlias = "ort.OrtValue | DevicePlanes"
-"""A frame in device memory: (1, H, W, 3) RGB, or its 4:2:0 planes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +276,8 @@ class DeviceFrames:
         self._options = options
         self._providers = providers
         self._settings = [dict(provider_options.get(p, {})) for p in providers]
-        self._sessions: dict[tuple[int, Colour | None, Colour | None], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[int, Colour | None], ort.InferenceSession] = {}
+        self._uploaders: dict[Colour | None, ort.InferenceSession] = {}
         self._opening = threading.Lock()
         self._lock = threading.Lock()
         self._uploads = self._uploaded = self._downloads = self._downloaded = 0
@@ -303,19 +296,17 @@ class DeviceFrames:
         written into kept device memory; False: fresh arrays and allocations each time (``bench gpu``
         compares the two)."""
 
-    def _session(
-        self, batch: int, yuv: Colour | None = None, planes_in: Colour | None = None
-    ) -> ort.InferenceSession:
+    def _session(self, batch: int, yuv: Colour | None = None) -> ort.InferenceSession:
         """The session of the graph for ``batch`` windows (giving 4:2:0 planes in ``yuv``'s matrix and
-        range, and taking them in ``planes_in``'s, where given), made on first use."""
-        key = (batch, yuv, planes_in)
+        range, where given), made on first use."""
+        key = (batch, yuv)
         with self._opening:
             session = self._sessions.get(key)
             if session is not None:
                 return session
             model = type(self._model)()
             model.CopyFrom(self._model)
-            graph = window_graph(model, self._info, batch, yuv, planes_in)
+            graph = window_graph(model, self._info, batch, yuv)
             try:
                 session = ort.InferenceSession(
                     graph.SerializeToString(),
@@ -331,12 +322,41 @@ class DeviceFrames:
             self._sessions[key] = session
             return session
 
+    def _uploader(self, planes: Colour | None) -> ort.InferenceSession:
+        """The session of :func:`upload_graph` for frames that go up as RGB (None) or as 4:2:0 planes
+        in ``planes``' matrix and range, made on first use."""
+        with self._opening:
+            session = self._uploaders.get(planes)
+            if session is None:
+                graph = upload_graph(planes).SerializeToString()
+                try:
+                    session = ort.InferenceSession(
+                        graph,
+                        sess_options=self._options,
+                        providers=self._providers,
+                        provider_options=self._settings,
+                    )
+                except Exception as err:
+                    raise ModelError(
+                        f"onnxruntime cannot load the graph that makes uploaded frames RGB on the device "
+                        f"({'RGB' if planes is None else f'4:2:0 planes in {planes}'} in): {err}; set "
+                        "model.device_frames: false to run on host-made windows"
+                    ) from err
+                self._uploaders[planes] = session
+            return session
+
     @property
-    def graphs(self) -> frozenset[tuple[int, Colour | None, Colour | None]]:
-        """The graphs made so far, each as (batch, colour of the planes it makes, colour of the planes
-        it takes; None: RGB): warm-up's work, which a live frame finding one missing would wait for."""
+    def graphs(self) -> frozenset[tuple[int, Colour | None]]:
+        """The window graphs made so far, each as (batch, colour of the planes it makes; None: RGB):
+        warm-up's work, which a live frame finding one missing would wait for."""
         with self._opening:
             return frozenset(self._sessions)
+
+    @property
+    def upload_graphs(self) -> frozenset[Colour | None]:
+        """The upload graphs made so far, by the colour of the planes each takes (None: RGB)."""
+        with self._opening:
+            return frozenset(self._uploaders)
 
     def transfers(self) -> Transfers:
         with self._lock:
@@ -370,12 +390,38 @@ class DeviceFrames:
         return value
 
     def upload(self, frame: npt.NDArray[np.uint8]) -> ort.OrtValue:
-        """One (H, W, 3) uint8 frame, padded to the model's multiple, copied into device memory."""
-        value = self._put(frame)
+        """One (H, W, 3) uint8 frame, padded to the model's multiple, copied into device memory and
+        made (1, 3, H, W) there."""
+        h, w, _ = frame.shape
+        value = self._made_rgb(None, {_HOST_RGB: self._put(frame)}, h, w)
         with self._lock:
             self._uploads += 1
             self._uploaded += frame.nbytes
         return value
+
+    def _made_rgb(
+        self, planes: Colour | None, inputs: Mapping[str, ort.OrtValue], h: int, w: int
+    ) -> ort.OrtValue:
+        """The (1, 3, H, W) RGB frame that the upload graph makes of ``inputs``, in device memory of its
+        own (kept, unless ``reuse`` is off). The inputs' memory goes back once this returns."""
+        session = self._uploader(planes)
+        binding = session.io_binding()
+        for name, value in inputs.items():
+            binding.bind_ortvalue_input(name, value)
+        made = self._device_frame((1, 3, h, w)) if self.reuse else None
+        if made is None:
+            binding.bind_output(_UP_RGB, self.device, 0)
+        else:
+            binding.bind_ortvalue_output(_UP_RGB, made)
+        try:
+            session.run_with_iobinding(binding)
+        except Exception as err:
+            kind = "RGB" if planes is None else f"4:2:0 planes in {planes}"
+            what = f"a {w}x{h} frame uploaded as {kind}"
+            if self._starved is not None:
+                self._starved(err, what)
+            raise BackendError(f"onnxruntime failed making RGB of {what} on the device: {err}") from err
+        return made if made is not None else binding.get_outputs()[0]
 
     def _put(self, frame: npt.NDArray[np.uint8]) -> ort.OrtValue:
         """A uint8 array (a frame, a plane) copied into device memory, with a batch axis added."""
@@ -394,23 +440,26 @@ class DeviceFrames:
 
     def upload_planes(
         self, y: npt.NDArray[np.uint8], u: npt.NDArray[np.uint8], v: npt.NDArray[np.uint8], colour: Colour
-    ) -> DevicePlanes:
-        """A frame's 4:2:0 planes (padded to the model's multiple) copied into device memory: half the
-        bytes of its RGB, made RGB in the graph."""
+    ) -> ort.OrtValue:
+        """A frame's 4:2:0 planes in ``colour``'s (resolved) matrix and range, padded to the model's
+        multiple, copied into device memory (half the bytes of its RGB) and made (1, 3, H, W) RGB
+        there."""
         chroma = np.empty((2, *u.shape), np.uint8)
         chroma[0], chroma[1] = u, v
-        planes = DevicePlanes(self._put(np.ascontiguousarray(y[None])), self._put(chroma), colour)
+        h, w = y.shape
+        uploaded = {_UP_Y: self._put(np.ascontiguousarray(y[None])), _UP_UV: self._put(chroma)}
+        value = self._made_rgb(colour, uploaded, h, w)
         with self._lock:
             self._uploads += 1
             self._uploaded += y.nbytes + chroma.nbytes
-        return planes
+        return value
 
-    def run(self, frames: Sequence[OnDevice], strength: float | None = None) -> npt.NDArray[np.uint8]:
+    def run(self, frames: Sequence[ort.OrtValue], strength: float | None = None) -> npt.NDArray[np.uint8]:
         """The enhanced (H*scale, W*scale, 3) frame of the window of ``frames``, in slot order."""
         return self.run_batch([frames], [strength])[0]
 
     def run_batch(
-        self, windows: Sequence[Sequence[OnDevice]], strengths: Sequence[float | None] | None = None
+        self, windows: Sequence[Sequence[ort.OrtValue]], strengths: Sequence[float | None] | None = None
     ) -> list[npt.NDArray[np.uint8]]:
         """The enhanced (H*scale, W*scale, 3) frame of each of ``windows`` (frames of one size), in one
         call; a model that takes a strength gets ``strengths``, one per window (None: its default)."""
@@ -424,7 +473,7 @@ class DeviceFrames:
 
     def run_batch_yuv(
         self,
-        windows: Sequence[Sequence[OnDevice]],
+        windows: Sequence[Sequence[ort.OrtValue]],
         strengths: Sequence[float | None] | None,
         colour: Colour,
     ) -> list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8]]]:
@@ -441,7 +490,7 @@ class DeviceFrames:
         return [(y[0, 0], uv[0]) for y, uv in outs]
 
     def _check_steps(
-        self, windows: Sequence[Sequence[OnDevice]], states: Sequence[Sequence[ort.OrtValue]]
+        self, windows: Sequence[Sequence[ort.OrtValue]], states: Sequence[Sequence[ort.OrtValue]]
     ) -> None:
         if not self._info.state:
             raise ModelError(f"model {self._info.name} carries no state: run its windows with run_batch")
@@ -450,7 +499,7 @@ class DeviceFrames:
                 f"model {self._info.name}: {len(states)} states for {len(windows)} windows, one per stream"
             )
 
-    def _check_even(self, windows: Sequence[Sequence[OnDevice]]) -> None:
+    def _check_even(self, windows: Sequence[Sequence[ort.OrtValue]]) -> None:
         h, w = self._size_of(windows[0][0]) if windows and windows[0] else (0, 0)
         s = self._info.scale
         if (h * s) % 2 or (w * s) % 2:
@@ -460,7 +509,7 @@ class DeviceFrames:
             )
 
     def step(
-        self, frames: Sequence[OnDevice], state: Sequence[ort.OrtValue], strength: float | None = None
+        self, frames: Sequence[ort.OrtValue], state: Sequence[ort.OrtValue], strength: float | None = None
     ) -> tuple[npt.NDArray[np.uint8], tuple[ort.OrtValue, ...]]:
         """A recurrent model's enhanced (H*scale, W*scale, 3) frame of ``frames`` (its T, in slot order)
         and its next state, which stays in device memory: the state read is the last step's output, so
@@ -470,7 +519,7 @@ class DeviceFrames:
 
     def step_batch(
         self,
-        windows: Sequence[Sequence[OnDevice]],
+        windows: Sequence[Sequence[ort.OrtValue]],
         states: Sequence[Sequence[ort.OrtValue]],
         strengths: Sequence[float | None] | None = None,
     ) -> tuple[list[npt.NDArray[np.uint8]], list[tuple[ort.OrtValue, ...]]]:
@@ -482,7 +531,7 @@ class DeviceFrames:
 
     def step_batch_yuv(
         self,
-        windows: Sequence[Sequence[OnDevice]],
+        windows: Sequence[Sequence[ort.OrtValue]],
         states: Sequence[Sequence[ort.OrtValue]],
         strengths: Sequence[float | None] | None,
         colour: Colour,
@@ -495,7 +544,7 @@ class DeviceFrames:
 
     def _call(
         self,
-        windows: Sequence[Sequence[OnDevice]],
+        windows: Sequence[Sequence[ort.OrtValue]],
         states: Sequence[Sequence[ort.OrtValue]] | None,
         strengths: Sequence[float | None] | None,
         yuv: Colour | None = None,
@@ -505,9 +554,9 @@ class DeviceFrames:
         ``states`` each row's next state (onnxruntime allocates them on the device, from its arena on a
         GPU)."""
         rows = len(windows)
-        planes_in = self._check_window(windows)
+        self._check_window(windows)
         batch = batch_size(rows)
-        session = self._session(batch, yuv, planes_in)
+        session = self._session(batch, yuv)
         outs = self._outputs(windows[0][0], batch, yuv is not None)
         names = [
             yuv_outputs(b, batch) if yuv is not None else (frame_output(b, batch),) for b in range(batch)
@@ -517,12 +566,7 @@ class DeviceFrames:
         for b in range(batch):
             row = min(b, rows - 1)
             for k, value in enumerate(windows[row]):
-                if isinstance(value, DevicePlanes):
-                    y, uv = plane_inputs(frame_input(k, b, batch))
-                    binding.bind_ortvalue_input(y, value.y)
-                    binding.bind_ortvalue_input(uv, value.uv)
-                else:
-                    binding.bind_ortvalue_input(frame_input(k, b, batch), value)
+                binding.bind_ortvalue_input(frame_input(k, b, batch), value)
             for name, out in zip(names[b], outs[b], strict=True):
                 self._bind_pixels(binding, name, out)
             if states is not None:
@@ -561,36 +605,24 @@ class DeviceFrames:
             self._uploaded += array.nbytes
         return value
 
-    def _check_window(self, windows: Sequence[Sequence[OnDevice]]) -> Colour | None:
-        """Checks the windows' lengths; returns the colour of the planes they hold, None for RGB (one
-        call takes frames of one kind)."""
+    def _check_window(self, windows: Sequence[Sequence[ort.OrtValue]]) -> None:
         t = self._info.t
         if not windows or any(len(frames) != t for frames in windows):
             raise FrameError(
                 f"model {self._info.name} takes windows of T={t} frames; got {[len(w) for w in windows]}"
             )
-        kinds = {v.colour if isinstance(v, DevicePlanes) else None for frames in windows for v in frames}
-        if len(kinds) > 1:
-            raise FrameError(
-                f"model {self._info.name}: one call takes RGB frames or 4:2:0 planes of one colour; got "
-                f"{sorted(map(str, kinds))}"
-            )
-        return kinds.pop()
 
     @staticmethod
-    def _size_of(frame: OnDevice) -> tuple[int, int]:
+    def _size_of(frame: ort.OrtValue) -> tuple[int, int]:
         """A frame's height and width, as it lies in device memory (padded)."""
-        if isinstance(frame, DevicePlanes):
-            _, _, h, w = frame.y.shape()
-        else:
-            _, h, w, _ = frame.shape()
+        _, _, h, w = frame.shape()
         return h, w
 
-    def _size(self, frame: OnDevice) -> str:
+    def _size(self, frame: ort.OrtValue) -> str:
         h, w = self._size_of(frame)
         return f"{w}x{h}"
 
-    def _outputs(self, frame: OnDevice, batch: int, yuv: bool) -> list[list[npt.NDArray[np.uint8]]]:
+    def _outputs(self, frame: ort.OrtValue, batch: int, yuv: bool) -> list[list[npt.NDArray[np.uint8]]]:
         """Host buffers for ``batch`` output frames of ``frame``'s size (RGB, or its 4:2:0 planes): kept
         ones unless ``reuse`` is off."""
         h, w = self._size_of(frame)
@@ -643,7 +675,7 @@ class DeviceFrames:
 
     def warm(
         self,
-        frame: OnDevice,
+        frame: ort.OrtValue,
         batch: int,
         state: Sequence[ort.OrtValue] | None = None,
         yuv: Colour | None = None,

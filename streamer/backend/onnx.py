@@ -64,7 +64,6 @@ from streamer.backend.base import (
 )
 from streamer.backend.device_frames import (
     DeviceFrames,
-    OnDevice,
     Transfers,
     device_of,
     graph_tools_missing,
@@ -347,18 +346,18 @@ class OnnxBackend(Backend):
         run: int,
         cache: FeatureCache[FrameFeatures],
         guard: contextlib.AbstractContextManager[object] | None,
-    ) -> list[OnDevice]:
+    ) -> list[ort.OrtValue]:
         """The window's frames in device memory, uploading those its stream's cache lacks: as their
-        4:2:0 planes where they come as planes and this backend takes them (``model.yuv420``; a window's
-        frames are all planes or all RGB), else as RGB."""
+        4:2:0 planes where they come as planes and this backend takes them (``model.yuv420``), else as
+        RGB; made RGB on the device either way, so one window may hold both."""
         frames = {f.index: f for f in window.frames}
         with guard if guard is not None else contextlib.nullcontext():
             for index in cache.missing(frames, run):
                 # The cache is the stream's and holds what its model makes per frame: here, device frames.
                 cache.put(index, run, cast(FrameFeatures, (self._upload(device, frames[index]),)))
-            return [cast(OnDevice, cache.get(i)[0]) for i in window.indices]
+            return [cast(ort.OrtValue, cache.get(i)[0]) for i in window.indices]
 
-    def _upload(self, device: DeviceFrames, frame: Frame) -> OnDevice:
+    def _upload(self, device: DeviceFrames, frame: Frame) -> ort.OrtValue:
         picture = frame.picture
         if isinstance(picture, Yuv420) and self._info.yuv420 and self._planes_fit(frame.height, frame.width):
             m = self._info.pad_multiple
@@ -428,8 +427,9 @@ class OnnxBackend(Backend):
         planes_in: Colour | None = None,
     ) -> None:
         """With frames on the device, its graphs too (one per batch size up to ``batch``, making 4:2:0
-        planes in ``colour`` and taking them in ``planes_in``, where this backend does); a window
-        model's host path as well, one window at a time, as its tiles take it."""
+        planes in ``colour`` where this backend does, and the upload graphs of RGB frames and of planes
+        in ``planes_in``); a window model's host path as well, one window at a time, as its tiles take
+        it."""
         device = self._device
         if device is None or not self._info.state:
             super().warm_up(width, height, batch if device is None else 1)
@@ -438,12 +438,10 @@ class OnnxBackend(Backend):
         m = self._info.pad_multiple
         hp, wp = height + -height % m, width + -width % m
         fit = self._info.yuv420 and self._planes_fit(height, width)
-        frame: OnDevice
-        if fit and planes_in is not None:
+        frame = device.upload(np.zeros((hp, wp, 3), np.uint8))
+        if fit and planes_in is not None:  # the upload graph of its planes; windows take either alike
             half = np.zeros((hp // 2, wp // 2), np.uint8)
-            frame = device.upload_planes(np.zeros((hp, wp), np.uint8), half, half, planes_in)
-        else:
-            frame = device.upload(np.zeros((hp, wp, 3), np.uint8))
+            device.upload_planes(np.zeros((hp, wp), np.uint8), half, half, planes_in)
         state = self.state_shapes(1, height, width)
         device.warm(frame, batch, device.zero_state(state) if state else None, colour if fit else None)
 
@@ -662,7 +660,7 @@ class OnnxBackend(Backend):
     def _steps_on_device(
         self,
         device: DeviceFrames,
-        windows: Sequence[Sequence[OnDevice]],
+        windows: Sequence[Sequence[ort.OrtValue]],
         size: tuple[int, int],
         states: Sequence[State],
         strength: Strengths,

@@ -16,8 +16,8 @@ window, and for each provider, precision, frame size and batch, two speeds of th
 - ``frames_fresh``: the same with a fresh host array and device allocation for every frame, as before
   the buffers were kept: what keeping them is worth;
 - ``frames_yuv``: ``frames`` with each frame going up and coming down as 4:2:0 planes, converted to
-  and from RGB in the graph (``model.yuv420``, BT.709 tv range): 1.5 bytes a pixel each way instead of
-  3, and the cost of the conversions on the device.
+  RGB on the device as it goes up and from RGB in the window's graph (``model.yuv420``, BT.709 tv
+  range): 1.5 bytes a pixel each way instead of 3, and the cost of the conversions on the device.
 
 A recurrent model (``--model convlstm_strength.onnx``) runs the same paths with its state: ``device``
 keeps it on the device both ways; ``host`` sends it up and brings it down with every call, as
@@ -53,7 +53,7 @@ import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import STRENGTH
-from streamer.backend.device_frames import DeviceFrames, OnDevice, device_of
+from streamer.backend.device_frames import DeviceFrames, device_of
 from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
@@ -250,7 +250,7 @@ def _window_steps(
     frames = np.ascontiguousarray(pattern_window(1, t + 1, *size, seed=0)[0].transpose(0, 2, 3, 1))
     planes = [_planes(frame) for frame in frames] if yuv else []
 
-    def up(k: int) -> OnDevice:
+    def up(k: int) -> ort.OrtValue:
         return device.upload_planes(*planes[k], HD_TV) if yuv else device.upload(frames[k])
 
     rings = [[up(k) for k in range(t)] for _ in range(batch)]
@@ -297,7 +297,7 @@ def _recurrent_steps(
     states = [backend.initial_state(1, size[1], size[0]) for _ in range(batch)]
     fresh = iter(range(10**12))
 
-    def up(k: int) -> OnDevice:
+    def up(k: int) -> ort.OrtValue:
         return device.upload_planes(*planes[k], HD_TV) if yuv else device.upload(frames[k])
 
     def step() -> None:

@@ -104,76 +104,67 @@ def test_the_default_model_on_device_frames_matches_the_host_path_with_one_frame
     assert (moved.downloads, moved.downloaded_bytes) == (FRAMES, FRAMES * frame_bytes)
 
 
-@pytest.mark.parametrize("planes", [False, True], ids=["rgb", "planes"])
 @pytest.mark.parametrize("model", [DEFAULT_MODEL, TEMPORAL_FILTER], ids=["NTCHW", "NCTHW"])
-def test_onnxruntime_transposes_each_slots_uint8_frames_not_the_whole_float_window(
-    tmp_path: Path, model: Path, planes: bool
+def test_frames_are_rearranged_once_as_they_go_up_and_the_window_graph_transposes_only_its_outputs(
+    tmp_path: Path, model: Path
 ) -> None:
-    """Left as one Transpose per frame, onnxruntime's optimiser merges them into one 5-D transpose of
-    the float window, 1.7x the whole temporal filter's time at 720p on the CPU (``streamer.layout``);
-    frames made from 4:2:0 planes in the graph are channels-first already, and are not transposed."""
+    """Each frame is made channels-first once, by its upload graph; a window graph that took (H, W, 3)
+    frames would transpose each of its T frames for every window they are in, and onnxruntime's
+    optimiser merged those into one 5-D transpose of the float window (1.7x the whole temporal filter's
+    time at 720p on the CPU, session 17)."""
     import onnx
     import onnxruntime as ort
 
+    from streamer.backend.device_frames import upload_graph
+
+    def transposes(graph: onnx.ModelProto) -> list[list[int]]:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+        # The transpose optimiser runs from the basic level up; the level above adds this CPU's own.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        ort.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return [
+            next(list(a.ints) for a in node.attribute if a.name == "perm")
+            for node in onnx.load(tmp_path / "optimised.onnx").graph.node
+            if node.op_type == "Transpose"
+        ]
+
     info = OnnxBackend(model, providers=["CPUExecutionProvider"]).info
-    options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
-    # The transpose optimiser runs from the basic level up; the level above this adds this CPU's own.
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    graph = window_graph(onnx.load(model), info, batch=2, planes_in=Colour(1, 1) if planes else None)
-    ort.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    transposes = [
-        next(list(a.ints) for a in node.attribute if a.name == "perm")
-        for node in onnx.load(tmp_path / "optimised.onnx").graph.node
-        if node.op_type == "Transpose"
-    ]
-    # each slot's RGB frames, both windows' at once, as uint8 pixels; each window's output on its way out
-    assert sorted(transposes) == [[0, 2, 1]] * (0 if planes else info.t) + [[0, 2, 3, 1]] * 2
+    assert transposes(window_graph(onnx.load(model), info, batch=2)) == [[0, 2, 3, 1]] * 2  # the outputs
+    assert transposes(upload_graph()) == [[0, 3, 1, 2]]
+    assert transposes(upload_graph(Colour(1, 1))) == []  # made channels-first from its planes
 
 
 @pytest.mark.parametrize(("layout", "order"), [("NTCHW", "RGB"), ("NCTHW", "BGR")])
-def test_frames_made_from_planes_in_the_graph_give_what_the_same_rgb_frames_give(
+def test_a_window_of_frames_uploaded_as_planes_gives_what_the_same_frames_uploaded_as_rgb_give(
     tmp_path: Path, layout: str, order: str
 ) -> None:
-    """Planes made channels-first RGB in the graph go into the model as the RGB frames the graph
-    takes from the host do, in either layout and channel order."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    from streamer.backend.device_frames import frame_input, frame_output, plane_inputs
-    from streamer.yuv import rgb_nodes
-
+    """Planes made RGB as they go up are the frames a window takes, in either layout and channel
+    order, and a window may mix frames that went up either way (a stream whose decoder changed)."""
     path = kind_model(tmp_path / "kind.onnx", layout=layout, t=3, slot=1, order=order)
-    info = OnnxBackend(path, providers=["CPUExecutionProvider"]).info
-    colour = Colour(1, 1)
-
-    def session(model: onnx.ModelProto) -> ort.InferenceSession:
-        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-
-    from_planes = session(window_graph(onnx.load(path), info, batch=2, planes_in=colour))
-    from_rgb = session(window_graph(onnx.load(path), info, batch=2))
-    nodes, consts = rgb_nodes("y", "uv", colour, "rgb")
-    tensors = [
-        helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 1, "H", "W"]),
-        helper.make_tensor_value_info("uv", TensorProto.UINT8, [1, 2, "H2", "W2"]),
-    ]
-    rgb = helper.make_tensor_value_info("rgb", TensorProto.UINT8, None)
-    made_rgb = helper.make_graph(nodes, "rgb", tensors, [rgb], consts)
-    to_rgb = session(helper.make_model(made_rgb, opset_imports=[helper.make_opsetid("", 17)]))
+    backend = OnnxBackend(path, providers=["CPUExecutionProvider"], device_frames=True)
+    device = backend.device_frames
+    assert device is not None
     rng = np.random.default_rng(5)
-    planes_feed, rgb_feed = {}, {}
-    for name in (frame_input(k, b, 2) for b in range(2) for k in range(info.t)):
-        y, uv = plane_inputs(name)
-        planes_feed[y] = rng.integers(16, 236, (1, 1, 24, 32), dtype=np.uint8)
-        planes_feed[uv] = rng.integers(16, 241, (1, 2, 12, 16), dtype=np.uint8)
-        (made,) = to_rgb.run(None, {"y": planes_feed[y], "uv": planes_feed[uv]})
-        rgb_feed[name] = np.ascontiguousarray(made.transpose(0, 2, 3, 1))  # as the host's frames lie
-    outputs = [frame_output(b, 2) for b in range(2)]
-    for ours, theirs in zip(
-        from_planes.run(outputs, planes_feed), from_rgb.run(outputs, rgb_feed), strict=True
-    ):
-        np.testing.assert_array_equal(ours, theirs)
+    from_planes, from_rgb = [], []
+    for _ in range(2 * backend.info.t):
+        y = rng.integers(16, 236, (24, 32), dtype=np.uint8)
+        u, v = rng.integers(16, 241, (2, 12, 16), dtype=np.uint8)
+        made = device.upload_planes(y, u, v, Colour(1, 1))
+        from_planes.append(made)
+        (rgb,) = made.numpy()  # on the CPU provider device memory is host memory
+        from_rgb.append(device.upload(np.ascontiguousarray(rgb.transpose(1, 2, 0))))
+    t = backend.info.t
+    planes_windows = [from_planes[:t], from_planes[t:]]
+    mixed = [from_planes[:1] + from_rgb[1:t], from_rgb[t:]]
+    rgb_windows = [from_rgb[:t], from_rgb[t:]]
+    theirs = device.run_batch(rgb_windows)
+    for ours in (device.run_batch(planes_windows), device.run_batch(mixed)):
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert device.upload_graphs == {None, Colour(1, 1)}
+    # one window graph per batch size (one made at start) for frames that went up either way
+    assert device.graphs == {(1, None), (2, None)}
 
 
 def test_device_frames_asked_for_a_streaming_model_is_refused_in_one_line() -> None:
@@ -718,14 +709,14 @@ def test_warm_up_makes_every_graph_decoded_planes_take_before_the_first_frame(
     """A file source that hands on planes says so (``StreamInfo.planes``), so warm-up makes the graphs
     that take planes, for a window model and a recurrent model's steps: no live frame waits for one."""
     source = camera_file(tmp_path / "camera.mp4")
-    warmed: list[frozenset[tuple[int, Colour | None, Colour | None]]] = []
+    warmed: list[tuple[frozenset[tuple[int, Colour | None]], frozenset[Colour | None]]] = []
     real = OnnxBackend.warm_up
 
     def warm_up(backend: OnnxBackend, *args: object) -> None:
         real(backend, *args)  # type: ignore[arg-type]
         device = backend.device_frames
         assert device is not None
-        warmed.append(device.graphs)
+        warmed.append((device.graphs, device.upload_graphs))
 
     monkeypatch.setattr(OnnxBackend, "warm_up", warm_up)
     config = load_config(
@@ -748,9 +739,10 @@ def test_warm_up_makes_every_graph_decoded_planes_take_before_the_first_frame(
     device = backend.device_frames
     assert device is not None
     (before,) = warmed
-    assert device.graphs == before
+    assert (device.graphs, device.upload_graphs) == before
     colour = Colour(6, 1)
-    assert (1, colour, colour) in before  # planes in, planes out
+    assert (1, colour) in before[0]  # planes out
+    assert colour in before[1]  # planes in
 
 
 def test_a_file_source_hands_on_planes_only_where_asked_and_never_with_added_noise(tmp_path: Path) -> None:
