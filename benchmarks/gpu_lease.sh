@@ -3,7 +3,7 @@
 # and torch but neither onnxruntime-gpu nor PyAV. Run from the repository root with $OUT set (the
 # device tool sets it), once the wheels' pieces are in .lease/ (carried over warm calls; see
 # docs/benchmarks.md, "GPU"): ort.whl.part.* (the onnxruntime-gpu wheel, split) and, optionally,
-# av.whl.part.* (PyAV's). About 6 minutes; each step has its own timeout so a hung step leaves the
+# av.whl.part.* (PyAV's). About 6 minutes (at most 520 s of steps); each step has its own timeout so a hung step leaves the
 # others' figures, and every log lands in $OUT.
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -30,10 +30,15 @@ step() {  # name, seconds, command...
 }
 
 # 1. The default model: kept, page-locked buffers (frames) against fresh ones (frames_fresh), and
-#    frames up and down as 4:2:0 planes (frames_yuv), batched.
-step gpu 200 python3 -m streamer.bench gpu --providers TensorrtExecutionProvider,CUDAExecutionProvider \
-    --precisions fp16 --io uint8 --sizes 1280x720,1920x1080 --batches 1,8,16 --seconds 1 --budget-s 170 \
+#    frames up and down as 4:2:0 planes (frames_yuv), batched; the caller sleeping while the GPU works.
+step gpu 180 python3 -m streamer.bench gpu --providers TensorrtExecutionProvider,CUDAExecutionProvider \
+    --precisions fp16 --io uint8 --sizes 1280x720,1920x1080 --batches 1,8,16 --seconds 1 --budget-s 150 \
     --json "$OUT/gpu.json" --markdown "$OUT/gpu.md"
+# 1b. The same at 720p with the caller spinning (CUDA's default before model.gpu_wait): its CPU ms per
+#     frame against step 1's.
+step spin 60 python3 -m streamer.bench gpu --providers CUDAExecutionProvider --precisions fp16 --io uint8 \
+    --sizes 1280x720 --batches 1,16 --seconds 1 --budget-s 40 --gpu-wait spin \
+    --json "$OUT/spin.json" --markdown "$OUT/spin.md"
 # 2. The ConvLSTM: its state kept on the device (frames) against sent both ways (host).
 step recurrent 100 python3 -m streamer.bench gpu --model streamer/assets/convlstm_strength.onnx \
     --providers CUDAExecutionProvider --precisions fp16 --io uint8 --sizes 1920x1080 --batches 1,4 \
@@ -46,5 +51,5 @@ else
     echo "== codecs: skipped, no PyAV (carry av.part.*)"
 fi
 # 4. onnxruntime's own kernel table beside torch's best.
-step reference 150 python3 -m export.gpu_reference --sizes 1280x720 --batches 8 --dtypes fp16 \
+step reference 120 python3 -m export.gpu_reference --sizes 1280x720 --batches 8 --dtypes fp16 \
     --layouts nhwc --seconds 0.5 --profile 1280x720:8:fp16:nhwc --onnxruntime 1280x720:8

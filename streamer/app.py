@@ -277,6 +277,7 @@ def build_backend(model: ModelConfig) -> Backend:
         declared=model.declared(),
         device_frames=model.device_frames,
         yuv420=model.yuv420,
+        gpu_wait=model.gpu_wait,
         provider_options={"TensorrtExecutionProvider": model.tensorrt.provider_options()},
     )
 

@@ -24,6 +24,7 @@ from pydantic import (
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, resolve_shipped
 from streamer.backend.base import ChannelOrder, Declared, Layout
+from streamer.backend.cuda_runtime import GpuWait
 from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
@@ -392,6 +393,12 @@ class ModelConfig(_Strict):
     and the noise estimate read the Y plane; a stage that needs RGB (a region's paste) converts on
     first use. None: on for GPU providers, off on the CPU's, where the graph's conversions cost more
     than swscale's (about 35 against 5 ms at 1080p). Needs ``device_frames``."""
+    gpu_wait: GpuWait = GpuWait.BLOCKING
+    """How a thread that called the model on a GPU (CUDA, TensorRT) waits for it to finish: blocking
+    sleeps until the GPU is done; spin polls it, holding a core at 100% for the whole call (CUDA's own
+    choice, auto, is a spin wherever cores outnumber GPUs), cores that decode and encode the streams
+    need (``streamer.backend.cuda_runtime``). One setting per GPU for the whole process. Ignored on the
+    CPU provider."""
     tensorrt: TensorRtConfig = Field(default_factory=TensorRtConfig)
     warm_up: bool | None = None
     """Run the model once at a stream's frame size when its source opens, before the first live frame,

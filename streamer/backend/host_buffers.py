@@ -28,6 +28,8 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
+from streamer.backend.cuda_runtime import cuda_runtime
+
 __all__ = ["PINNED_BYTES", "BufferPool", "CudaHostMemory", "cuda_host_memory"]
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,6 @@ log = logging.getLogger(__name__)
 PINNED_BYTES = 1 << 30
 """The most host memory one process pins for frames (1 GiB: 170 frames of 1080p)."""
 PAGE = 4096
-_CUDART = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
 
 
 class CudaHostMemory:
@@ -101,12 +102,9 @@ def cuda_host_memory() -> CudaHostMemory | None:
     with _looking:
         if not _looked:
             _looked = True
-            for name in _CUDART:
-                try:
-                    _host_memory = CudaHostMemory(ctypes.CDLL(name))
-                    break
-                except (OSError, AttributeError):
-                    continue
+            library = cuda_runtime()
+            if library is not None and hasattr(library, "cudaHostRegister"):
+                _host_memory = CudaHostMemory(library)
         return _host_memory
 
 

@@ -62,6 +62,7 @@ from streamer.backend.base import (
     StateSpec,
     Strengths,
 )
+from streamer.backend.cuda_runtime import GpuWait, set_gpu_wait
 from streamer.backend.device_frames import (
     DeviceFrames,
     Transfers,
@@ -177,13 +178,15 @@ class OnnxBackend(Backend):
         provider_options: Mapping[str, Mapping[str, str]] | None = None,
         device_frames: bool | None = None,
         yuv420: bool | None = None,
+        gpu_wait: GpuWait = GpuWait.BLOCKING,
     ) -> None:
         """``profile``: a folder where onnxruntime writes each session's per-operator profile
         (``streamer bench profile``); :meth:`end_profiling` closes them. ``provider_options``: by
         provider name, the options onnxruntime passes it (TensorRT's fp16 and engine cache, say).
         ``device_frames``: a window model's frames kept on the device (:mod:`.device_frames`); None: on
         a GPU provider. ``yuv420``: frames to and from the device as 4:2:0 planes (``model.yuv420``);
-        None: on a GPU provider."""
+        None: on a GPU provider. ``gpu_wait``: how a caller waits for a GPU provider's call to finish
+        (``model.gpu_wait``), set on its GPU for the whole process."""
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(
@@ -223,6 +226,9 @@ class OnnxBackend(Backend):
             activation_bytes_per_pixel=card_bytes_per_pixel(self.path),
             reach_px=card_reach(self.path),
         )
+        if device_of(self._info.provider) == "cuda":
+            chosen = (provider_options or {}).get(self._info.provider, {})
+            set_gpu_wait(gpu_wait, int(chosen.get("device_id", 0)))
         wanted = device_frames if device_frames is not None else device_of(self._info.provider) != "cpu"
         if wanted and self._info.streaming:
             if device_frames:

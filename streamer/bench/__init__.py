@@ -129,6 +129,14 @@ def _register_gpu(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="options for the CUDA provider, e.g. prefer_nhwc=1,enable_cuda_graph=1 (default: its own)",
     )
     gpu.add_argument(
+        "--gpu-wait",
+        choices=["blocking", "spin", "auto"],
+        default="blocking",
+        help="how the calling thread waits for the GPU at the end of each call, as model.gpu_wait: "
+        "blocking sleeps, spin and auto (CUDA's default) hold a core; the CPU ms per frame rest on it "
+        "(blocking)",
+    )
+    gpu.add_argument(
         "--seconds", type=float, default=1.5, help="timed seconds per row, at least 3 calls (1.5)"
     )
     gpu.add_argument(

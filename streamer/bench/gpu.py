@@ -53,6 +53,7 @@ import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import STRENGTH
+from streamer.backend.cuda_runtime import GpuWait
 from streamer.backend.device_frames import DeviceFrames, device_of
 from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
@@ -129,6 +130,8 @@ class GpuReport:
     skipped: list[str]
     cuda_options: dict[str, str]
     """What ``--cuda-options`` gave the CUDA provider (prefer_nhwc, enable_cuda_graph, ...)."""
+    gpu_wait: str
+    """How the calling thread waited for the GPU (``--gpu-wait``; the log says whether CUDA took it)."""
     model: str
     t: int
     parity: list[Parity]
@@ -434,12 +437,15 @@ def _chain(provider: str) -> list[str]:
     return [provider, CPU]
 
 
-def _loads(provider: str, model: Path, cache: Path) -> str | None:
+def _loads(provider: str, model: Path, cache: Path, gpu_wait: GpuWait) -> str | None:
     """None where ``provider`` runs ``model``; else why not (a listed provider whose libraries are
     missing falls back to the next one, which onnxruntime only logs)."""
     try:
         backend = OnnxBackend(
-            model, providers=_chain(provider), provider_options=_provider_options(provider, "fp32", cache)
+            model,
+            providers=_chain(provider),
+            provider_options=_provider_options(provider, "fp32", cache),
+            gpu_wait=gpu_wait,
         )
     except StreamerError as err:
         return str(err)
@@ -461,10 +467,12 @@ def run_gpu_bench(
     budget_s: float,
     cuda_options: Mapping[str, str] | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    gpu_wait: GpuWait = GpuWait.BLOCKING,
 ) -> GpuReport:
     """Measures ``model`` on each provider that loads, in each (precision, io) variant; rows begun
     after ``budget_s`` are skipped and said so. The CPU provider, asked beside a GPU one, runs only the
-    first size at batch 1, fp32."""
+    first size at batch 1, fp32. ``gpu_wait``: how the calling thread waits for a GPU (the process's
+    one setting, as ``model.gpu_wait``), which the CPU ms per frame of every GPU row rests on."""
     begun = time.perf_counter()
     available = ort.get_available_providers()
     if any(p in available for p in GPU_PROVIDERS) and hasattr(ort, "preload_dlls"):
@@ -480,7 +488,7 @@ def run_gpu_bench(
             if provider not in available:
                 skipped.append(f"{provider}: not in this onnxruntime build (pip install onnxruntime-gpu)")
                 continue
-            why = _loads(provider, model, cache)
+            why = _loads(provider, model, cache, gpu_wait)
             if why is None:
                 loaded.append(provider)
             else:
@@ -508,7 +516,11 @@ def run_gpu_bench(
                 if provider == CUDA and cuda_options:
                     options[CUDA] = dict(cuda_options)
                 backend = OnnxBackend(
-                    file, providers=_chain(provider), provider_options=options, device_frames=kept
+                    file,
+                    providers=_chain(provider),
+                    provider_options=options,
+                    device_frames=kept,
+                    gpu_wait=gpu_wait,
                 )
                 if provider != CPU:
                     parity.append(_parity(backend, reference, provider, variant))
@@ -543,6 +555,7 @@ def run_gpu_bench(
         loaded=loaded,
         skipped=skipped,
         cuda_options=dict(cuda_options or {}),
+        gpu_wait=str(gpu_wait) if any_gpu else "no GPU provider ran",
         model=model.name,
         t=reference.info.t,
         parity=parity,
@@ -606,7 +619,8 @@ def format_report(report: GpuReport) -> tuple[str, str]:
         f"onnxruntime {report.onnxruntime}",
         f"providers listed: {', '.join(report.available)}; "
         f"loaded the model: {', '.join(report.loaded) or 'none'}",
-        f"model: {report.model} (T={report.t}); CUDA provider options: {report.cuda_options or 'defaults'}",
+        f"model: {report.model} (T={report.t}); CUDA provider options: {report.cuda_options or 'defaults'}; "
+        f"waits for the GPU: {report.gpu_wait}",
         f"frames path host buffers: {report.pinned}",
     ]
     parity = [
@@ -712,6 +726,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         args.budget_s,
         _options(args.cuda_options),
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        gpu_wait=GpuWait(args.gpu_wait),
     )
     table, markdown = format_report(report)
     return emit(table, markdown, asdict(report), args.json, args.markdown)

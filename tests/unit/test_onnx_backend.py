@@ -396,6 +396,7 @@ def test_the_cpu_provider_runs_two_calls_at_once_with_the_cores_split_unless_tol
         declared: object,
         device_frames: object,
         yuv420: object,
+        gpu_wait: object,
         provider_options: object,
     ) -> str:
         made.append((workers, threads))
