@@ -219,6 +219,12 @@ def upload_graph(planes: Colour | None = None) -> onnx.ModelProto:
     return model
 
 
+def _gather(host: npt.NDArray[np.uint8], parts: Sequence[npt.NDArray[np.uint8]]) -> None:
+    """``parts`` (arrays of one shape, strided or not) copied one after another into ``host``."""
+    for row, part in zip(host.reshape(len(parts), *parts[0].shape), parts, strict=True):
+        np.copyto(row, part)
+
+
 def state_name(name: str, row: int, batch: int) -> str:
     """A recurrent state's input or output for the window in ``row``: its own name in a graph of one."""
     return name if batch == 1 else f"{name}.row_{row}"
@@ -393,7 +399,7 @@ class DeviceFrames:
         """One (H, W, 3) uint8 frame, padded to the model's multiple, copied into device memory and
         made (1, 3, H, W) there."""
         h, w, _ = frame.shape
-        value = self._made_rgb(None, {_HOST_RGB: self._put(frame)}, h, w)
+        value = self._made_rgb(None, {_HOST_RGB: self._put((1, h, w, 3), [frame])}, h, w)
         with self._lock:
             self._uploads += 1
             self._uploaded += frame.nbytes
@@ -423,19 +429,22 @@ class DeviceFrames:
             raise BackendError(f"onnxruntime failed making RGB of {what} on the device: {err}") from err
         return made if made is not None else binding.get_outputs()[0]
 
-    def _put(self, frame: npt.NDArray[np.uint8]) -> ort.OrtValue:
-        """A uint8 array (a frame, a plane) copied into device memory, with a batch axis added."""
-        shape = (1, *frame.shape)
+    def _put(self, shape: tuple[int, ...], parts: Sequence[npt.NDArray[np.uint8]]) -> ort.OrtValue:
+        """uint8 arrays of one shape (a frame; a plane; the U and V planes), views as they lie,
+        copied into device memory as one ``shape`` tensor: each byte copied once on the host, into a
+        page-locked buffer the GPU reads by DMA (none on the CPU provider, where device memory is host
+        memory and a lone contiguous array goes straight in)."""
         if not self.reuse:
-            value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(frame[None]), self.device, 0)
+            host = np.empty(shape, np.uint8)
+            _gather(host, parts)
+            return ort.OrtValue.ortvalue_from_numpy(host, self.device, 0)
+        value = self._device_frame(shape)
+        if self._pin is None and len(parts) == 1 and parts[0].flags.c_contiguous:
+            value.update_inplace(parts[0].reshape(shape))
         else:
-            value = self._device_frame(shape)
-            source = np.ascontiguousarray(frame[None])
-            if self._pin is not None:  # through a page-locked copy, which the GPU reads by DMA
-                stage = self._buffers("staging", shape, STAGING_KEPT).take()
-                np.copyto(stage, source)
-                source = stage
-            value.update_inplace(source)
+            stage = self._buffers("staging", shape, STAGING_KEPT).take()
+            _gather(stage, parts)
+            value.update_inplace(stage)
         return value
 
     def upload_planes(
@@ -444,14 +453,12 @@ class DeviceFrames:
         """A frame's 4:2:0 planes in ``colour``'s (resolved) matrix and range, padded to the model's
         multiple, copied into device memory (half the bytes of its RGB) and made (1, 3, H, W) RGB
         there."""
-        chroma = np.empty((2, *u.shape), np.uint8)
-        chroma[0], chroma[1] = u, v
         h, w = y.shape
-        uploaded = {_UP_Y: self._put(np.ascontiguousarray(y[None])), _UP_UV: self._put(chroma)}
+        uploaded = {_UP_Y: self._put((1, 1, h, w), [y]), _UP_UV: self._put((1, 2, *u.shape), [u, v])}
         value = self._made_rgb(colour, uploaded, h, w)
         with self._lock:
             self._uploads += 1
-            self._uploaded += y.nbytes + chroma.nbytes
+            self._uploaded += y.nbytes + u.nbytes + v.nbytes
         return value
 
     def run(self, frames: Sequence[ort.OrtValue], strength: float | None = None) -> npt.NDArray[np.uint8]:

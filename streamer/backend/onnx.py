@@ -368,8 +368,10 @@ class OnnxBackend(Backend):
         if isinstance(picture, Yuv420) and self._info.yuv420 and self._planes_fit(frame.height, frame.width):
             m = self._info.pad_multiple
             ph, pw = -frame.height % m, -frame.width % m
-            y = _pad(picture.y, ((0, ph), (0, pw)))
-            u, v = (_pad(c, ((0, ph // 2), (0, pw // 2))) for c in (picture.u, picture.v))
+            y, u, v = picture.y, picture.u, picture.v  # the decoder's own, copied once on the way up
+            if ph or pw:
+                y = _pad(y, ((0, ph), (0, pw)))
+                u, v = (_pad(c, ((0, ph // 2), (0, pw // 2))) for c in (u, v))
             return device.upload_planes(y, u, v, picture.colour)
         return device.upload(self._pad_frames(frame.pixels[None])[0])
 

@@ -140,7 +140,8 @@ def test_a_window_of_frames_uploaded_as_planes_gives_what_the_same_frames_upload
     tmp_path: Path, layout: str, order: str
 ) -> None:
     """Planes made RGB as they go up are the frames a window takes, in either layout and channel
-    order, and a window may mix frames that went up either way (a stream whose decoder changed)."""
+    order, and a window may mix frames that went up either way (a stream whose decoder changed).
+    The planes go up as a decoder's lie, rows padded past the picture (its linesize)."""
     path = kind_model(tmp_path / "kind.onnx", layout=layout, t=3, slot=1, order=order)
     backend = OnnxBackend(path, providers=["CPUExecutionProvider"], device_frames=True)
     device = backend.device_frames
@@ -148,9 +149,11 @@ def test_a_window_of_frames_uploaded_as_planes_gives_what_the_same_frames_upload
     rng = np.random.default_rng(5)
     from_planes, from_rgb = [], []
     for _ in range(2 * backend.info.t):
-        y = rng.integers(16, 236, (24, 32), dtype=np.uint8)
-        u, v = rng.integers(16, 241, (2, 12, 16), dtype=np.uint8)
+        y = rng.integers(16, 236, (24, 64), dtype=np.uint8)[:, :32]
+        u, v = rng.integers(16, 241, (2, 12, 48), dtype=np.uint8)[:, :, :16]
         made = device.upload_planes(y, u, v, Colour(1, 1))
+        packed = device.upload_planes(*map(np.ascontiguousarray, (y, u, v)), Colour(1, 1))
+        np.testing.assert_array_equal(made.numpy(), packed.numpy())
         from_planes.append(made)
         (rgb,) = made.numpy()  # on the CPU provider device memory is host memory
         from_rgb.append(device.upload(np.ascontiguousarray(rgb.transpose(1, 2, 0))))
