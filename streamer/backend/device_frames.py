@@ -308,24 +308,12 @@ class DeviceFrames:
         key = (batch, yuv)
         with self._opening:
             session = self._sessions.get(key)
-            if session is not None:
-                return session
-            model = type(self._model)()
-            model.CopyFrom(self._model)
-            graph = window_graph(model, self._info, batch, yuv)
-            try:
-                session = ort.InferenceSession(
-                    graph.SerializeToString(),
-                    sess_options=self._options,
-                    providers=self._providers,
-                    provider_options=self._settings,
-                )
-            except Exception as err:
-                raise ModelError(
-                    f"onnxruntime cannot load {self._info.name} with its window made on the device "
-                    f"(batch {batch}): {err}; set model.device_frames: false to run it on host-made windows"
-                ) from err
-            self._sessions[key] = session
+            if session is None:
+                model = type(self._model)()
+                model.CopyFrom(self._model)
+                graph = window_graph(model, self._info, batch, yuv)
+                what = f"{self._info.name} with its window made on the device (batch {batch})"
+                session = self._sessions[key] = self._open(graph, what)
             return session
 
     def _uploader(self, planes: Colour | None) -> ort.InferenceSession:
@@ -334,22 +322,24 @@ class DeviceFrames:
         with self._opening:
             session = self._uploaders.get(planes)
             if session is None:
-                graph = upload_graph(planes).SerializeToString()
-                try:
-                    session = ort.InferenceSession(
-                        graph,
-                        sess_options=self._options,
-                        providers=self._providers,
-                        provider_options=self._settings,
-                    )
-                except Exception as err:
-                    raise ModelError(
-                        f"onnxruntime cannot load the graph that makes uploaded frames RGB on the device "
-                        f"({'RGB' if planes is None else f'4:2:0 planes in {planes}'} in): {err}; set "
-                        "model.device_frames: false to run on host-made windows"
-                    ) from err
-                self._uploaders[planes] = session
+                kind = "RGB" if planes is None else f"4:2:0 planes in {planes}"
+                what = f"the graph that makes frames uploaded as {kind} RGB on the device"
+                session = self._uploaders[planes] = self._open(upload_graph(planes), what)
             return session
+
+    def _open(self, graph: onnx.ModelProto, what: str) -> ort.InferenceSession:
+        try:
+            return ort.InferenceSession(
+                graph.SerializeToString(),
+                sess_options=self._options,
+                providers=self._providers,
+                provider_options=self._settings,
+            )
+        except Exception as err:
+            raise ModelError(
+                f"onnxruntime cannot load {what}: {err}; set model.device_frames: false to run on "
+                "host-made windows"
+            ) from err
 
     @property
     def graphs(self) -> frozenset[tuple[int, Colour | None]]:
