@@ -424,13 +424,15 @@ class DeviceFrames:
         copied into device memory as one ``shape`` tensor: each byte copied once on the host, into a
         page-locked buffer the GPU reads by DMA (none on the CPU provider, where device memory is host
         memory and a lone contiguous array goes straight in)."""
+        lone = parts[0].reshape(shape) if len(parts) == 1 and parts[0].flags.c_contiguous else None
         if not self.reuse:
-            host = np.empty(shape, np.uint8)
-            _gather(host, parts)
-            return ort.OrtValue.ortvalue_from_numpy(host, self.device, 0)
+            if lone is None:
+                lone = np.empty(shape, np.uint8)
+                _gather(lone, parts)
+            return ort.OrtValue.ortvalue_from_numpy(lone, self.device, 0)
         value = self._device_frame(shape)
-        if self._pin is None and len(parts) == 1 and parts[0].flags.c_contiguous:
-            value.update_inplace(parts[0].reshape(shape))
+        if self._pin is None and lone is not None:
+            value.update_inplace(lone)
         else:
             stage = self._buffers("staging", shape, STAGING_KEPT).take()
             _gather(stage, parts)
