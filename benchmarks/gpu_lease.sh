@@ -4,7 +4,9 @@
 # device tool sets it), once the wheels' pieces are in .lease/ (carried over warm calls; see
 # docs/benchmarks.md, "GPU"): ort.whl.part.* (the onnxruntime-gpu wheel, split) and, optionally,
 # av.whl.part.* (PyAV's). About 6 minutes (at most 520 s of steps); each step has its own timeout so a hung step leaves the
-# others' figures, and every log lands in $OUT.
+# others' figures, and every log lands in $OUT. `gpu_lease.sh streams` runs only the whole service's
+# live streams bench instead (about 3 minutes), which also needs PyAV and deps.tar.part.* (the
+# service's other dependencies' wheels, tarred and split).
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 site=/tmp/site pieces=/tmp/lease
@@ -16,6 +18,10 @@ for wheel in ort av; do
         python3 -m zipfile -e "/tmp/$wheel.whl" "$site" || echo "unpacking $wheel failed"
     fi
 done
+if compgen -G "$pieces/deps.tar.part.*" > /dev/null; then  # wheels of pydantic, aiohttp, aiortc, ...
+    mkdir -p /tmp/deps && cat "$pieces"/deps.tar.part.* | tar -x -C /tmp/deps
+    for wheel in /tmp/deps/*.whl; do python3 -m zipfile -e "$wheel" "$site" || echo "unpacking $wheel failed"; done
+fi
 export PYTHONPATH="$site" PYTHONUNBUFFERED=1
 python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -28,6 +34,13 @@ step() {  # name, seconds, command...
     echo "== $name: rc $?"
     grep -v constant_folding "$OUT/$name.log" | tail -40
 }
+
+if [ "${1:-}" = streams ]; then
+    # The whole service: live 1080p30 cameras (decode, model batched across them, encode), 16 to 64.
+    step streams 280 python3 -m streamer.bench streams --streams 16,32,64 --size 1920x1080 --fps 30 \
+        --seconds 15 --warmup-s 10 --json "$OUT/streams.json" --markdown "$OUT/streams.md"
+    exit 0
+fi
 
 # 1. The default model: kept, page-locked buffers (frames) against fresh ones (frames_fresh), and
 #    frames up and down as 4:2:0 planes (frames_yuv), batched; the caller sleeping while the GPU works.

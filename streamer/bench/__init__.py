@@ -25,8 +25,8 @@ __all__ = ["register"]
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds ``bench quality``, ``latency``, ``overhead``, ``motion``, ``overload``, ``soak``,
-    ``batching``, ``live``, ``gpu``, ``codecs`` and ``triton`` to a CLI's subcommands; the handler is
-    ``args.func(args) -> int``."""
+    ``batching``, ``streams``, ``live``, ``gpu``, ``codecs`` and ``triton`` to a CLI's subcommands; the
+    handler is ``args.func(args) -> int``."""
     bench = subparsers.add_parser(
         "bench", help="measure enhancement quality and speed", description="Benchmarks of streamer."
     )
@@ -90,6 +90,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_overload(kinds)
     _register_soak(kinds)
     _register_batching(kinds)
+    _register_streams(kinds)
     _register_live(kinds)
     _register_gpu(kinds)
     _register_codecs(kinds)
@@ -458,6 +459,59 @@ def _register_batching(kinds: argparse._SubParsersAction[argparse.ArgumentParser
 
 def _batching(args: argparse.Namespace) -> int:
     from streamer.bench.batching import run_from_args
+
+    return run_from_args(args)
+
+
+def _register_streams(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    streams = kinds.add_parser(
+        "streams",
+        help="how many live H.264 cameras this machine (its GPU) holds, decode and encode included",
+        description=(
+            "For each count in --streams, one service runs that many live cameras (one H.264 clip, made "
+            "first, paced to the wall clock and looping), every window to the model (gate off), batched, "
+            "each output encoded; after --warmup-s it measures --seconds: the share of frames enhanced, "
+            "p50/p99 arrival-to-written latency against latency.budget_ms, frames the sources dropped, "
+            "and the host cores used. A count holds at >= 99%% enhanced, p99 within the budget and under "
+            "1%% dropped."
+        ),
+    )
+    streams.add_argument(
+        "--streams", default="8,16,32,64", help="stream counts to run, ascending (8,16,32,64)"
+    )
+    streams.add_argument("--size", default="1920x1080", metavar="WxH", help="camera frame size (1920x1080)")
+    streams.add_argument("--fps", type=int, default=30, help="camera frame rate (30)")
+    streams.add_argument("--seconds", type=float, default=20.0, help="measured seconds per count (20)")
+    streams.add_argument(
+        "--warmup-s", type=float, default=8.0, help="seconds before measuring: warm-up, first batches (8)"
+    )
+    streams.add_argument("--budget-ms", type=float, default=250.0, help="latency.budget_ms (250)")
+    streams.add_argument("--max-batch", type=int, default=16, help="runtime.max_batch (16)")
+    streams.add_argument(
+        "--decode",
+        choices=["cpu", "nvdec", "auto"],
+        default="auto",
+        help="source.decode (auto: NVDEC where it works)",
+    )
+    streams.add_argument(
+        "--encode",
+        choices=["libx264", "h264_nvenc", "auto"],
+        default="auto",
+        help="the sinks' encoder (auto: NVENC where it works, else libx264 ultrafast)",
+    )
+    streams.add_argument(
+        "--model", type=Path, metavar="ONNX", help="the model (default: the shipped default)"
+    )
+    streams.add_argument(
+        "--providers", default="auto", help="model.providers, comma-separated, or auto (auto)"
+    )
+    streams.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    streams.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    streams.set_defaults(func=_streams)
+
+
+def _streams(args: argparse.Namespace) -> int:
+    from streamer.bench.streams import run_from_args
 
     return run_from_args(args)
 

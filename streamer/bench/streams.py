@@ -1,0 +1,411 @@
+"""``streamer bench streams``: how many live cameras one machine holds, decode and encode included.
+
+Issue 12's target is stated end to end: live 1080p30 streams per GPU with p99 latency within budget,
+decode and encode included. ``bench gpu`` times the model alone and ``bench codecs`` the codecs alone;
+this runs the whole service. For each count N in ``--streams`` (ascending), one :class:`Service` runs N
+cameras: each reads the same H.264 clip (made first: FFmpeg's ``testsrc2`` with sensor-like noise,
+libx264 with a camera's one-second GOP), paced to its timestamps on the wall clock as a live feed
+(``source.realtime``), looping, decoded where ``--decode`` says. The motion gate is off, so every window
+goes to the model (a busy scene everywhere: the worst case), batched across streams; each output frame
+is encoded (``--encode``: libx264 ultrafast, or NVENC) into a file that is thrown away. The latency
+budget is on, as live: a frame that would miss it leaves unenhanced, counted.
+
+After ``--warmup-s`` (the models' warm-up, the first batches), the run measures ``--seconds``: the frames
+that arrived then, how they left, their arrival-to-written latency, and the host CPU this process used
+(cores: CPU seconds over wall seconds; decode, encode, the runtime and the model's host side). N holds
+when at least ``ENHANCED_SHARE`` of those frames were enhanced, p99 latency is within the budget, the
+sources dropped under ``DROPPED_SHARE`` of theirs and every stream ran (admission refuses streams the
+memory budget cannot hold: said, and N does not hold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from streamer.bench.harness import (
+    LoadWatch,
+    Machine,
+    Target,
+    emit,
+    markdown_targets,
+    parse_size,
+    percentiles,
+    table_footer,
+)
+from streamer.config import Config, load_config
+from streamer.errors import ConfigError
+from streamer.frame import Frame
+from streamer.pipeline import Outcome
+from streamer.service import Service
+
+__all__ = [
+    "DROPPED_SHARE",
+    "ENHANCED_SHARE",
+    "StreamsReport",
+    "StreamsRun",
+    "camera_clip",
+    "format_table",
+    "run_from_args",
+    "run_streams",
+]
+
+ENHANCED_SHARE = 0.99
+"""Of the frames that arrived while measured, the share that must leave enhanced for N to hold."""
+DROPPED_SHARE = 0.01
+"""The share of frames the sources may drop (a stream falling behind its camera) for N to hold."""
+MAX_STREAMS = 256
+CLIP_SECONDS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsRun:
+    """N streams, measured."""
+
+    streams: int
+    ran: int
+    """Streams that ran to the end; the others failed or were refused (``errors``)."""
+    arrived: int
+    """Frames that arrived while measured, over all streams."""
+    outcomes: dict[str, int]
+    source_dropped: int
+    """Frames the sources dropped over the whole run (behind their cameras), over all streams."""
+    decoded: int
+    """Frames the sources decoded over the whole run, over all streams."""
+    p50_ms: float | None
+    p99_ms: float | None
+    cores: float
+    """Host CPU over the measured seconds: CPU seconds of this process per wall second."""
+    calls: int
+    windows: int
+    provider: str
+    errors: list[str]
+
+    @property
+    def enhanced_share(self) -> float:
+        return self.outcomes.get(Outcome.ENHANCED.value, 0) / self.arrived if self.arrived else 0.0
+
+    @property
+    def dropped_share(self) -> float:
+        return self.source_dropped / self.decoded if self.decoded else 0.0
+
+    @property
+    def mean_batch(self) -> float:
+        return self.windows / self.calls if self.calls else 0.0
+
+    def holds(self, budget_ms: float) -> bool:
+        return (
+            self.ran == self.streams
+            and self.arrived > 0
+            and self.enhanced_share >= ENHANCED_SHARE
+            and self.p99_ms is not None
+            and self.p99_ms <= budget_ms
+            and self.dropped_share < DROPPED_SHARE
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsReport:
+    size: tuple[int, int]
+    fps: int
+    seconds: float
+    warmup_s: float
+    budget_ms: float
+    max_batch: int
+    decode: str
+    encode: str
+    model: str
+    clip_kbps: float
+    runs: list[StreamsRun]
+    machine: Machine
+    wall_s: float
+
+    @property
+    def most_held(self) -> int:
+        """The most streams that held, 0 where none did."""
+        return max((r.streams for r in self.runs if r.holds(self.budget_ms)), default=0)
+
+    def targets(self) -> list[Target]:
+        w, h = self.size
+        return [
+            Target(
+                f"live {w}x{h}@{self.fps} streams held (>= {ENHANCED_SHARE:.0%} enhanced, p99 within "
+                f"{self.budget_ms:g} ms, decode and encode included)",
+                self.most_held > 0 if self.runs else None,
+                f"{self.most_held} of the counts tried ({', '.join(str(r.streams) for r in self.runs)})",
+            )
+        ]
+
+
+def camera_clip(path: Path, size: tuple[int, int], fps: int, seconds: int = CLIP_SECONDS) -> float:
+    """An H.264 clip as a camera sends it: FFmpeg's testsrc2 (it moves everywhere), Gaussian noise of
+    sigma 4 as a sensor's, libx264 at CRF 23 with a GOP of one second and no B-frames. Returns its
+    kbit/s."""
+    width, height = size
+    rng = np.random.default_rng(0)
+    options = {"preset": "veryfast", "crf": "23", "g": str(fps), "bf": "0"}
+    spec = f"testsrc2=size={width}x{height}:rate={fps}"
+    with av.open(spec, format="lavfi") as pattern, av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=fps, options=options)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for index, frame in enumerate(pattern.decode(video=0)):
+            if index >= fps * seconds:
+                break
+            pixels = frame.to_ndarray(format="rgb24").astype(np.float32)
+            noisy = np.clip(np.rint(pixels + rng.normal(0.0, 4.0, pixels.shape)), 0, 255)
+            made = av.VideoFrame.from_ndarray(noisy.astype(np.uint8), format="rgb24")
+            made.pts, made.time_base = index, Fraction(1, fps)
+            out.mux(stream.encode(made))
+        out.mux(stream.encode(None))
+    return path.stat().st_size * 8 / seconds / 1000
+
+
+def _config(
+    clip: Path,
+    folder: Path,
+    streams: int,
+    fps: int,
+    frames: int,
+    budget_ms: float,
+    max_batch: int,
+    decode: str,
+    encode: str,
+    model: dict[str, Any],
+) -> Config:
+    return load_config(
+        None,
+        {
+            "streams": [
+                {
+                    "id": f"cam{i}",
+                    "source": {
+                        "kind": "file",
+                        "path": str(clip),
+                        "realtime": True,
+                        "loop": True,
+                        "max_frames": frames,
+                        "decode": decode,
+                    },
+                    "sink": {
+                        "kind": "file",
+                        "path": str(folder / f"cam{i}.mp4"),
+                        "codec": encode,
+                        "preset": "ultrafast",
+                        "crf": 23,
+                        "gop": fps,
+                    },
+                }
+                for i in range(streams)
+            ],
+            "gate.enabled": False,
+            "latency.budget_ms": budget_ms,
+            "runtime.max_batch": max_batch,
+            **{f"model.{key}": value for key, value in model.items()},
+        },
+    )
+
+
+async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsRun:
+    latencies: list[float] = []
+    outcomes: collections.Counter[str] = collections.Counter()
+    begun = time.monotonic()
+    start, end = begun + warmup_s, begun + warmup_s + seconds
+
+    def hook(source: Frame, sent: Frame, outcome: Outcome) -> None:
+        if start <= source.arrival < end:
+            latencies.append((time.monotonic() - source.arrival) * 1000.0)
+            outcomes[outcome.value] += 1
+
+    service = Service(config, on_output=hook, log_failures=False)
+    service.prepare()
+    running = asyncio.create_task(service.run())
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    cpu = time.process_time()
+    await asyncio.sleep(max(0.0, end - time.monotonic()))
+    cores = (time.process_time() - cpu) / seconds
+    service.request_stop()
+    results = await running
+    reports = [r.report for r in results if r.report is not None]
+    errors = [f"{r.stream_id}: {r.error}" for r in results if r.report is None]
+    calls = windows = 0
+    provider = ""
+    for scheduler in service.schedulers():
+        stats = scheduler.stats()
+        calls, windows, provider = calls + stats.calls, windows + stats.windows, stats.provider
+    p50, _, p99 = percentiles(latencies)
+    return StreamsRun(
+        streams=len(results),
+        ran=len(reports),
+        arrived=sum(outcomes.values()),
+        outcomes=dict(outcomes),
+        source_dropped=sum(r.source_dropped for r in reports),
+        decoded=sum(r.frames_in + r.source_dropped for r in reports),
+        p50_ms=p50,
+        p99_ms=p99,
+        cores=cores,
+        calls=calls,
+        windows=windows,
+        provider=provider,
+        errors=errors,
+    )
+
+
+def run_streams(
+    counts: list[int],
+    size: tuple[int, int] = (1920, 1080),
+    fps: int = 30,
+    seconds: float = 20.0,
+    warmup_s: float = 8.0,
+    budget_ms: float = 250.0,
+    max_batch: int = 16,
+    decode: str = "auto",
+    encode: str = "auto",
+    model: dict[str, Any] | None = None,
+) -> StreamsReport:
+    """Each count of streams in turn, ascending, in a service of its own; ``model``: ``model.*``
+    settings (path, providers) for every stream."""
+    if not counts or any(not 1 <= n <= MAX_STREAMS for n in counts):
+        raise ConfigError(f"--streams {counts}: give counts from 1 to {MAX_STREAMS}, e.g. 16,32,64")
+    if not 0 < seconds <= 3600 or not 0 <= warmup_s <= 600:
+        raise ConfigError(f"--seconds {seconds} and --warmup-s {warmup_s}: give 0 < seconds <= 3600, 0..600")
+    watch = LoadWatch()
+    begun = time.perf_counter()
+    frames = int((warmup_s + seconds + 5) * fps)  # the run is stopped first; a stream never ends early
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="streamer-streams-") as folder:
+        clip = Path(folder) / "camera.mp4"
+        kbps = camera_clip(clip, size, fps)
+        for n in sorted(set(counts)):
+            config = _config(
+                clip, Path(folder), n, fps, frames, budget_ms, max_batch, decode, encode, model or {}
+            )
+            runs.append(asyncio.run(_measured(config, warmup_s, seconds)))
+    return StreamsReport(
+        size=size,
+        fps=fps,
+        seconds=seconds,
+        warmup_s=warmup_s,
+        budget_ms=budget_ms,
+        max_batch=max_batch,
+        decode=decode,
+        encode=encode,
+        model=str((model or {}).get("path") or "the shipped default"),
+        clip_kbps=kbps,
+        runs=runs,
+        machine=watch.machine(),
+        wall_s=time.perf_counter() - begun,
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _rows(report: StreamsReport) -> list[list[str]]:
+    rows = []
+    for r in report.runs:
+        passed = r.outcomes.get(Outcome.BUDGET_PASSTHROUGH.value, 0)
+        rows.append(
+            [
+                str(r.streams),
+                f"{r.ran}",
+                str(r.arrived),
+                f"{100 * r.enhanced_share:.1f}",
+                str(passed),
+                f"{100 * r.dropped_share:.2f}",
+                _ms(r.p50_ms),
+                _ms(r.p99_ms),
+                f"{r.cores:.2f}",
+                f"{r.mean_batch:.1f}",
+                "yes" if r.holds(report.budget_ms) else "no",
+            ]
+        )
+    return rows
+
+
+_COLUMNS = (
+    "streams",
+    "ran",
+    "frames measured",
+    "% enhanced",
+    "passed through",
+    "% dropped at source",
+    "p50 ms",
+    "p99 ms",
+    "host cores",
+    "windows per call",
+    "holds",
+)
+
+
+def _notes(report: StreamsReport) -> list[str]:
+    w, h = report.size
+    provider = next((r.provider for r in report.runs if r.provider), "none")
+    notes = [
+        f"{w}x{h}@{report.fps} cameras reading one H.264 clip ({report.clip_kbps:.0f} kbit/s, GOP 1 s), "
+        f"decode {report.decode}, encode {report.encode} (ultrafast); model {report.model} on {provider}, "
+        f"gate off, runtime.max_batch {report.max_batch}, latency.budget_ms {report.budget_ms:g}; "
+        f"{report.seconds:g} s measured after {report.warmup_s:g} s",
+        f"machine: {report.machine.line()}",
+    ]
+    notes += [f"{r.streams} streams: {e}" for r in report.runs for e in r.errors[:3]]
+    return notes
+
+
+def format_table(report: StreamsReport) -> str:
+    rows = [list(_COLUMNS), *_rows(report)]
+    widths = [max(len(row[k]) for row in rows) for k in range(len(_COLUMNS))]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(
+        ["streamer bench streams", *lines, *table_footer(_notes(report), report.targets(), report.wall_s)]
+    )
+
+
+def format_markdown(report: StreamsReport) -> str:
+    lines = [
+        "| " + " | ".join(_COLUMNS) + " |",
+        "|" + "---:|" * len(_COLUMNS),
+        *("| " + " | ".join(row) + " |" for row in _rows(report)),
+        "",
+        *(f"- {n}" for n in _notes(report)),
+        *markdown_targets(report.targets()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    try:
+        counts = [int(n) for n in args.streams.split(",")]
+    except ValueError:
+        raise ConfigError(f"--streams {args.streams!r}: give comma-separated counts, e.g. 16,32,64") from None
+    model: dict[str, Any] = {}
+    if args.model is not None:
+        model["path"] = str(args.model)
+    if args.providers != "auto":
+        model["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
+    report = run_streams(
+        counts,
+        size=parse_size(args.size, "--size"),
+        fps=args.fps,
+        seconds=args.seconds,
+        warmup_s=args.warmup_s,
+        budget_ms=args.budget_ms,
+        max_batch=args.max_batch,
+        decode=args.decode,
+        encode=args.encode,
+        model=model,
+    )
+    data: dict[str, Any] = asdict(report)
+    data["most_held"] = report.most_held
+    data["targets"] = [asdict(t) for t in report.targets()]
+    return emit(format_table(report), format_markdown(report), data, args.json, args.markdown)

@@ -1,0 +1,93 @@
+"""``streamer bench streams``: live cameras through the whole service, decode and encode included.
+
+Run small here (the default model on the CPU provider, tiny frames): what is checked is what the bench
+counts and reports, never whether this machine holds a count, which is a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import pytest
+
+from streamer.bench import register
+from streamer.bench.streams import camera_clip, format_markdown, format_table, run_streams
+from streamer.errors import ConfigError
+
+
+def test_the_camera_clip_is_h264_of_the_size_rate_and_length_asked(tmp_path: Path) -> None:
+    kbps = camera_clip(tmp_path / "camera.mp4", (160, 96), 10, seconds=2)
+    with av.open(str(tmp_path / "camera.mp4")) as clip:
+        stream = clip.streams.video[0]
+        frames = list(clip.decode(stream))
+    assert stream.codec_context.name == "h264"
+    assert (frames[0].width, frames[0].height, len(frames)) == (160, 96, 20)
+    assert stream.average_rate == Fraction(10)
+    assert kbps > 0
+
+
+def test_each_count_runs_its_streams_and_accounts_for_every_measured_frame(tmp_path: Path) -> None:
+    report = run_streams(
+        [2, 1], size=(160, 96), fps=10, seconds=2.0, warmup_s=1.5, max_batch=2, decode="cpu", encode="libx264"
+    )
+    assert [r.streams for r in report.runs] == [1, 2]  # ascending
+    for run in report.runs:
+        assert run.ran == run.streams
+        assert not run.errors
+        assert run.arrived == sum(run.outcomes.values()) > 0
+        assert run.decoded >= run.arrived
+        assert run.p50_ms is not None
+        assert run.p99_ms is not None
+        assert run.p50_ms <= run.p99_ms
+        assert run.calls > 0 or not run.outcomes.get("enhanced")  # enhanced frames were model calls
+        assert run.windows >= run.calls
+        assert run.provider == "CPUExecutionProvider"
+        assert run.holds(report.budget_ms) == (
+            run.enhanced_share >= 0.99 and run.p99_ms <= report.budget_ms and run.dropped_share < 0.01
+        )
+    assert report.most_held in (0, 1, 2)
+    table = format_table(report)
+    assert "host cores" in table
+    assert "decode cpu, encode libx264" in table
+    assert format_markdown(report).startswith("| streams | ran |")
+
+
+def test_its_command_line_writes_json_and_refuses_bad_counts(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True))
+    out = tmp_path / "streams.json"
+    args = parser.parse_args(
+        [
+            "bench",
+            "streams",
+            "--streams",
+            "1",
+            "--size",
+            "160x96",
+            "--fps",
+            "10",
+            "--seconds",
+            "1.5",
+            "--warmup-s",
+            "1",
+            "--decode",
+            "cpu",
+            "--encode",
+            "libx264",
+            "--json",
+            str(out),
+        ]
+    )
+    assert args.func(args) == 0
+    data = json.loads(out.read_text())
+    assert data["runs"][0]["streams"] == 1
+    assert "most_held" in data
+    assert data["targets"]
+    for bad in ("0", "a,b", "1,999"):
+        args = parser.parse_args(["bench", "streams", "--streams", bad])
+        with pytest.raises(ConfigError, match="--streams"):
+            args.func(args)
