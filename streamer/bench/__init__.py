@@ -486,7 +486,11 @@ def _register_streams(kinds: argparse._SubParsersAction[argparse.ArgumentParser]
         "--warmup-s", type=float, default=8.0, help="seconds before measuring: warm-up, first batches (8)"
     )
     streams.add_argument("--budget-ms", type=float, default=250.0, help="latency.budget_ms (250)")
-    streams.add_argument("--max-batch", type=int, default=16, help="runtime.max_batch (16)")
+    streams.add_argument(
+        "--max-batch",
+        type=int,
+        help="runtime.max_batch (default: the runtime's own, 1 on the CPU provider and 8 on a GPU's)",
+    )
     streams.add_argument(
         "--decode",
         choices=["cpu", "nvdec", "auto"],

@@ -121,7 +121,8 @@ class StreamsReport:
     seconds: float
     warmup_s: float
     budget_ms: float
-    max_batch: int
+    max_batch: int | None
+    """``runtime.max_batch``; None: the runtime's own (1 on the CPU provider, 8 on a GPU's)."""
     decode: str
     encode: str
     model: str
@@ -177,7 +178,7 @@ def _config(
     fps: int,
     frames: int,
     budget_ms: float,
-    max_batch: int,
+    max_batch: int | None,
     decode: str,
     encode: str,
     model: dict[str, Any],
@@ -209,7 +210,7 @@ def _config(
             ],
             "gate.enabled": False,
             "latency.budget_ms": budget_ms,
-            "runtime.max_batch": max_batch,
+            "runtime.max_batch": max_batch,  # None: the runtime's own for the provider
             **{f"model.{key}": value for key, value in model.items()},
         },
     )
@@ -267,7 +268,7 @@ def run_streams(
     seconds: float = 20.0,
     warmup_s: float = 8.0,
     budget_ms: float = 250.0,
-    max_batch: int = 16,
+    max_batch: int | None = None,
     decode: str = "auto",
     encode: str = "auto",
     model: dict[str, Any] | None = None,
@@ -354,7 +355,8 @@ def _notes(report: StreamsReport) -> list[str]:
     notes = [
         f"{w}x{h}@{report.fps} cameras reading one H.264 clip ({report.clip_kbps:.0f} kbit/s, GOP 1 s), "
         f"decode {report.decode}, encode {report.encode} (ultrafast); model {report.model} on {provider}, "
-        f"gate off, runtime.max_batch {report.max_batch}, latency.budget_ms {report.budget_ms:g}; "
+        f"gate off, runtime.max_batch {report.max_batch or 'as the provider sets it'}, "
+        f"latency.budget_ms {report.budget_ms:g}; "
         f"{report.seconds:g} s measured after {report.warmup_s:g} s",
         f"machine: {report.machine.line()}",
     ]
