@@ -44,7 +44,9 @@ _FLAGS = {GpuWait.AUTO: 0x00, GpuWait.SPIN: 0x01, GpuWait.BLOCKING: 0x04}
 _library: Any = None
 _looked = False
 _looking = threading.Lock()
-_applied: dict[int, GpuWait] = {}
+_setting = threading.Lock()
+_asked: dict[int, tuple[GpuWait, bool]] = {}
+"""By device: the wait last asked for, and whether CUDA took it."""
 
 
 def cuda_runtime() -> Any:
@@ -66,35 +68,40 @@ def cuda_runtime() -> Any:
 def set_gpu_wait(wait: GpuWait, device: int = 0, library: Any = None) -> bool:
     """Makes host threads wait for GPU ``device`` as ``wait`` says, for the whole process (CUDA keeps
     one setting per device; the last asked for holds). Other device flags are kept. Logs what it set,
-    once per change, or why it could not; True where the device now waits so. ``library``: the CUDA
-    runtime (None: :func:`cuda_runtime`)."""
-    cudart = library if library is not None else cuda_runtime()
+    or why it could not, once per change asked for (every model on a GPU asks); True where the device
+    now waits so. ``library``: the CUDA runtime (None: :func:`cuda_runtime`)."""
+    with _setting:
+        last = _asked.get(device)
+        if last is not None and last[0] is wait:
+            return last[1]
+        taken = _set(wait, device, library if library is not None else cuda_runtime())
+        _asked[device] = (wait, taken)
+        return taken
+
+
+def _set(wait: GpuWait, device: int, cudart: Any) -> bool:
     if cudart is None:
         log.warning("model.gpu_wait %s not set: no CUDA runtime library is loaded in this process", wait)
         return False
-    with _looking:
-        if _applied.get(device) is wait:
-            return True
-        flags = ctypes.c_uint(0)
-        code = cudart.cudaSetDevice(ctypes.c_int(device))
-        if code == 0:
-            code = cudart.cudaGetDeviceFlags(ctypes.byref(flags))
-        if code == 0:
-            wanted = (flags.value & ~_SCHEDULE_MASK) | _FLAGS[wait]
-            code = cudart.cudaSetDeviceFlags(ctypes.c_uint(wanted))
-        if code == 0:
-            code = cudart.cudaGetDeviceFlags(ctypes.byref(flags))
-        # auto's own bits read back as CUDA resolved them, which need not be 0
-        if code != 0 or (wait is not GpuWait.AUTO and flags.value & _SCHEDULE_MASK != _FLAGS[wait]):
-            log.warning(
-                "model.gpu_wait %s not set on GPU %d (CUDA error %d, device flags 0x%x): host threads wait "
-                "for it as CUDA chose",
-                wait,
-                device,
-                code,
-                flags.value,
-            )
-            return False
-        _applied[device] = wait
+    flags = ctypes.c_uint(0)
+    code = cudart.cudaSetDevice(ctypes.c_int(device))
+    if code == 0:
+        code = cudart.cudaGetDeviceFlags(ctypes.byref(flags))
+    if code == 0:
+        wanted = (flags.value & ~_SCHEDULE_MASK) | _FLAGS[wait]
+        code = cudart.cudaSetDeviceFlags(ctypes.c_uint(wanted))
+    if code == 0:
+        code = cudart.cudaGetDeviceFlags(ctypes.byref(flags))
+    # auto's own bits read back as CUDA resolved them, which need not be 0
+    if code != 0 or (wait is not GpuWait.AUTO and flags.value & _SCHEDULE_MASK != _FLAGS[wait]):
+        log.warning(
+            "model.gpu_wait %s not set on GPU %d (CUDA error %d, device flags 0x%x): host threads wait "
+            "for it as CUDA chose",
+            wait,
+            device,
+            code,
+            flags.value,
+        )
+        return False
     log.info("GPU %d: host threads wait for it by %s (device flags 0x%x)", device, wait, flags.value)
     return True

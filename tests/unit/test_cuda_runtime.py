@@ -1,7 +1,8 @@
 """How a host thread waits for the GPU (``model.gpu_wait``), set through the CUDA runtime.
 
-No CUDA runtime can run here (no GPU, no libcudart), so a stand-in keeps one device's flags as the
-runtime does; the GPU lease's ``bench gpu --gpu-wait`` rows measure what the setting is worth.
+No CUDA device is here (a CUDA runtime may be installed, but with no driver its calls fail), so a
+stand-in keeps one device's flags as the runtime does; the GPU lease's ``bench gpu --gpu-wait`` rows
+measure what the setting is worth.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class StandInRuntime:
 
 @pytest.fixture(autouse=True)
 def nothing_set_yet(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cuda_runtime, "_applied", {})
+    monkeypatch.setattr(cuda_runtime, "_asked", {})
 
 
 def test_each_wait_sets_the_devices_scheduling_bits_and_keeps_its_other_flags() -> None:
@@ -72,15 +73,16 @@ def test_the_same_wait_asked_again_is_not_set_again() -> None:
     assert runtime.sets == 1
 
 
-def test_a_runtime_that_refuses_is_said_with_its_error_and_nothing_is_assumed(
+def test_a_runtime_that_refuses_is_said_once_with_its_error_and_nothing_is_assumed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     runtime = StandInRuntime(refuse=708)
     with caplog.at_level(logging.WARNING, logger="streamer.backend.cuda_runtime"):
         assert not set_gpu_wait(GpuWait.BLOCKING, library=runtime)
-        assert not set_gpu_wait(GpuWait.BLOCKING, library=runtime)  # not taken: tried again
+        assert not set_gpu_wait(GpuWait.BLOCKING, library=runtime)  # each stream's model asks
     assert runtime.flags == MAP_HOST
-    assert "model.gpu_wait blocking not set on GPU 0 (CUDA error 708" in caplog.text
+    assert runtime.sets == 1
+    assert caplog.text.count("model.gpu_wait blocking not set on GPU 0 (CUDA error 708") == 1
 
 
 def test_without_a_cuda_runtime_it_says_so_and_sets_nothing(
@@ -90,6 +92,19 @@ def test_without_a_cuda_runtime_it_says_so_and_sets_nothing(
     with caplog.at_level(logging.WARNING, logger="streamer.backend.cuda_runtime"):
         assert not set_gpu_wait(GpuWait.SPIN)
     assert "no CUDA runtime library is loaded" in caplog.text
+
+
+def test_this_machines_own_cuda_runtime_or_its_absence_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The lookup and the calls run for real: here a CUDA runtime without a driver or GPU (CUDA error
+    35), or none at all; either way the wait is not set, and it is said once, not per model."""
+    with caplog.at_level(logging.INFO, logger="streamer.backend.cuda_runtime"):
+        first = set_gpu_wait(GpuWait.BLOCKING)
+        assert set_gpu_wait(GpuWait.BLOCKING) is first
+    said = [r for r in caplog.records if r.name == "streamer.backend.cuda_runtime"]
+    assert len(said) == 1
+    if not first:  # no GPU here, as in CI
+        assert said[0].levelno == logging.WARNING
+        assert "model.gpu_wait blocking not set" in said[0].getMessage()
 
 
 def test_the_config_takes_the_three_waits_and_refuses_others() -> None:
