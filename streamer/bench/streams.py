@@ -84,6 +84,9 @@ class StreamsRun:
     """Frames the sources decoded over the whole run, over all streams."""
     p50_ms: float | None
     p99_ms: float | None
+    p99_by_outcome_ms: dict[str, float]
+    """p99 of the frames that left each way: an enhanced frame waits for its call, a passed-through
+    one was refused because it was already old, and leaves in order behind the calls before it."""
     cores: float
     """Host CPU over the measured seconds: CPU seconds of this process per wall second."""
     calls: int
@@ -217,14 +220,14 @@ def _config(
 
 
 async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsRun:
-    latencies: list[float] = []
+    latencies: dict[str, list[float]] = collections.defaultdict(list)
     outcomes: collections.Counter[str] = collections.Counter()
     begun = time.monotonic()
     start, end = begun + warmup_s, begun + warmup_s + seconds
 
     def hook(source: Frame, sent: Frame, outcome: Outcome) -> None:
         if start <= source.arrival < end:
-            latencies.append((time.monotonic() - source.arrival) * 1000.0)
+            latencies[outcome.value].append((time.monotonic() - source.arrival) * 1000.0)
             outcomes[outcome.value] += 1
 
     service = Service(config, on_output=hook, log_failures=False)
@@ -243,7 +246,8 @@ async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsR
     for scheduler in service.schedulers():
         stats = scheduler.stats()
         calls, windows, provider = calls + stats.calls, windows + stats.windows, stats.provider
-    p50, _, p99 = percentiles(latencies)
+    p50, _, p99 = percentiles([ms for each in latencies.values() for ms in each])
+    by_outcome = {key: percentiles(each)[2] for key, each in latencies.items()}
     return StreamsRun(
         streams=len(results),
         ran=len(reports),
@@ -253,6 +257,7 @@ async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsR
         decoded=sum(r.frames_in + r.source_dropped for r in reports),
         p50_ms=p50,
         p99_ms=p99,
+        p99_by_outcome_ms={key: ms for key, ms in by_outcome.items() if ms is not None},
         cores=cores,
         calls=calls,
         windows=windows,
@@ -359,6 +364,12 @@ def _notes(report: StreamsReport) -> list[str]:
         f"latency.budget_ms {report.budget_ms:g}; "
         f"{report.seconds:g} s measured after {report.warmup_s:g} s",
         f"machine: {report.machine.line()}",
+    ]
+    notes += [
+        f"{r.streams} streams, p99 by how frames left: "
+        + ", ".join(f"{key} {ms:.0f} ms" for key, ms in sorted(r.p99_by_outcome_ms.items()))
+        for r in report.runs
+        if len(r.p99_by_outcome_ms) > 1
     ]
     notes += [f"{r.streams} streams: {e}" for r in report.runs for e in r.errors[:3]]
     return notes

@@ -43,6 +43,9 @@ def test_each_count_runs_its_streams_and_accounts_for_every_measured_frame(tmp_p
         assert run.p50_ms is not None
         assert run.p99_ms is not None
         assert run.p50_ms <= run.p99_ms
+        assert set(run.p99_by_outcome_ms) == set(run.outcomes)
+        if len(run.outcomes) == 1:  # all frames left one way
+            assert list(run.p99_by_outcome_ms.values()) == [run.p99_ms]
         assert run.calls > 0 or not run.outcomes.get("enhanced")  # enhanced frames were model calls
         assert run.windows >= run.calls
         assert run.provider == "CPUExecutionProvider"
