@@ -282,6 +282,10 @@ def run_streams(
     settings (path, providers) for every stream."""
     if not counts or any(not 1 <= n <= MAX_STREAMS for n in counts):
         raise ConfigError(f"--streams {counts}: give counts from 1 to {MAX_STREAMS}, e.g. 16,32,64")
+    if not 1 <= fps <= 240:
+        raise ConfigError(f"--fps {fps}: give a camera frame rate from 1 to 240")
+    if size[0] % 2 or size[1] % 2:
+        raise ConfigError(f"--size {size[0]}x{size[1]}: H.264 at 4:2:0 needs even sides, e.g. 1920x1080")
     if not 0 < seconds <= 3600 or not 0 <= warmup_s <= 600:
         raise ConfigError(f"--seconds {seconds} and --warmup-s {warmup_s}: give 0 < seconds <= 3600, 0..600")
     watch = LoadWatch()

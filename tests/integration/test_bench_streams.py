@@ -94,3 +94,7 @@ def test_its_command_line_writes_json_and_refuses_bad_counts(tmp_path: Path) -> 
         args = parser.parse_args(["bench", "streams", "--streams", bad])
         with pytest.raises(ConfigError, match="--streams"):
             args.func(args)
+    for flag, bad in (("--fps", "0"), ("--size", "161x96"), ("--seconds", "nan")):
+        args = parser.parse_args(["bench", "streams", flag, bad])
+        with pytest.raises(ConfigError, match=flag):
+            args.func(args)
