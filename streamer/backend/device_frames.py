@@ -219,6 +219,11 @@ def upload_graph(planes: Colour | None = None) -> onnx.ModelProto:
     return model
 
 
+def _uploaded_as(planes: Colour | None) -> str:
+    """How a frame went up, for messages: as RGB, or as 4:2:0 planes in their colour."""
+    return "RGB" if planes is None else f"4:2:0 planes in {planes}"
+
+
 def _gather(host: npt.NDArray[np.uint8], parts: Sequence[npt.NDArray[np.uint8]]) -> None:
     """``parts`` (arrays of one shape, strided or not) copied one after another into ``host``."""
     for row, part in zip(host.reshape(len(parts), *parts[0].shape), parts, strict=True):
@@ -322,7 +327,7 @@ class DeviceFrames:
         with self._opening:
             session = self._uploaders.get(planes)
             if session is None:
-                kind = "RGB" if planes is None else f"4:2:0 planes in {planes}"
+                kind = _uploaded_as(planes)
                 what = f"the graph that makes frames uploaded as {kind} RGB on the device"
                 session = self._uploaders[planes] = self._open(upload_graph(planes), what)
             return session
@@ -412,7 +417,7 @@ class DeviceFrames:
         try:
             session.run_with_iobinding(binding)
         except Exception as err:
-            kind = "RGB" if planes is None else f"4:2:0 planes in {planes}"
+            kind = _uploaded_as(planes)
             what = f"a {w}x{h} frame uploaded as {kind}"
             if self._starved is not None:
                 self._starved(err, what)
