@@ -56,7 +56,7 @@ from streamer.errors import (
 )
 from streamer.frame import Frame, Hyperframe, Picture, Pixels, StreamInfo
 from streamer.resize import upscale
-from streamer.scheduler import BatchResult, InferenceScheduler
+from streamer.scheduler import BatchResult, InferenceScheduler, Late
 from streamer.sinks.base import Sink
 from streamer.sources.base import Source
 from streamer.telemetry import Stage, StageObserver, ignore
@@ -116,6 +116,8 @@ class _Output:
     source: Frame
     frame: Frame
     outcome: Outcome
+    handed_on: float = field(default_factory=time.monotonic)
+    """When the frame left the model's stage: the budget learns the time from here to written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +150,20 @@ class PipelineReport:
         return self.frames_out / self.wall_s if self.wall_s > 0 else 0.0
 
 
-_Started = tuple[list["_Work"], int, asyncio.Task[tuple[dict[int, Frame], set[int], bool]]]
-"""A batch under way: its windows, the worker slots it holds, and its model call."""
+_Enhanced = tuple[dict[int, Frame], set[int], bool]
+"""Enhanced frames by index, the indices the budget dropped, whether the model was unavailable."""
+
+_Started = tuple[list["_Work"], int, asyncio.Future[_Enhanced]]
+"""A batch under way: its windows, the worker slots it holds, and its model call (or what the budget
+decided for windows that call no model)."""
+
+
+def _decided(dropped: set[int]) -> asyncio.Future[_Enhanced]:
+    """The outcome of windows that call no model: already known."""
+    future: asyncio.Future[_Enhanced] = asyncio.get_running_loop().create_future()
+    future.set_result(({}, dropped, False))
+    return future
+
 
 OutputHook = Callable[[Frame, Frame, Outcome], None]
 """Called for each frame written, with the source frame, the frame sent and how it was made."""
@@ -602,10 +616,20 @@ class Pipeline:
                         break
                     while len(batch) < self.max_batch and (more := self._work.get_nowait()) is not None:
                         batch.append(more)
-                    held = limit if self._needs_tiles(batch[0].frame) else 1
+                    admitted, dropped = self._admit(batch)
+                    # Frames the budget refused ahead of the first one admitted leave now, not after
+                    # the call: they are what a long call would otherwise carry past the budget.
+                    if not admitted:
+                        started.put_nowait((batch, 1, _decided(dropped)))
+                        continue
+                    cut = next(i for i, work in enumerate(batch) if work is admitted[0])
+                    if cut:
+                        started.put_nowait((batch[:cut], 0, _decided(dropped)))
+                    held = limit if self._needs_tiles(admitted[0].frame) else 1
                     for _ in range(held - 1):
                         await slots.acquire()
-                    started.put_nowait((batch, held, group.create_task(self._enhance(batch))))
+                    call = group.create_task(self._enhance(admitted, dropped))
+                    started.put_nowait((batch[cut:], held, call))
             finally:
                 started.put_nowait(None)
 
@@ -639,13 +663,8 @@ class Pipeline:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._probing
 
-    async def _enhance(self, batch: list[_Work]) -> tuple[dict[int, Frame], set[int], bool]:
-        """Runs the admitted windows of ``batch`` in one backend call.
-
-        Returns the enhanced frames by index, the indices the budget dropped, and whether the model
-        was unavailable (a model server down or failing: the admitted frames pass through, and the
-        stream goes on).
-        """
+    def _admit(self, batch: list[_Work]) -> tuple[list[_Work], set[int]]:
+        """Which windows of ``batch`` the latency budget lets run the model, and the indices it drops."""
         now = time.monotonic()
         admitted: list[_Work] = []
         dropped: set[int] = set()
@@ -659,8 +678,15 @@ class Pipeline:
                     self._probe(work)
                 if self.budget.on_miss is MissAction.DROP:
                     dropped.add(work.frame.index)
-        if not admitted:
-            return {}, dropped, False
+        return admitted, dropped
+
+    async def _enhance(self, admitted: list[_Work], dropped: set[int]) -> _Enhanced:
+        """Runs the admitted windows in one backend call.
+
+        Returns the enhanced frames by index, the indices the budget dropped (``dropped`` and windows
+        refused where their call was formed), and whether the model was unavailable (a model server
+        down or failing: the admitted frames pass through, and the stream goes on).
+        """
         t0 = time.monotonic()
         try:
             if self._one_at_a_time(admitted[0].frame):
@@ -668,16 +694,31 @@ class Pipeline:
                 self._model_calls += len(admitted)
                 self._batches[1] += len(admitted)
             else:
+                results: list[BatchResult | Late]
                 if self.backend.info.state:
                     results = [await self._step(w, self._key) for w in admitted]
                 elif self._through_cache(admitted[0].frame):
                     cached = [self._cached(w) for w in admitted]
-                    results = await self.scheduler.infer_cached(self._key, cached)
+                    results = await self.scheduler.infer_cached(self._key, cached, self._deadlines(admitted))
                 else:
                     windows = [w.window for w in admitted if w.window is not None]
-                    results = await self.scheduler.infer(self._key, windows)
-                frames = [w.frame.with_pixels(r.pixels) for w, r in zip(admitted, results, strict=True)]
-                for result in results:
+                    results = await self.scheduler.infer(self._key, windows, self._deadlines(admitted))
+                frames = []
+                for work, result in zip(admitted, results, strict=True):
+                    if isinstance(result, BatchResult):
+                        frames.append(work.frame.with_pixels(result.pixels))
+                        continue
+                    self.budget.late()
+                    if self.budget.on_miss is MissAction.DROP:
+                        dropped.add(work.frame.index)
+                ran = [r for r in results if isinstance(r, BatchResult)]
+                if not ran:
+                    # What a call would have taken after this wait: the estimate the scheduler refused
+                    # on, so this stream stops sending windows that cannot make it, and probes instead.
+                    waited = time.monotonic() - t0
+                    self.budget.observe(waited + max(r.expected_s for r in results if isinstance(r, Late)))
+                    return {}, dropped, False
+                for result in ran:
                     if result.call != self._last_call:
                         self._last_call = result.call
                         self._model_calls += 1
@@ -688,9 +729,14 @@ class Pipeline:
         elapsed = time.monotonic() - t0
         self.budget.observe(elapsed)
         self._inference.record(elapsed)
-        for _ in admitted:
+        for _ in frames:
             self._observe(Stage.INFERENCE, elapsed)
         return {f.index: f for f in frames}, dropped, False
+
+    def _deadlines(self, admitted: list[_Work]) -> list[float | None]:
+        """When each window's call must have ended: its frame's arrival plus the budget, less the time
+        a frame takes after its call."""
+        return [self.budget.deadline(w.frame.arrival) for w in admitted]
 
     def _unavailable(self, err: ModelUnavailableError) -> None:
         """One warning when an outage starts (and one line when it ends, in ``_resolve``), not one
@@ -912,6 +958,7 @@ class Pipeline:
                 if keepalive is not None:
                     keepalive.sent(began)
                 done_at = self.last_sent_at or time.monotonic()
+                self.budget.observe_tail(done_at - out.handed_on)
                 self._observe(Stage.END_TO_END, done_at - out.source.arrival)
                 self._latency.record(done_at - out.source.arrival)
                 self._frames_out += 1

@@ -8,7 +8,10 @@ that many batches in flight. Windows that go through their stream's cache (frame
 are batched alike, each carrying its stream's cache (``infer_cached``), and so are a recurrent model's
 steps, each carrying its stream's state (``step``): one step per stream at a time, since each reads the
 last one's state, but the steps of several streams in one call. A batch that fails is retried window by
-window, so one stream's bad window fails that stream alone.
+window, so one stream's bad window fails that stream alone. A window submitted with a deadline (its
+frame's arrival plus the latency budget) goes into a call only if that call, as long as calls of its
+size have taken (:class:`~streamer.core.latency.CallCost`, per shape), ends by the deadline; one that
+cannot make it even alone comes back :class:`Late`, and its frame leaves unenhanced.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -27,11 +30,12 @@ import numpy as np
 
 from streamer.backend.base import Backend, CachedWindow, State
 from streamer.core.batching import FairBatcher
+from streamer.core.latency import CallCost
 from streamer.core.stats import DurationRecorder
 from streamer.errors import ConfigError, ModelUnavailableError
 from streamer.frame import Hyperframe, Picture
 
-__all__ = ["BatchResult", "CallObserver", "InferenceScheduler", "SchedulerStats"]
+__all__ = ["BatchResult", "CallObserver", "InferenceScheduler", "Late", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,9 @@ R = TypeVar("R")
 
 CallObserver = Callable[[int, float], None]
 """Told the batch size and the seconds of each backend call."""
+
+COSTS_KEPT = 16
+"""Shapes whose call cost a scheduler keeps (streams at more sizes than this learn theirs again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,14 @@ class BatchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Late:
+    """A window not run: a call of it alone, started when the model was free for it, was expected to
+    take ``expected_s`` and so to end past its deadline."""
+
+    expected_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerStats:
     model: str
     provider: str
@@ -65,12 +80,15 @@ class SchedulerStats:
     failed_calls: int
     batch_sizes: dict[int, int] = field(default_factory=dict)
     call_p50_ms: float | None = None
+    late: int = 0
+    """Windows handed back unrun: their call would have ended past their deadline."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Request:
     window: Hyperframe
-    future: asyncio.Future[BatchResult]
+    future: asyncio.Future[BatchResult | Late]
+    key: Hashable
     cached: CachedWindow | None = None
     stepping: bool = False
     state: State | None = None
@@ -108,6 +126,8 @@ class InferenceScheduler:
         self._windows = 0
         self._failed = 0
         self._sizes: Counter[int] = Counter()
+        self._costs: dict[Hashable, CallCost] = {}
+        self._late = 0
         self._durations = DurationRecorder(4096)
         self._closed = False
 
@@ -120,40 +140,52 @@ class InferenceScheduler:
         if self._wake is not None:
             self._wake.set()  # a batch may have been waiting for this stream's windows
 
-    async def infer(self, stream: str, windows: Sequence[Hyperframe]) -> list[BatchResult]:
-        """The enhanced target frame of each window, in order; raises what the model raised on them."""
-        return await self._submit(stream, [(window, None) for window in windows])
+    async def infer(
+        self, stream: str, windows: Sequence[Hyperframe], deadlines: Sequence[float | None] | None = None
+    ) -> list[BatchResult | Late]:
+        """The enhanced target frame of each window, in order; raises what the model raised on them.
 
-    async def infer_cached(self, stream: str, windows: Sequence[CachedWindow]) -> list[BatchResult]:
+        ``deadlines``: per window, the monotonic time its call must have ended by (None: none); a window
+        that cannot make it is not run, and its result is :class:`Late`."""
+        return await self._submit(stream, [(window, None) for window in windows], deadlines)
+
+    async def infer_cached(
+        self, stream: str, windows: Sequence[CachedWindow], deadlines: Sequence[float | None] | None = None
+    ) -> list[BatchResult | Late]:
         """As ``infer``, for windows that go through their stream's cache (``enhance_cached_batch``)."""
-        return await self._submit(stream, [(cached.window, cached) for cached in windows])
+        return await self._submit(stream, [(cached.window, cached) for cached in windows], deadlines)
 
     async def step(self, stream: str, window: Hyperframe, state: State | None) -> BatchResult:
         """A recurrent model's step of ``window`` from ``state`` (None: from the zero state), batched with
         other streams' steps; the result carries the next state. Await it before the stream's next step."""
         (result,) = await self._submit(stream, [(window, None)], stepping=True, state=state)
+        assert isinstance(result, BatchResult)  # a step has no deadline
         return result
 
     async def _submit(
         self,
         stream: str,
         windows: Sequence[tuple[Hyperframe, CachedWindow | None]],
+        deadlines: Sequence[float | None] | None = None,
         stepping: bool = False,
         state: State | None = None,
-    ) -> list[BatchResult]:
+    ) -> list[BatchResult | Late]:
         if self._closed:
             raise RuntimeError(f"the scheduler of model {self.backend.info.name!r} is closed")
         loop = asyncio.get_running_loop()
         self._start(loop)
         now = time.monotonic()
+        if deadlines is None:
+            deadlines = [None] * len(windows)
         futures = []
-        for window, cached in windows:
-            future: asyncio.Future[BatchResult] = loop.create_future()
+        for (window, cached), deadline in zip(windows, deadlines, strict=True):
+            future: asyncio.Future[BatchResult | Late] = loop.create_future()
             # only windows of one shape, and of one kind, share a call
             kind = "step" if stepping else "cached" if cached is not None else "window"
             target = window.target_frame
             key = (window.t, target.height, target.width, kind, target.planes_colour)
-            self._batcher.submit(stream, _Request(window, future, cached, stepping, state), key, now)
+            request = _Request(window, future, key, cached, stepping, state)
+            self._batcher.submit(stream, request, key, now, deadline)
             futures.append(future)
         assert self._wake is not None
         self._wake.set()
@@ -182,6 +214,7 @@ class InferenceScheduler:
             failed_calls=self._failed,
             batch_sizes=dict(sorted(self._sizes.items())),
             call_p50_ms=self._durations.percentile_ms(50),
+            late=self._late,
         )
 
     async def aclose(self) -> None:
@@ -231,9 +264,18 @@ class InferenceScheduler:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), delay)
                 continue
-            requests = [r for _, r in self._batcher.take() if not r.future.done()]
+            now = time.monotonic()
+            for _, late in self._batcher.expire(now, self._expected):
+                self._late += 1
+                _settle(late.future, Late(self._expected(late.key, 1)))
+            requests = [r for _, r in self._batcher.take(now, self._expected) if not r.future.done()]
             if requests:
                 return requests
+
+    def _expected(self, key: Hashable, windows: int) -> float:
+        """Seconds a call of ``windows`` windows of shape ``key`` should be allowed; 0 before one ran."""
+        cost = self._costs.get(key)
+        return 0.0 if cost is None else cost.expected(windows)
 
     async def _run(self, loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
         started = time.monotonic()
@@ -255,11 +297,21 @@ class InferenceScheduler:
             for request in requests:
                 await self._run(loop, [request])
             return
-        self._record(len(requests), time.monotonic() - started)
+        self._record(len(requests), time.monotonic() - started, requests[0].key)
         for request, (pixels, state) in zip(requests, results, strict=True):
             _settle(request.future, BatchResult(pixels, self._calls, len(requests), state))
 
-    def _record(self, size: int, seconds: float) -> None:
+    def _record(self, size: int, seconds: float, key: Hashable | None = None) -> None:
+        """``key``: the shape of a batched call's windows, whose cost it teaches (None: a call run
+        one window at a time, which no batch's deadline depends on)."""
+        if key is not None:
+            cost = self._costs.pop(key, None)
+            if cost is None:
+                cost = CallCost()
+                if len(self._costs) >= COSTS_KEPT:
+                    del self._costs[next(iter(self._costs))]  # the shape least recently called
+            cost.observe(size, seconds)
+            self._costs[key] = cost
         self._calls += 1
         self._windows += size
         self._sizes[size] += 1
@@ -286,7 +338,9 @@ class InferenceScheduler:
 
 
 def _settle(
-    future: asyncio.Future[BatchResult], result: BatchResult | None = None, error: BaseException | None = None
+    future: asyncio.Future[BatchResult | Late],
+    result: BatchResult | Late | None = None,
+    error: BaseException | None = None,
 ) -> None:
     """Resolve a window's future unless its stream stopped waiting (cancelled, detached)."""
     if future.done():

@@ -4,13 +4,17 @@ Streams that share a model submit windows here; the batcher answers *when* a bat
 every attached stream has a window waiting, or the oldest has waited ``max_wait_s``) and *which*
 windows it holds: one per stream in turn, starting after the stream served first last time, so a busy
 stream cannot starve a quiet one. Only windows of one shape share a batch (a batch is one tensor).
-Time is passed in; nothing here waits.
+A window may carry a deadline, and the caller how long a call of n windows of a shape takes: then a
+batch holds only as many windows as its earliest deadline allows (one call of many windows must not
+carry a window past its deadline that a smaller call would have made), and a window that could not
+make its deadline even alone is handed back as late instead of run (Nexus and Clipper size batches by
+a latency objective the same way). Time is passed in; nothing here waits.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -19,6 +23,9 @@ from streamer.errors import ConfigError
 __all__ = ["BatchStats", "FairBatcher"]
 
 T = TypeVar("T")
+
+CallSeconds = Callable[[Hashable, int], float]
+"""How long a call of n windows of a shape (the windows' key) is expected to take, in seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +42,7 @@ class _Queued(Generic[T]):
     item: T
     key: Hashable
     since: float
+    deadline: float | None = None
 
 
 class FairBatcher(Generic[T]):
@@ -94,8 +102,9 @@ class FairBatcher(Generic[T]):
         self._pending -= len(queue)
         return [q.item for q in queue]
 
-    def submit(self, stream: str, item: T, key: Hashable, now: float) -> None:
-        """Queue one window of ``stream``; ``key`` says which windows may share a tensor (their shape)."""
+    def submit(self, stream: str, item: T, key: Hashable, now: float, deadline: float | None = None) -> None:
+        """Queue one window of ``stream``; ``key`` says which windows may share a tensor (their shape),
+        ``deadline`` when its call must have ended (None: no deadline)."""
         queue = self._queues.get(stream)
         if queue is None:
             raise ConfigError(f"stream {stream!r} submitted a window without attaching to the batcher")
@@ -104,7 +113,7 @@ class FairBatcher(Generic[T]):
                 f"stream {stream!r} has {len(queue)} windows queued, the most its calls under way take "
                 f"({self.max_queued}); wait for them before submitting more"
             )
-        queue.append(_Queued(item, key, now))
+        queue.append(_Queued(item, key, now, deadline))
         self._pending += 1
         self._submitted += 1
         self._max_pending = max(self._max_pending, self._pending)
@@ -118,8 +127,27 @@ class FairBatcher(Generic[T]):
         oldest = min(q[0].since for q in self._queues.values() if q)
         return max(0.0, oldest + self.max_wait_s - now)
 
-    def take(self) -> list[tuple[str, T]]:
-        """The next batch: each stream's oldest window in turn, from the stream after the last one served."""
+    def expire(self, now: float, cost: CallSeconds) -> list[tuple[str, T]]:
+        """Take out the windows whose deadline a call of them alone, started ``now``, would miss."""
+        late: list[tuple[str, T]] = []
+        for stream, queue in self._queues.items():
+            kept: list[_Queued[T]] = []
+            for queued in queue:
+                if _ends_by(now, cost, queued.key, 1, queued.deadline):
+                    kept.append(queued)
+                else:
+                    late.append((stream, queued.item))
+            if len(kept) < len(queue):
+                queue.clear()
+                queue.extend(kept)
+        self._pending -= len(late)
+        return late
+
+    def take(self, now: float | None = None, cost: CallSeconds | None = None) -> list[tuple[str, T]]:
+        """The next batch: each stream's oldest window in turn, from the stream after the last one served.
+
+        With ``now`` and ``cost``, the batch ends before the window that would make a call started ``now``
+        end past the earliest deadline of the windows in it (it holds at least one window)."""
         if self._pending == 0:
             return []
         n = len(self._order)
@@ -129,12 +157,19 @@ class FairBatcher(Generic[T]):
         last = start
         progress = True
         size = self._batch_size()
+        earliest: float | None = None
         while len(batch) < size and progress:
             progress = False
             for offset in range(n):
                 at = (start + offset) % n
                 queue = self._queues[self._order[at]]
                 if queue and queue[0].key == key:
+                    deadline = queue[0].deadline
+                    if deadline is not None and (earliest is None or deadline < earliest):
+                        earliest = deadline
+                    if batch and not _ends_by(now, cost, key, len(batch) + 1, earliest):
+                        size = len(batch)  # one more window would carry the earliest past it
+                        break
                     batch.append((self._order[at], queue.popleft().item))
                     last, progress = at, True
                     if len(batch) == size:
@@ -157,3 +192,13 @@ class FairBatcher(Generic[T]):
             submitted=self._submitted,
             batches=self._batches,
         )
+
+
+def _ends_by(
+    now: float | None, cost: CallSeconds | None, key: Hashable, windows: int, deadline: float | None
+) -> bool:
+    """Whether a call of ``windows`` started ``now`` is expected to end by ``deadline`` (True where
+    either is not given)."""
+    if now is None or cost is None or deadline is None:
+        return True
+    return now + cost(key, windows) <= deadline

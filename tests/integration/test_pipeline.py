@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,47 @@ def test_a_poisoned_estimate_recovers_through_a_probe_that_delays_no_frame() -> 
     assert report.outcomes["enhanced"] > 0
     assert budget.stats().probes >= 1
     assert budget.stats().estimate_ms < 2000.0
+
+
+class SlowFirstCall(OnnxBackend):
+    """The shipped temporal filter, whose first call takes a second (a cold start)."""
+
+    def __init__(self) -> None:
+        super().__init__(str(Path(__file__).parents[2] / "streamer" / "assets" / "temporal_filter_t5.onnx"))
+        self.first = threading.Event()
+
+    def infer(self, batch: Any, strength: Any = None) -> Any:
+        if not self.first.is_set():
+            self.first.set()
+            time.sleep(1.0)
+        return super().infer(batch, strength)
+
+
+def test_a_window_whose_call_cannot_end_within_the_budget_is_not_run_and_its_frame_leaves() -> None:
+    # Two streams on one model: one stream's window runs the slow first call; the other's, admitted by
+    # its own budget (it has timed nothing), is refused where the next call is formed, since a call as
+    # long as the first would end past its 500 ms budget. Its frame passes through; every frame leaves.
+    backend = SlowFirstCall()
+    budgets = {name: LatencyBudget(500.0) for name in ("a", "b")}
+
+    def stream(name: str, shared: InferenceScheduler) -> Pipeline:
+        source = SyntheticSource(width=96, height=64, fps=30, frames=30, realtime=True, stream_id=name)
+        return Pipeline(source, NullSink(), backend, Windower(5), budget=budgets[name], scheduler=shared)
+
+    async def together() -> list[PipelineReport]:
+        shared = InferenceScheduler(backend, max_batch=1)
+        try:
+            return list(await asyncio.gather(*(stream(name, shared).run() for name in budgets)))
+        finally:
+            assert shared.stats().late >= 1
+            await shared.aclose()
+
+    reports = asyncio.run(together())
+    late = sum(budget.stats().late for budget in budgets.values())
+    assert late >= 1
+    assert all(report.frames_out == report.frames_in for report in reports)  # none lost past the source
+    assert sum(report.outcomes["budget_passthrough"] for report in reports) >= late
+    assert sum(report.outcomes["enhanced"] for report in reports) >= 1  # the slow call's own frame
 
 
 def test_budget_drop_sends_nothing_and_counts_drops() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+
 import pytest
 
 from streamer.core.batching import FairBatcher
@@ -175,3 +177,52 @@ def test_stats_count_what_passed_through() -> None:
         0,
         2,
     )
+
+
+def _per_window(seconds: float) -> Callable[[Hashable, int], float]:
+    """A call's cost as on a CPU: ``seconds`` for each window in it."""
+    return lambda key, windows: seconds * windows
+
+
+def test_a_batch_holds_only_as_many_windows_as_its_earliest_deadline_allows() -> None:
+    fair = batcher(8, streams=("a", "b", "c", "d"))
+    fair.submit("a", "a0", SHAPE, now=0.0, deadline=1.025)  # room for two calls' worth of 10 ms
+    for stream in "bcd":
+        fair.submit(stream, f"{stream}0", SHAPE, now=0.0, deadline=2.0)
+    assert [item for _, item in fair.take(1.0, _per_window(0.010))] == ["a0", "b0"]
+    assert [item for _, item in fair.take(1.0, _per_window(0.010))] == ["c0", "d0"]
+
+
+def test_a_window_with_a_tighter_deadline_ends_the_batch_before_it() -> None:
+    fair = batcher(8, streams=("a", "b", "c"))
+    fair.submit("a", "a0", SHAPE, now=0.0, deadline=2.0)
+    fair.submit("b", "b0", SHAPE, now=0.0, deadline=2.0)
+    fair.submit("c", "c0", SHAPE, now=0.0, deadline=1.025)  # would end a call of 3 (30 ms) past it
+    assert [item for _, item in fair.take(1.0, _per_window(0.010))] == ["a0", "b0"]
+    assert [item for _, item in fair.take(1.0, _per_window(0.010))] == ["c0"]
+
+
+def test_windows_without_a_deadline_fill_the_batch() -> None:
+    fair = batcher(8, streams=("a", "b", "c"))
+    for stream in "abc":
+        fair.submit(stream, f"{stream}0", SHAPE, now=0.0)
+    assert len(fair.take(1.0, _per_window(10.0))) == 3
+
+
+def test_a_batch_holds_one_window_even_when_that_one_is_expected_to_miss() -> None:
+    fair = batcher(8)
+    fair.submit("a", "a0", SHAPE, now=0.0, deadline=1.001)
+    fair.submit("b", "b0", SHAPE, now=0.0, deadline=1.001)
+    assert [item for _, item in fair.take(1.0, _per_window(0.010))] == ["a0"]
+
+
+def test_windows_that_cannot_make_their_deadline_even_alone_are_handed_back_late() -> None:
+    fair = batcher(8)
+    fair.submit("a", "a0", SHAPE, now=0.0, deadline=1.005)
+    fair.submit("a", "a1", SHAPE, now=0.0, deadline=1.050)
+    fair.submit("b", "b0", SHAPE, now=0.0, deadline=1.002)
+    fair.submit("b", "b1", SHAPE, now=0.0)
+    assert fair.expire(1.0, _per_window(0.010)) == [("a", "a0"), ("b", "b0")]
+    assert fair.stats().pending == 2
+    assert [item for _, item in fair.take(1.0, _per_window(0.010))] == ["a1", "b1"]
+    assert fair.expire(1.0, _per_window(0.010)) == []

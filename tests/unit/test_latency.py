@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.core.latency import Admission, LatencyBudget, MissAction
+from streamer.core.latency import Admission, CallCost, LatencyBudget, MissAction
 from streamer.core.stats import DurationRecorder
 from streamer.errors import ConfigError
 
@@ -111,3 +111,66 @@ def test_recorder_percentiles_over_retained_window() -> None:
         recorder.record(seconds)
     assert recorder.count == 6
     assert recorder.percentile_ms(100) == pytest.approx(4.0)
+
+
+def test_a_frame_refused_where_its_call_was_formed_counts_as_passed_through_not_admitted() -> None:
+    budget = LatencyBudget(100.0)
+    assert budget.admit(arrival=0.0, now=0.01) is Admission.RUN
+    budget.late()
+    stats = budget.stats()
+    assert (stats.admitted, stats.passed_through, stats.late) == (0, 1, 1)
+    dropping = LatencyBudget(100.0, MissAction.DROP)
+    dropping.admit(arrival=0.0, now=0.01)
+    dropping.late()
+    assert (dropping.stats().dropped, dropping.stats().late) == (1, 1)
+
+
+def test_a_call_cost_is_nothing_until_a_call_is_measured() -> None:
+    assert CallCost().expected(16) == 0.0
+
+
+def test_calls_of_one_size_bound_other_sizes_as_any_line_through_them_would() -> None:
+    cost = CallCost()
+    for _ in range(5):
+        cost.observe(4, 0.08)
+    assert cost.expected(1) == pytest.approx(0.08)  # a call of fewer windows takes no longer
+    assert cost.expected(4) == pytest.approx(0.08)
+    assert cost.expected(8) == pytest.approx(0.16)  # nor more than in proportion
+
+
+def test_a_cpu_call_grows_with_its_windows_and_a_gpu_call_hardly_does() -> None:
+    cpu, gpu = CallCost(), CallCost()
+    for i in range(40):
+        windows = (1, 8, 3)[i % 3]
+        cpu.observe(windows, 0.010 * windows)
+        gpu.observe(windows, 0.010 + 0.0002 * windows)
+    assert cpu.expected(16) == pytest.approx(0.160, rel=0.05)
+    assert cpu.expected(1) == pytest.approx(0.010, rel=0.05)
+    assert gpu.expected(1) == pytest.approx(0.0102, rel=0.05)
+    assert gpu.expected(16) == pytest.approx(0.0132, rel=0.05)
+
+
+def test_calls_that_vary_add_a_margin_to_the_line() -> None:
+    cost = CallCost(alpha=0.5)
+    for seconds in (0.04, 0.01, 0.07, 0.04):
+        cost.observe(1, seconds)
+    assert cost.expected(1) > 0.04 + 0.02
+
+
+def test_a_call_cost_refuses_a_smoothing_outside_zero_to_one() -> None:
+    with pytest.raises(ConfigError, match="alpha"):
+        CallCost(alpha=0.0)
+
+
+def test_the_time_after_a_call_counts_against_the_budget_too() -> None:
+    budget = LatencyBudget(100.0)
+    budget.observe(0.03)
+    assert budget.admit(arrival=0.0, now=0.06) is Admission.RUN  # 60 + 30 <= 100
+    budget.observe_tail(0.02)  # encoding and sending, after the call
+    assert budget.stats().tail_ms == pytest.approx(20.0)
+    assert budget.admit(arrival=1.0, now=1.06) is not Admission.RUN  # 60 + 30 + 20 > 100
+    assert budget.deadline(1.0) == pytest.approx(1.08)  # the call must end 20 ms before the budget
+
+
+def test_without_a_budget_no_call_has_a_deadline() -> None:
+    assert LatencyBudget(None).deadline(1.0) is None
