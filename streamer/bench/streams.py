@@ -91,6 +91,9 @@ class StreamsRun:
     """Host CPU over the measured seconds: CPU seconds of this process per wall second."""
     calls: int
     windows: int
+    late: int
+    """Windows the scheduler did not run over the whole run: a call of them, started when the model
+    was free for them, would have ended past their deadline (their frames passed through)."""
     provider: str
     errors: list[str]
 
@@ -241,11 +244,12 @@ async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsR
     results = await running
     reports = [r.report for r in results if r.report is not None]
     errors = [f"{r.stream_id}: {r.error}" for r in results if r.report is None]
-    calls = windows = 0
+    calls = windows = late = 0
     provider = ""
     for scheduler in service.schedulers():
         stats = scheduler.stats()
-        calls, windows, provider = calls + stats.calls, windows + stats.windows, stats.provider
+        calls, windows, late = calls + stats.calls, windows + stats.windows, late + stats.late
+        provider = stats.provider
     p50, _, p99 = percentiles([ms for each in latencies.values() for ms in each])
     by_outcome = {key: percentiles(each)[2] for key, each in latencies.items()}
     return StreamsRun(
@@ -261,6 +265,7 @@ async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsR
         cores=cores,
         calls=calls,
         windows=windows,
+        late=late,
         provider=provider,
         errors=errors,
     )
@@ -374,6 +379,12 @@ def _notes(report: StreamsReport) -> list[str]:
         + ", ".join(f"{key} {ms:.0f} ms" for key, ms in sorted(r.p99_by_outcome_ms.items()))
         for r in report.runs
         if len(r.p99_by_outcome_ms) > 1
+    ]
+    notes += [
+        f"{r.streams} streams: {r.late} windows not run where their call was formed (it would have ended "
+        "past their deadline)"
+        for r in report.runs
+        if r.late
     ]
     notes += [f"{r.streams} streams: {e}" for r in report.runs for e in r.errors[:3]]
     return notes

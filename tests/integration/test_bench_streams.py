@@ -48,6 +48,8 @@ def test_each_count_runs_its_streams_and_accounts_for_every_measured_frame(tmp_p
             assert list(run.p99_by_outcome_ms.values()) == [run.p99_ms]
         assert run.calls > 0 or not run.outcomes.get("enhanced")  # enhanced frames were model calls
         assert run.windows >= run.calls
+        said = f"{run.streams} streams: {run.late} windows not run" in format_table(report)
+        assert said == (run.late > 0)  # said where any were
         assert run.provider == "CPUExecutionProvider"
         assert run.holds(report.budget_ms) == (
             run.enhanced_share >= 0.99 and run.p99_ms <= report.budget_ms and run.dropped_share < 0.01
