@@ -51,12 +51,14 @@ def test_each_count_runs_its_streams_and_accounts_for_every_measured_frame(tmp_p
         said = f"{run.streams} streams: {run.late} windows not run" in format_table(report)
         assert said == (run.late > 0)  # said where any were
         assert run.provider == "CPUExecutionProvider"
+        assert 0.0 < run.loop_cores <= run.cores + 0.05  # one thread of the process, busy with every frame
         assert run.holds(report.budget_ms) == (
             run.enhanced_share >= 0.99 and run.p99_ms <= report.budget_ms and run.dropped_share < 0.01
         )
     assert report.most_held in (0, 1, 2)
     table = format_table(report)
     assert "host cores" in table
+    assert "event loop cores" in table
     assert "decode cpu, encode libx264" in table
     assert format_markdown(report).startswith("| streams | ran |")
 
