@@ -5,8 +5,8 @@
 # docs/benchmarks.md, "GPU"): ort.whl.part.* (the onnxruntime-gpu wheel, split) and, optionally,
 # av.whl.part.* (PyAV's). About 6 minutes (at most 520 s of steps); each step has its own timeout so a hung step leaves the
 # others' figures, and every log lands in $OUT. `gpu_lease.sh streams` runs only the whole service's
-# live streams bench instead (about 3 minutes), which also needs PyAV and deps.tar.part.* (the
-# service's other dependencies' wheels, tarred and split).
+# live streams bench instead (about 4 minutes: 16-64 cameras in one process, then 64 over four), which
+# also needs PyAV and deps.tar.part.* (the service's other dependencies' wheels, tarred and split).
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 site=/tmp/site pieces=/tmp/lease
@@ -39,6 +39,10 @@ if [ "${1:-}" = streams ]; then
     # The whole service: live 1080p30 cameras (decode, model batched across them, encode), 16 to 64.
     step streams 280 python3 -m streamer.bench streams --streams 16,32,64 --size 1920x1080 --fps 30 \
         --seconds 15 --warmup-s 10 --json "$OUT/streams.json" --markdown "$OUT/streams.md"
+    # The same 64 cameras split over 4 services, each in a process of its own with its own event loop
+    # (one loop spends about a millisecond of CPU per frame: 64 x 30 frames a second may saturate it).
+    step streams4 120 python3 -m streamer.bench streams --streams 64 --processes 4 --size 1920x1080 \
+        --fps 30 --seconds 15 --warmup-s 10 --json "$OUT/streams4.json" --markdown "$OUT/streams4.md"
     exit 0
 fi
 

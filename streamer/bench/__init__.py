@@ -472,8 +472,9 @@ def _register_streams(kinds: argparse._SubParsersAction[argparse.ArgumentParser]
             "first, paced to the wall clock and looping), every window to the model (gate off), batched, "
             "each output encoded; after --warmup-s it measures --seconds: the share of frames enhanced, "
             "p50/p99 arrival-to-written latency against latency.budget_ms, frames the sources dropped, "
-            "and the host cores used. A count holds at >= 99%% enhanced, p99 within the budget and under "
-            "1%% dropped."
+            "and the host cores used (and the event loop's). A count holds at >= 99%% enhanced, p99 within "
+            "the budget and under 1%% dropped. --processes splits each count's cameras over that many "
+            "services, each in a process of its own, measured over the same seconds."
         ),
     )
     streams.add_argument(
@@ -508,6 +509,13 @@ def _register_streams(kinds: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     streams.add_argument(
         "--providers", default="auto", help="model.providers, comma-separated, or auto (auto)"
+    )
+    streams.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="services to split each count's cameras over, each in a process of its own with its own event "
+        "loop and model session on the same device (1)",
     )
     streams.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     streams.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")

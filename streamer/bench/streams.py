@@ -16,6 +16,11 @@ that arrived then, how they left, their arrival-to-written latency, and the host
 when at least ``ENHANCED_SHARE`` of those frames were enhanced, p99 latency is within the budget, the
 sources dropped under ``DROPPED_SHARE`` of theirs and every stream ran (admission refuses streams the
 memory budget cannot hold: said, and N does not hold).
+
+With ``--processes P`` the N cameras are split over P services, each in a process of its own with its own
+event loop and model session on the same device, measured over the same wall-clock window: every
+stream's frames pass through its service's one event loop, which one process can saturate before a
+GPU is busy.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import concurrent.futures
+import multiprocessing
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -65,7 +72,10 @@ ENHANCED_SHARE = 0.99
 DROPPED_SHARE = 0.01
 """The share of frames the sources may drop (a stream falling behind its camera) for N to hold."""
 MAX_STREAMS = 256
+MAX_PROCESSES = 64
 CLIP_SECONDS = 2
+SPAWN_S = 6.0
+"""Seconds a process of its own is given to start (imports, its service) before its warm-up counts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +100,9 @@ class StreamsRun:
     cores: float
     """Host CPU over the measured seconds: CPU seconds of this process per wall second."""
     loop_cores: float
-    """Of those, the event loop's thread: every stream's frames pass through that one thread (queues,
-    windows, admission, hand-on), so at 1.0 it, not the cores, is what holds N back."""
+    """Of those, the event loop's thread (the busiest process's, with several): every stream of a
+    service passes through that one thread (queues, windows, admission, hand-on), so at 1.0 it, not the
+    cores, is what holds N back."""
     calls: int
     windows: int
     late: int
@@ -99,6 +110,7 @@ class StreamsRun:
     was free for them, would have ended past their deadline (their frames passed through)."""
     provider: str
     errors: list[str]
+    processes: int = 1
 
     @property
     def enhanced_share(self) -> float:
@@ -139,6 +151,8 @@ class StreamsReport:
     runs: list[StreamsRun]
     machine: Machine
     wall_s: float
+    processes: int = 1
+    """Services each count's cameras were split over, each in a process of its own."""
 
     @property
     def most_held(self) -> int:
@@ -191,7 +205,9 @@ def _config(
     decode: str,
     encode: str,
     model: dict[str, Any],
+    first: int = 0,
 ) -> Config:
+    """``first``: the number of this service's first camera, where several services share the run."""
     return load_config(
         None,
         {
@@ -215,7 +231,7 @@ def _config(
                         "gop": fps,
                     },
                 }
-                for i in range(streams)
+                for i in range(first, first + streams)
             ],
             "gate.enabled": False,
             "latency.budget_ms": budget_ms,
@@ -225,16 +241,32 @@ def _config(
     )
 
 
-async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsRun:
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """What one service measured: raw, so that several services' parts merge into one run."""
+
+    streams: int
+    ran: int
+    latencies: dict[str, list[float]]
+    source_dropped: int
+    decoded: int
+    cores: float
+    loop_cores: float
+    calls: int
+    windows: int
+    late: int
+    provider: str
+    errors: list[str] = field(default_factory=list)
+
+
+async def _part(config: Config, start: float, end: float) -> _Part:
+    """Runs ``config``'s service, measuring the frames that arrive between ``start`` and ``end``
+    (monotonic seconds), then stops it."""
     latencies: dict[str, list[float]] = collections.defaultdict(list)
-    outcomes: collections.Counter[str] = collections.Counter()
-    begun = time.monotonic()
-    start, end = begun + warmup_s, begun + warmup_s + seconds
 
     def hook(source: Frame, sent: Frame, outcome: Outcome) -> None:
         if start <= source.arrival < end:
             latencies[outcome.value].append((time.monotonic() - source.arrival) * 1000.0)
-            outcomes[outcome.value] += 1
 
     service = Service(config, on_output=hook, log_failures=False)
     service.prepare()
@@ -242,38 +274,104 @@ async def _measured(config: Config, warmup_s: float, seconds: float) -> StreamsR
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     cpu, loop = time.process_time(), time.thread_time()  # this coroutine runs on the loop's thread
     await asyncio.sleep(max(0.0, end - time.monotonic()))
+    seconds = end - start
     cores = (time.process_time() - cpu) / seconds
     loop_cores = (time.thread_time() - loop) / seconds
     service.request_stop()
     results = await running
     reports = [r.report for r in results if r.report is not None]
-    errors = [f"{r.stream_id}: {r.error}" for r in results if r.report is None]
     calls = windows = late = 0
     provider = ""
     for scheduler in service.schedulers():
         stats = scheduler.stats()
         calls, windows, late = calls + stats.calls, windows + stats.windows, late + stats.late
         provider = stats.provider
-    p50, _, p99 = percentiles([ms for each in latencies.values() for ms in each])
-    by_outcome = {key: percentiles(each)[2] for key, each in latencies.items()}
-    return StreamsRun(
+    return _Part(
         streams=len(results),
         ran=len(reports),
-        arrived=sum(outcomes.values()),
-        outcomes=dict(outcomes),
+        latencies=dict(latencies),
         source_dropped=sum(r.source_dropped for r in reports),
         decoded=sum(r.frames_in + r.source_dropped for r in reports),
-        p50_ms=p50,
-        p99_ms=p99,
-        p99_by_outcome_ms={key: ms for key, ms in by_outcome.items() if ms is not None},
         cores=cores,
         loop_cores=loop_cores,
         calls=calls,
         windows=windows,
         late=late,
         provider=provider,
-        errors=errors,
+        errors=[f"{r.stream_id}: {r.error}" for r in results if r.report is None],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """Every service's cameras but their number: what a process of its own needs to make its config."""
+
+    clip: Path
+    folder: Path
+    fps: int
+    frames: int
+    budget_ms: float
+    max_batch: int | None
+    decode: str
+    encode: str
+    model: dict[str, Any]
+
+    def config(self, streams: int, first: int = 0) -> Config:
+        return _config(
+            self.clip,
+            self.folder,
+            streams,
+            self.fps,
+            self.frames,
+            self.budget_ms,
+            self.max_batch,
+            self.decode,
+            self.encode,
+            self.model,
+            first,
+        )
+
+
+def _part_in_process(setup: _Setup, streams: int, first: int, start_at: float, seconds: float) -> _Part:
+    """A process's share of a run: ``streams`` cameras from number ``first``, measured from ``start_at``
+    (wall-clock seconds, the same for every process) for ``seconds``."""
+    start = time.monotonic() + (start_at - time.time())
+    return asyncio.run(_part(setup.config(streams, first), start, start + seconds))
+
+
+def _merged(parts: list[_Part]) -> StreamsRun:
+    latencies: dict[str, list[float]] = collections.defaultdict(list)
+    for part in parts:
+        for outcome, each in part.latencies.items():
+            latencies[outcome] += each
+    p50, _, p99 = percentiles([ms for each in latencies.values() for ms in each])
+    by_outcome = {key: percentiles(each)[2] for key, each in latencies.items()}
+    return StreamsRun(
+        streams=sum(p.streams for p in parts),
+        ran=sum(p.ran for p in parts),
+        arrived=sum(len(each) for each in latencies.values()),
+        outcomes={key: len(each) for key, each in latencies.items()},
+        source_dropped=sum(p.source_dropped for p in parts),
+        decoded=sum(p.decoded for p in parts),
+        p50_ms=p50,
+        p99_ms=p99,
+        p99_by_outcome_ms={key: ms for key, ms in by_outcome.items() if ms is not None},
+        cores=sum(p.cores for p in parts),
+        loop_cores=max(p.loop_cores for p in parts),
+        calls=sum(p.calls for p in parts),
+        windows=sum(p.windows for p in parts),
+        late=sum(p.late for p in parts),
+        provider=next((p.provider for p in parts if p.provider), ""),
+        errors=[e for p in parts for e in p.errors],
+        processes=len(parts),
+    )
+
+
+def _shares(streams: int, processes: int) -> list[tuple[int, int]]:
+    """(first camera, cameras) of each process: as even as may be, no process without a camera."""
+    count = min(streams, processes)
+    sizes = [streams // count + (1 if i < streams % count else 0) for i in range(count)]
+    return [(sum(sizes[:i]), size) for i, size in enumerate(sizes)]
 
 
 def run_streams(
@@ -287,11 +385,17 @@ def run_streams(
     decode: str = "auto",
     encode: str = "auto",
     model: dict[str, Any] | None = None,
+    processes: int = 1,
 ) -> StreamsReport:
-    """Each count of streams in turn, ascending, in a service of its own; ``model``: ``model.*``
-    settings (path, providers) for every stream."""
+    """Each count of streams in turn, ascending, in a service of its own (or split over ``processes``
+    services, each in a process of its own); ``model``: ``model.*`` settings (path, providers) for
+    every stream."""
     if not counts or any(not 1 <= n <= MAX_STREAMS for n in counts):
         raise ConfigError(f"--streams {counts}: give counts from 1 to {MAX_STREAMS}, e.g. 16,32,64")
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise ConfigError(
+            f"--processes {processes}: give 1 to {MAX_PROCESSES} services to split the streams over"
+        )
     if not 1 <= fps <= 240:
         raise ConfigError(f"--fps {fps}: give a camera frame rate from 1 to 240")
     if size[0] % 2 or size[1] % 2:
@@ -300,16 +404,35 @@ def run_streams(
         raise ConfigError(f"--seconds {seconds} and --warmup-s {warmup_s}: give 0 < seconds <= 3600, 0..600")
     watch = LoadWatch()
     begun = time.perf_counter()
-    frames = int((warmup_s + seconds + 5) * fps)  # the run is stopped first; a stream never ends early
     runs = []
     with tempfile.TemporaryDirectory(prefix="streamer-streams-") as folder:
         clip = Path(folder) / "camera.mp4"
         kbps = camera_clip(clip, size, fps)
+        setup = _Setup(
+            clip=clip,
+            folder=Path(folder),
+            fps=fps,
+            frames=int((warmup_s + seconds + 5 + SPAWN_S) * fps),  # stopped first: no stream ends early
+            budget_ms=budget_ms,
+            max_batch=max_batch,
+            decode=decode,
+            encode=encode,
+            model=model or {},
+        )
         for n in sorted(set(counts)):
-            config = _config(
-                clip, Path(folder), n, fps, frames, budget_ms, max_batch, decode, encode, model or {}
-            )
-            runs.append(asyncio.run(_measured(config, warmup_s, seconds)))
+            if processes == 1:
+                start = time.monotonic() + warmup_s
+                runs.append(_merged([asyncio.run(_part(setup.config(n), start, start + seconds))]))
+                continue
+            shares = _shares(n, processes)
+            start_at = time.time() + SPAWN_S + warmup_s
+            spawn = multiprocessing.get_context("spawn")  # no fork of a process holding threads
+            with concurrent.futures.ProcessPoolExecutor(len(shares), mp_context=spawn) as pool:
+                parts = [
+                    pool.submit(_part_in_process, setup, cameras, first, start_at, seconds)
+                    for first, cameras in shares
+                ]
+                runs.append(_merged([part.result() for part in parts]))
     return StreamsReport(
         size=size,
         fps=fps,
@@ -324,6 +447,7 @@ def run_streams(
         runs=runs,
         machine=watch.machine(),
         wall_s=time.perf_counter() - begun,
+        processes=processes,
     )
 
 
@@ -381,6 +505,12 @@ def _notes(report: StreamsReport) -> list[str]:
         f"{report.seconds:g} s measured after {report.warmup_s:g} s",
         f"machine: {report.machine.line()}",
     ]
+    if report.processes > 1:
+        notes.append(
+            f"each count's cameras split over {report.processes} services (fewer where there are fewer "
+            "cameras), each in a process of its own with its own model session; host cores are theirs "
+            "summed, event loop cores the busiest one's"
+        )
     notes += [
         f"{r.streams} streams, p99 by how frames left: "
         + ", ".join(f"{key} {ms:.0f} ms" for key, ms in sorted(r.p99_by_outcome_ms.items()))
@@ -439,6 +569,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         decode=args.decode,
         encode=args.encode,
         model=model,
+        processes=args.processes,
     )
     data: dict[str, Any] = asdict(report)
     data["most_held"] = report.most_held

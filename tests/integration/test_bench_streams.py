@@ -15,7 +15,7 @@ import av
 import pytest
 
 from streamer.bench import register
-from streamer.bench.streams import camera_clip, format_markdown, format_table, run_streams
+from streamer.bench.streams import _shares, camera_clip, format_markdown, format_table, run_streams
 from streamer.errors import ConfigError
 
 
@@ -98,7 +98,26 @@ def test_its_command_line_writes_json_and_refuses_bad_counts(tmp_path: Path) -> 
         args = parser.parse_args(["bench", "streams", "--streams", bad])
         with pytest.raises(ConfigError, match="--streams"):
             args.func(args)
-    for flag, bad in (("--fps", "0"), ("--size", "161x96"), ("--seconds", "nan")):
+    for flag, bad in (("--fps", "0"), ("--size", "161x96"), ("--seconds", "nan"), ("--processes", "0")):
         args = parser.parse_args(["bench", "streams", flag, bad])
         with pytest.raises(ConfigError, match=flag):
             args.func(args)
+
+
+def test_cameras_split_over_processes_are_measured_as_one_run() -> None:
+    report = run_streams(
+        [3], size=(160, 96), fps=10, seconds=2.0, warmup_s=1.5, decode="cpu", encode="libx264", processes=2
+    )
+    (run,) = report.runs
+    assert (run.streams, run.ran, run.processes) == (3, 3, 2)  # cameras 0 and 1 in one, 2 in the other
+    assert not run.errors
+    assert run.arrived == sum(run.outcomes.values()) > 0
+    assert run.p99_ms is not None
+    assert 0.0 < run.loop_cores <= run.cores  # the busiest of two loops, of two processes' cores
+    assert "split over 2 services" in format_table(report)
+
+
+def test_cameras_are_shared_out_evenly_and_no_process_is_left_without_one() -> None:
+    assert _shares(7, 3) == [(0, 3), (3, 2), (5, 2)]
+    assert _shares(2, 4) == [(0, 1), (1, 1)]
+    assert _shares(1, 1) == [(0, 1)]

@@ -29,7 +29,7 @@ def test_the_script_is_valid_bash() -> None:
 
 def test_every_bench_it_runs_parses_with_todays_flags() -> None:
     lines = _bench_lines()
-    assert [words[0] for words in lines] == ["streams", "gpu", "gpu", "gpu", "codecs"]
+    assert [words[0] for words in lines] == ["streams", "streams", "gpu", "gpu", "gpu", "codecs"]
     parser = argparse.ArgumentParser(prog="python -m streamer.bench")
     register(parser.add_subparsers(dest="command", required=True))
     for words in lines:
