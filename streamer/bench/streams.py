@@ -194,53 +194,6 @@ def camera_clip(path: Path, size: tuple[int, int], fps: int, seconds: int = CLIP
     return path.stat().st_size * 8 / seconds / 1000
 
 
-def _config(
-    clip: Path,
-    folder: Path,
-    streams: int,
-    fps: int,
-    frames: int,
-    budget_ms: float,
-    max_batch: int | None,
-    decode: str,
-    encode: str,
-    model: dict[str, Any],
-    first: int = 0,
-) -> Config:
-    """``first``: the number of this service's first camera, where several services share the run."""
-    return load_config(
-        None,
-        {
-            "streams": [
-                {
-                    "id": f"cam{i}",
-                    "source": {
-                        "kind": "file",
-                        "path": str(clip),
-                        "realtime": True,
-                        "loop": True,
-                        "max_frames": frames,
-                        "decode": decode,
-                    },
-                    "sink": {
-                        "kind": "file",
-                        "path": str(folder / f"cam{i}.mp4"),
-                        "codec": encode,
-                        "preset": "ultrafast",
-                        "crf": 23,
-                        "gop": fps,
-                    },
-                }
-                for i in range(first, first + streams)
-            ],
-            "gate.enabled": False,
-            "latency.budget_ms": budget_ms,
-            "runtime.max_batch": max_batch,  # None: the runtime's own for the provider
-            **{f"model.{key}": value for key, value in model.items()},
-        },
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Part:
     """What one service measured: raw, so that several services' parts merge into one run."""
@@ -317,18 +270,37 @@ class _Setup:
     model: dict[str, Any]
 
     def config(self, streams: int, first: int = 0) -> Config:
-        return _config(
-            self.clip,
-            self.folder,
-            streams,
-            self.fps,
-            self.frames,
-            self.budget_ms,
-            self.max_batch,
-            self.decode,
-            self.encode,
-            self.model,
-            first,
+        """``streams`` cameras from number ``first`` (several services share a run: numbers differ)."""
+        return load_config(
+            None,
+            {
+                "streams": [
+                    {
+                        "id": f"cam{i}",
+                        "source": {
+                            "kind": "file",
+                            "path": str(self.clip),
+                            "realtime": True,
+                            "loop": True,
+                            "max_frames": self.frames,
+                            "decode": self.decode,
+                        },
+                        "sink": {
+                            "kind": "file",
+                            "path": str(self.folder / f"cam{i}.mp4"),
+                            "codec": self.encode,
+                            "preset": "ultrafast",
+                            "crf": 23,
+                            "gop": self.fps,
+                        },
+                    }
+                    for i in range(first, first + streams)
+                ],
+                "gate.enabled": False,
+                "latency.budget_ms": self.budget_ms,
+                "runtime.max_batch": self.max_batch,  # None: the runtime's own for the provider
+                **{f"model.{key}": value for key, value in self.model.items()},
+            },
         )
 
 
