@@ -94,12 +94,10 @@ def build_source(
     stream_id: str = "0",
     *,
     keep_audio: bool = False,
-    planes: bool = False,
 ) -> Source:
     """``keep_audio``: a file, RTSP or WHIP source also hands its audio to the sink (which must write it, or
     the pipeline declines it); set where the sink writes audio (a file, RTSP or WHEP sink with
-    ``audio: keep``). ``planes``: a file or RTSP source hands on 4:2:0 frames as their planes, for a
-    model that takes them (``model.yuv420``)."""
+    ``audio: keep``)."""
     if isinstance(config, FileSourceConfig):
         return FileSource(
             config.path,
@@ -112,7 +110,6 @@ def build_source(
             realtime=config.realtime,
             loop=config.loop,
             decode=config.decode,
-            planes=planes,
         )
     if isinstance(config, RtspSourceConfig):
         return RtspSource(
@@ -125,7 +122,6 @@ def build_source(
             capacity=queue_size,
             keep_audio=keep_audio,
             decode=config.decode,
-            planes=planes,
             **config.backoff(),
         )
     if isinstance(config, WhipSourceConfig):
@@ -321,9 +317,7 @@ def build_stream(
     )
     sink = build_outputs(stream, runtime.queue_size, server)
     pipeline = Pipeline(
-        build_source(
-            stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio, planes=model.yuv420
-        ),
+        build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
         sink,
         backend,
         stream.window.build(model.t, model.output_position),

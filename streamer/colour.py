@@ -22,7 +22,7 @@ from av.video.frame import VideoFrame
 from av.video.reformatter import ColorRange
 
 from streamer.frame import Colour, Frame, Pixels, Yuv420
-from streamer.planes import SWSCALE, planes_frame
+from streamer.planes import SWSCALE, frame_planes, planes_frame
 
 __all__ = [
     "BT601",
@@ -108,13 +108,8 @@ def yuv_of(frame: VideoFrame, unstated: int | None = None) -> Yuv420 | None:
     (``model.yuv420``) instead of :func:`to_rgb`'s conversion. None for other formats and odd sizes."""
     if not planes_fit(frame.format.name, frame.width, frame.height):
         return None
-    h, w = frame.height, frame.width
-    sizes = ((h, w), (h // 2, w // 2), (h // 2, w // 2))
-    y, u, v = (
-        np.frombuffer(memoryview(plane), np.uint8).reshape(-1, plane.line_size)[:rows, :columns]
-        for plane, (rows, columns) in zip(frame.planes, sizes, strict=True)
-    )
-    return Yuv420(y, u, v, resolve(colour_of(frame), h, unstated))
+    y, u, v = frame_planes(frame)
+    return Yuv420(y, u, v, resolve(colour_of(frame), frame.height, unstated))
 
 
 def yuv_frame(yuv: Yuv420) -> VideoFrame:
@@ -123,18 +118,21 @@ def yuv_frame(yuv: Yuv420) -> VideoFrame:
 
 
 def encoder_frame(frame: Frame, codec: VideoCodecContext) -> VideoFrame:
-    """A frame for ``codec``: the 4:2:0 planes a model made where they are in the encoder's format,
-    size, matrix and range (a copy, no conversion); otherwise its RGB, converted (:func:`from_rgb`)."""
-    picture = frame.picture
-    if isinstance(picture, Yuv420) and codec.pix_fmt == "yuv420p":
+    """A frame for ``codec``: the 4:2:0 planes the frame leaves as (``Frame.planes``: a decoder's, or
+    a model's change carried onto them) where they are in the encoder's format, size, matrix and range
+    (a copy, no conversion); otherwise its RGB, converted (:func:`from_rgb`)."""
+    colour = frame.planes_out
+    if colour is not None and codec.pix_fmt == "yuv420p":
         made = resolve(colour_of(codec), codec.height)
-        if (picture.width, picture.height, picture.colour.matrix, picture.colour.range) == (
+        if (frame.width, frame.height, colour.matrix, colour.range) == (
             codec.width,
             codec.height,
             made.matrix,
             made.range,
         ):
-            return yuv_frame(picture)
+            planes = frame.planes
+            assert planes is not None
+            return yuv_frame(planes)
     return from_rgb(frame.pixels, codec)
 
 

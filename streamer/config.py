@@ -33,6 +33,7 @@ from streamer.errors import ConfigError
 from streamer.hwcodec import Decode, VideoCodec
 from streamer.pipeline import SkipAction
 from streamer.samples import resolve_sample
+from streamer.sinks.file import DEFAULT_CRF
 from streamer.webrtc.cors import check_origins
 from streamer.webrtc.ice import IceServer, check_ice_url, is_loopback
 
@@ -154,7 +155,11 @@ class FileSinkConfig(_Strict):
     """Any encoder PyAV has; ``auto``: h264_nvenc where NVENC works, libx264 otherwise, said once;
     h264_nvenc takes preset and crf as its nearest (``streamer.hwcodec``)."""
     preset: str = "veryfast"
-    crf: int = Field(18, ge=0, le=51)
+    crf: int = Field(DEFAULT_CRF, ge=0, le=51)
+    """libx264's constant quality: lower keeps more of the picture in a larger file. The default costs a
+    camera's compressed stream about a tenth of a dB on its way out; 4 (near-lossless) keeps all but a
+    few hundredths at several times the size, for recordings meant to keep what the model made; 0 is
+    lossless."""
     bitrate: int | None = Field(None, ge=1, le=10**9)
     gop: int | None = Field(None, ge=1, le=10**4)
     audio: Literal["keep", "drop"] = "keep"

@@ -125,6 +125,10 @@ class Frame:
     """True on the first frame after a reconnect or timestamp jump: no window may span it."""
     _rgb: Pixels | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     """The RGB of a 4:2:0 picture, made on first use."""
+    _base: Frame | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    """The decoded frame whose planes this RGB picture is a model's change of (:meth:`enhanced`)."""
+    _planes: Yuv420 | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    """The planes of an enhanced frame, made on first use."""
 
     def __post_init__(self) -> None:
         px = self.picture
@@ -154,6 +158,43 @@ class Frame:
         return rgb
 
     @property
+    def planes(self) -> Yuv420 | None:
+        """The picture as the 4:2:0 planes it leaves as, where it has them: a decoder's own, or for an
+        enhanced frame (:meth:`enhanced`) its base's planes with the model's change carried onto them,
+        made once, on first use. None for RGB made otherwise (a synthetic source, a card, a scaled
+        frame), which an encoder converts.
+
+        Carrying the change, not converting the model's RGB back, is what makes the path transparent:
+        a model that changes nothing returns the decoder's planes exactly, where the trip through RGB
+        and back resamples the chroma twice."""
+        picture = self.picture
+        if isinstance(picture, Yuv420):
+            return picture
+        made, base = self._planes, self._base
+        if made is None and base is not None:
+            from streamer.planes import changed_planes  # PyAV's swscale, read at the edge of this module
+
+            source = base.picture
+            assert isinstance(source, Yuv420)
+            colour = source.colour
+            y, u, v = changed_planes(
+                (source.y, source.u, source.v), colour.matrix, colour.range, base.pixels, picture
+            )
+            made = Yuv420(y, u, v, colour)
+            object.__setattr__(self, "_planes", made)  # a cache, as ``_rgb``
+        return made
+
+    @property
+    def planes_out(self) -> Colour | None:
+        """The colour of the planes the frame leaves as (:attr:`planes`), known without making them;
+        None where it leaves as RGB."""
+        picture = self.picture
+        if isinstance(picture, Yuv420):
+            return picture.colour
+        base = self._base
+        return None if base is None else base.planes_colour
+
+    @property
     def planes_colour(self) -> Colour | None:
         """The colour of a 4:2:0 picture; None for RGB. With the size, what a window run keeps: a
         window's frames are all RGB or all planes in one colour."""
@@ -176,8 +217,28 @@ class Frame:
         return None if self.pts is None else float(self.pts * self.time_base)
 
     def with_pixels(self, picture: Picture) -> Frame:
-        """The same frame (index, timestamps, arrival) carrying another picture, e.g. the enhanced one."""
+        """The same frame (index, timestamps, arrival) carrying another picture made apart from this
+        one's (a crop, a card, a scaled copy)."""
         return dataclasses.replace(self, picture=picture)
+
+    def enhanced(self, picture: Picture) -> Frame:
+        """The same frame carrying ``picture``, which a model made from this frame's: RGB of this
+        frame's size from a frame that came as 4:2:0 planes leaves as those planes with the model's
+        change (:attr:`planes`)."""
+        out = dataclasses.replace(self, picture=picture)
+        source = self.picture
+        same_size = not isinstance(picture, Yuv420) and picture.shape[:2] == (self.height, self.width)
+        if isinstance(source, Yuv420) and same_size:
+            object.__setattr__(out, "_base", self)
+        return out
+
+    def showing(self, other: Frame) -> Frame:
+        """The same frame (index, timestamps, arrival) carrying ``other``'s picture as ``other`` leaves
+        (the last enhanced output, reused)."""
+        out = dataclasses.replace(self, picture=other.picture)
+        for cache in ("_rgb", "_base", "_planes"):
+            object.__setattr__(out, cache, getattr(other, cache))
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from streamer.errors import (
     SourceError,
     StreamerError,
 )
-from streamer.frame import Frame, Hyperframe, Picture, Pixels, StreamInfo
+from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
 from streamer.resize import upscale
 from streamer.scheduler import BatchResult, InferenceScheduler, Late
 from streamer.sinks.base import Sink
@@ -706,7 +706,7 @@ class Pipeline:
                 frames = []
                 for work, result in zip(admitted, results, strict=True):
                     if isinstance(result, BatchResult):
-                        frames.append(work.frame.with_pixels(result.pixels))
+                        frames.append(work.frame.enhanced(result.pixels))
                         continue
                     self.budget.late()
                     if self.budget.on_miss is MissAction.DROP:
@@ -835,7 +835,7 @@ class Pipeline:
             out[pt * s : pb * s, pl * s : pr * s] = pixels[
                 (pt - top) * s : (pb - top) * s, (pl - left) * s : (pr - left) * s
             ]
-        return work.frame.with_pixels(out)
+        return work.frame.enhanced(out)
 
     def _fuse(self, work: _Work) -> Frame:
         """One streaming-model window, on the model's thread: its frames are encoded once per run."""
@@ -843,7 +843,7 @@ class Pipeline:
         assert window is not None
         crop = None if work.region is None else work.region.crop
         pixels = self.backend.enhance_cached(window, work.run, self._features, crop, self._features_lock)
-        return work.frame.with_pixels(pixels)
+        return work.frame.enhanced(pixels)
 
     async def _step(self, work: _Work, key: str) -> BatchResult:
         """One recurrent step, batched with other streams' through the scheduler under ``key``; a new run
@@ -881,7 +881,7 @@ class Pipeline:
             if self.budget.budget_ms is not None:
                 self._watch_misses(frame, missed=done is None)
             if done is not None and work.region is not None:
-                done = frame.with_pixels(self._paste(work.region, frame, done, last, work.run))
+                done = frame.enhanced(self._paste(work.region, frame, done, last, work.run))
             if done is not None:
                 return self._count(_Output(frame, done, Outcome.ENHANCED))
             if frame.index in dropped:
@@ -889,7 +889,7 @@ class Pipeline:
                 return None
             return self._count(_Output(frame, frame, Outcome.BUDGET_PASSTHROUGH))
         if self.on_skip is SkipAction.REUSE and last is not None and last[0] == work.run:
-            return self._count(_Output(frame, frame.with_pixels(last[1].picture), Outcome.REUSED))
+            return self._count(_Output(frame, frame.showing(last[1]), Outcome.REUSED))
         return self._count(_Output(frame, frame, Outcome.GATE_PASSTHROUGH))
 
     @staticmethod
@@ -987,17 +987,15 @@ class Pipeline:
         """The frame a silent source leaves the output: ``last`` again, or the card, one period on."""
         keepalive = self.keepalive
         assert keepalive is not None
-        picture: Picture = last.picture
-        if filler is Filler.CARD:
-            if self._card is None or self._card.shape[:2] != (last.height, last.width):
-                self._card = no_signal_card(last.width, last.height)
-            picture = self._card
         pts = None
         if last.pts is not None:
             pts = last.pts + max(1, round(keepalive.period_s / float(last.time_base)))
-        return dataclasses.replace(
-            last, picture=picture, pts=pts, arrival=time.monotonic(), discontinuity=False
-        )
+        moved = dataclasses.replace(last, pts=pts, arrival=time.monotonic(), discontinuity=False)
+        if filler is Filler.CARD:
+            if self._card is None or self._card.shape[:2] != (last.height, last.width):
+                self._card = no_signal_card(last.width, last.height)
+            return moved.with_pixels(self._card)
+        return moved.showing(last)
 
     def _report(self, info: StreamInfo, wall: float) -> PipelineReport:
         src = self.source.stats()

@@ -1,4 +1,5 @@
-"""swscale between 4:2:0 planes and rgb24, told the planes' matrix and range.
+"""swscale between 4:2:0 planes and rgb24, told the planes' matrix and range, and a model's change to
+a frame's RGB carried onto the planes it was made from.
 
 Apart from :mod:`streamer.colour` so that a frame carrying planes (``streamer.frame.Yuv420``) can make
 its RGB on first use without the two modules importing each other: nothing here imports streamer.
@@ -11,7 +12,7 @@ import numpy.typing as npt
 from av.video.frame import VideoFrame
 from av.video.reformatter import ColorRange, Colorspace
 
-__all__ = ["SWSCALE", "planes_frame", "planes_rgb"]
+__all__ = ["SWSCALE", "changed_planes", "frame_planes", "planes_frame", "planes_rgb", "rgb_planes"]
 
 SWSCALE: dict[int, Colorspace] = {
     1: Colorspace.ITU709,
@@ -50,3 +51,45 @@ def planes_rgb(y: Plane, u: Plane, v: Plane, matrix: int, colour_range: int) -> 
     )
     pixels: Plane = np.ascontiguousarray(rgb, dtype=np.uint8)
     return pixels
+
+
+def frame_planes(frame: VideoFrame) -> tuple[Plane, Plane, Plane]:
+    """A yuv420p frame's planes as (rows, columns) views without the row padding."""
+    h, w = frame.height, frame.width
+    sizes = ((h, w), (h // 2, w // 2), (h // 2, w // 2))
+    y, u, v = (
+        np.frombuffer(memoryview(plane), np.uint8).reshape(-1, plane.line_size)[:rows, :columns]
+        for plane, (rows, columns) in zip(frame.planes, sizes, strict=True)
+    )
+    return y, u, v
+
+
+def rgb_planes(rgb: Plane, matrix: int, colour_range: int) -> tuple[Plane, Plane, Plane]:
+    """(H, W, 3) rgb24 pixels, H and W even, as 4:2:0 planes in the AVColorSpace ``matrix`` and
+    AVColorRange: views of a new frame's planes."""
+    if rgb.strides[1:] != (3, 1):
+        rgb = np.ascontiguousarray(rgb)
+    frame = VideoFrame.from_numpy_buffer(rgb, format="rgb24").reformat(
+        format="yuv420p", dst_colorspace=SWSCALE[matrix], dst_color_range=colour_range
+    )
+    return frame_planes(frame)
+
+
+def changed_planes(
+    planes: tuple[Plane, Plane, Plane], matrix: int, colour_range: int, before: Plane, after: Plane
+) -> tuple[Plane, Plane, Plane]:
+    """``planes`` (Y, U, V in ``matrix`` and ``colour_range``) with the change a model made from
+    ``before``, their RGB, to ``after``: each plane plus the difference between the two RGB pictures'
+    own planes, rounded and clipped. Where ``after`` equals ``before`` the planes come back exactly, so a
+    model that changes nothing changes no sample; elsewhere the change is what swscale's conversion
+    makes of it, its chroma filtered as swscale filters chroma, and nothing else of the planes is
+    resampled."""
+    made = rgb_planes(after, matrix, colour_range)
+    were = rgb_planes(before, matrix, colour_range)
+    out = []
+    for plane, new, old in zip(planes, made, were, strict=True):
+        sums = np.subtract(new, old, dtype=np.int16)
+        sums += plane
+        np.clip(sums, 0, 255, out=sums)
+        out.append(sums.astype(np.uint8))
+    return out[0], out[1], out[2]

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -38,6 +39,7 @@ from tqdm import tqdm
 from streamer.assets import ASSETS
 from streamer.backend.base import Backend, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
+from streamer.bench.delivered import delivered, identity_model, reencoded
 from streamer.bench.harness import cpu_name, isa_text
 from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
 from streamer.bench.roundtrip import x264_roundtrip
@@ -47,6 +49,7 @@ from streamer.core.windower import EdgePolicy, Windower
 from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, Hyperframe, Pixels
 from streamer.samples import sample_clip
+from streamer.sinks.file import DEFAULT_CRF, NEAR_LOSSLESS_CRF
 
 __all__ = [
     "CAMERA_PROFILE",
@@ -86,6 +89,9 @@ DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
     ("temporal_filter_t5", "fixed temporal filter T=5"),
 )
 """(name, label) of the models looked for as ``streamer/assets/NAME.onnx``, in table order."""
+
+IDENTITY, IDENTITY_LABEL = "identity", "identity model (changes nothing)"
+"""The model every section runs through the pipeline beside the others: what the path itself costs."""
 
 CAMERA_PROFILE = "conv3d_t1_strength"
 """The model ``configs/camera.yaml`` runs: the camera track's targets are checked for it as well."""
@@ -140,6 +146,15 @@ CAMERA_DEGRADATIONS = (
         multi=False,
         filters=True,
     ),
+    Degradation(
+        "noise15crf30",
+        "Gaussian noise sigma 15, then x264 CRF 30",
+        15.0,
+        10.0,
+        crf=30,
+        multi=False,
+        filters=True,
+    ),
     Degradation("clean", "clean input (do no harm)", 0.0, 3.0, multi=False, filters=True),
 )
 """The ``camera`` track (issue 14): what real feeds are, compression and a sensor's noise through the
@@ -178,6 +193,10 @@ class Row:
     ssim: float
     flicker: float
     fps: float | None
+    delivered: float | None = None
+    """PSNR of what a user receives: the degraded stream through streamer's source, frames path, this
+    method and the file output at its default quality, decoded (``streamer.bench.delivered``). On the
+    degraded input's row: its frames re-encoded by that output alone, the encoder's own cost."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +205,8 @@ class Section:
     degradation: str
     title: str
     rows: tuple[Row, ...]
+    compressed: bool = False
+    """The degraded frames are the section's stream as decoded (the damage ends in an encoder)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,11 +319,11 @@ def add_sensor_noise(clean: Clip, sigma: float, shot: float, seed: int) -> Clip:
     return out
 
 
-def crf_roundtrip(clip: Clip, fps: Fraction, crf: int) -> tuple[Clip, float]:
+def crf_roundtrip(clip: Clip, fps: Fraction, crf: int, keep: Path | None = None) -> tuple[Clip, float]:
     """The clip through libx264 at constant quality ``crf`` (a camera's GOP of 2 s, no B-frames) and
-    decoded again, and the kbit/s it took."""
+    decoded again, and the kbit/s it took; with ``keep``, the stream written there too."""
     options = {"preset": "veryfast", "bf": "0", "crf": str(crf), "g": str(max(1, round(2 * float(fps))))}
-    return x264_roundtrip(clip, fps, options)
+    return x264_roundtrip(clip, fps, options, keep=keep)
 
 
 def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
@@ -334,12 +355,13 @@ def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
     yield from ready()
 
 
-def h264_roundtrip(clean: Clip, fps: Fraction) -> tuple[Clip, float]:
-    """The clip encoded by libx264 at the low bitrate and decoded again, and the kbit/s it really took."""
+def h264_roundtrip(clean: Clip, fps: Fraction, keep: Path | None = None) -> tuple[Clip, float]:
+    """The clip encoded by libx264 at the low bitrate and decoded again, and the kbit/s it really took;
+    with ``keep``, the stream written there too."""
     _, h, w = clean.shape[:3]
     # A live encoder's settings (no B-frames, a fast preset), as export.data trains on.
     rate = round(H264_BITS_PER_PIXEL * w * h * float(fps))
-    return x264_roundtrip(clean, fps, {"preset": "veryfast", "bf": "0"}, bit_rate=rate)
+    return x264_roundtrip(clean, fps, {"preset": "veryfast", "bf": "0"}, bit_rate=rate, keep=keep)
 
 
 def _nlmeans(clip: Clip, h: float) -> Iterator[Pixels]:
@@ -418,8 +440,11 @@ def _measure(frames: Iterator[Pixels], like: Clip, bar: tqdm[Any]) -> tuple[Clip
     return out, count / elapsed
 
 
-def _row(method: str, label: str, out: Clip, clean: Clip, fps: float | None) -> Row:
-    return Row(method, label, psnr(out, clean), ssim(out, clean), flicker_index(out, clean), fps)
+def _row(
+    method: str, label: str, out: Clip, clean: Clip, fps: float | None, delivered: Clip | None = None
+) -> Row:
+    received = None if delivered is None else psnr(delivered, clean)
+    return Row(method, label, psnr(out, clean), ssim(out, clean), flicker_index(out, clean), fps, received)
 
 
 def _camera_checks(section: Section, ours: Row, rows: dict[str, Row]) -> list[Check]:
@@ -453,18 +478,98 @@ def _camera_checks(section: Section, ours: Row, rows: dict[str, Row]) -> list[Ch
     ]
 
 
+PATH_COST_DB = 0.02
+"""What the frames path may add to the output encoder's own cost (an identity model's delivered figure
+against the stream re-encoded alone)."""
+DEFAULT_OUTPUT_COST_DB, NEAR_LOSSLESS_COST_DB = 0.12, 0.05
+"""How far below the decoded input an identity model's delivered figure may be, with the file output at
+its default quality and at near-lossless."""
+OUTPUT_COST_SECTIONS = ("crf35", "noise15crf30")
+"""The sections the output's cost is held to those bounds on: a camera's stream at CRF 35, and noise
+then CRF 30."""
+PROFILE_DELIVERED_GAIN_DB = {"crf35": 0.3, "camera": 1.0}
+"""The camera profile's gain over the decoded input, delivered, on these camera-track sections."""
+
+
+def _delivered_checks(section: Section, rows: dict[str, Row]) -> list[Check]:
+    """Issue 43's targets on a section whose degraded frames are its stream as decoded (compressed):
+    the path's own cost beside the encoder's, the identity against the decoded input at the default
+    and the near-lossless output, every model at or above the identity (camera track), and the camera
+    profile's gain, all on what a user receives."""
+    degraded, identity = rows["degraded"], rows[IDENTITY]
+    near = rows[f"{IDENTITY}_near_lossless"]
+    if degraded.delivered is None or identity.delivered is None or near.delivered is None:
+        return []
+    key, clip = section.degradation, section.clip
+
+    def check(target: str, margin: float, detail: str, model: str = IDENTITY) -> Check:
+        return Check(clip, target, margin >= 0.0, detail, key, model)
+
+    path = identity.delivered - degraded.delivered
+    default = identity.delivered - degraded.psnr
+    lossless = near.delivered - degraded.psnr
+    checks = [
+        check(
+            f"{key}: the path adds <= {PATH_COST_DB} dB to the encoder's own cost",
+            path + PATH_COST_DB,
+            f"{path:+.3f} dB ({identity.delivered:.2f} vs {degraded.delivered:.2f} re-encoded alone)",
+        )
+    ]
+    if key in OUTPUT_COST_SECTIONS:
+        checks += [
+            check(
+                f"{key}: default output within {DEFAULT_OUTPUT_COST_DB} dB of the decoded input",
+                default + DEFAULT_OUTPUT_COST_DB,
+                f"{default:+.3f} dB ({identity.delivered:.2f} vs {degraded.psnr:.2f})",
+            ),
+            check(
+                f"{key}: near-lossless output within {NEAR_LOSSLESS_COST_DB} dB of the decoded input",
+                lossless + NEAR_LOSSLESS_COST_DB,
+                f"{lossless:+.3f} dB ({near.delivered:.2f} vs {degraded.psnr:.2f})",
+            ),
+        ]
+    if key not in {d.key for d in CAMERA_DEGRADATIONS}:
+        return checks
+    for name, row in rows.items():
+        if row.delivered is None or name in ("degraded", IDENTITY, f"{IDENTITY}_near_lossless"):
+            continue
+        lead = row.delivered - identity.delivered
+        checks.append(
+            check(
+                f"{key}: delivered at or above the identity's",
+                lead,
+                f"{lead:+.2f} dB ({row.delivered:.2f} vs {identity.delivered:.2f})",
+                name,
+            )
+        )
+        wanted = PROFILE_DELIVERED_GAIN_DB.get(key)
+        if name == CAMERA_PROFILE and wanted is not None:
+            gain = row.delivered - degraded.psnr
+            checks.append(
+                check(
+                    f"{key}: delivered >= +{wanted} dB over the decoded input",
+                    gain - wanted,
+                    f"{gain:+.2f} dB ({row.delivered:.2f} vs {degraded.psnr:.2f})",
+                    name,
+                )
+            )
+    return checks
+
+
 def check_targets(section: Section) -> list[Check]:
     """The issues' targets for ``conv3d_t5``: on the sigma 25 section (issue 1's), and on the camera
     track (issue 14's), where the camera profile's model (:data:`CAMERA_PROFILE`) is held to them too;
-    none for a model that did not run."""
+    none for a model that did not run. On a compressed section, issue 43's targets on what a user
+    receives as well."""
     rows = {r.method: r for r in section.rows}
+    delivered = _delivered_checks(section, rows) if section.compressed and IDENTITY in rows else []
     if section.degradation != "noise25":
         return [
             dataclasses.replace(check, model=name)
             for name in ("conv3d_t5", CAMERA_PROFILE)
             if name in rows
             for check in _camera_checks(section, rows[name], rows)
-        ]
+        ] + delivered
     ours = rows.get("conv3d_t5")
     if ours is None:
         return []
@@ -528,14 +633,21 @@ def run_quality(
     # The models run alone here, as OpenCV does: onnxruntime's threads may spin (model.spin).
     backends = [(spec, OnnxBackend(spec.path, threads=threads, spin=True)) for spec in models]
     sections: list[Section] = []
-    runs = sum(1 + d.multi + len(FFMPEG_FILTERS) * d.filters + len(backends) for d in degradations)
+    # Each degradation: the methods on frames, then the identity (twice) and every model through the
+    # pipeline, and the stream re-encoded alone.
+    runs = sum(1 + d.multi + len(FFMPEG_FILTERS) * d.filters + 2 * len(backends) + 3 for d in degradations)
     try:
-        with tqdm(total=runs * sum(len(c) for _, c, _ in loaded), unit="frame", disable=not progress) as bar:
+        with (
+            tempfile.TemporaryDirectory(prefix="streamer-quality-") as work,
+            tqdm(total=runs * sum(len(c) for _, c, _ in loaded), unit="frame", disable=not progress) as bar,
+        ):
+            identity = OnnxBackend(identity_model(Path(work) / "identity.onnx"), threads=1)
+            backends.append((ModelSpec(IDENTITY, IDENTITY_LABEL, identity.path), identity))
             for path, clean, fps in loaded:
                 for _, backend in backends:
                     _warm_up(backend, clean)
                 for degradation in degradations:
-                    sections.append(_section(path, clean, fps, degradation, backends, seed, bar))
+                    sections.append(_section(path, clean, fps, degradation, backends, seed, bar, Path(work)))
     finally:
         for _, backend in backends:
             backend.close()
@@ -547,6 +659,11 @@ def run_quality(
         "fps: frames per second of wall clock for the method alone (models after one warm-up call, "
         "onnxruntime threads spinning as in a process that only infers)",
         "flicker: mean |out_t - out_t-1| minus the clean clip's (0 = as steady as the clean video)",
+        "delivered: PSNR of what a user receives: the section's stream (what a camera sends: its H.264, "
+        "or where the damage is noise alone the noisy frames coded losslessly as 4:2:0) through "
+        f"streamer's file source, frames path, the method and the file output at its default quality "
+        f"(libx264 veryfast CRF {DEFAULT_CRF}), decoded; on the degraded input's row, the stream "
+        "re-encoded by that output alone (the encoder's own cost)",
         *notes,
     ]
     threads_text = "default" if threads is None else str(threads)
@@ -574,8 +691,10 @@ def _section(
     backends: Sequence[tuple[ModelSpec, Backend]],
     seed: int,
     bar: tqdm[Any],
+    work: Path,
 ) -> Section:
-    degraded, title = _degrade(clean, fps, degradation, seed)
+    stream = work / f"{degradation.key}.mp4"
+    degraded, title = _degrade(clean, fps, degradation, seed, stream)
     h = degradation.nlm_h
     methods: list[tuple[str, str, Callable[[], Iterator[Pixels]]]] = [
         ("nlmeans", f"OpenCV NLMeans per frame (h={h:g})", partial(_nlmeans, degraded, h)),
@@ -589,19 +708,46 @@ def _section(
             (f"ffmpeg_{name}", f"FFmpeg {name} (defaults)", partial(_ffmpeg_filter, degraded, name, args))
             for name, args in FFMPEG_FILTERS
         ]
-    methods += [(spec.name, spec.label, partial(model_frames, b, degraded, fps)) for spec, b in backends]
-    rows = [_row("degraded", "degraded input", degraded, clean, None)]
+    models = [(spec, b) for spec, b in backends if spec.name != IDENTITY]
+    identity = next(b for spec, b in backends if spec.name == IDENTITY)
+    methods += [(spec.name, spec.label, partial(model_frames, b, degraded, fps)) for spec, b in models]
+
+    def through(backend: Backend | None, label: str, crf: int | None = None) -> Clip:
+        bar.set_description(f"{degradation.key}: {label} through streamer")
+        out = work / "delivered.mp4"
+        got = reencoded(stream, out, crf) if backend is None else delivered(stream, backend, out, crf)
+        bar.update(len(clean))
+        return got
+
+    rows = [_row("degraded", "degraded input", degraded, clean, None, through(None, "the encoder alone"))]
+    rows.append(_row(IDENTITY, IDENTITY_LABEL, degraded, clean, None, through(identity, IDENTITY_LABEL)))
+    rows.append(
+        _row(
+            f"{IDENTITY}_near_lossless",
+            f"{IDENTITY_LABEL}, near-lossless output (crf {NEAR_LOSSLESS_CRF})",
+            degraded,
+            clean,
+            None,
+            through(identity, "identity, near-lossless", NEAR_LOSSLESS_CRF),
+        )
+    )
+    specs = {spec.name: b for spec, b in models}
     for key, label, frames in methods:
         bar.set_description(f"{degradation.key}: {label}")
         out, speed = _measure(frames(), clean, bar)
-        rows.append(_row(key, label, out, clean, speed))
-    return Section(path.name, degradation.key, title, tuple(rows))
+        backend = specs.get(key)
+        rows.append(_row(key, label, out, clean, speed, None if backend is None else through(backend, label)))
+    compressed = degradation.sigma is None or degradation.crf is not None
+    return Section(path.name, degradation.key, title, tuple(rows), compressed)
 
 
-def _degrade(clean: Clip, fps: Fraction, degradation: Degradation, seed: int) -> tuple[Clip, str]:
-    """The damaged clip and its section's title."""
+def _degrade(
+    clean: Clip, fps: Fraction, degradation: Degradation, seed: int, stream: Path
+) -> tuple[Clip, str]:
+    """The damaged clip and its section's title; ``stream`` gets the H.264 stream a camera would send of
+    it (losslessly coded 4:2:0 where the damage is noise alone)."""
     if degradation.sigma is None:
-        degraded, kbps = h264_roundtrip(clean, fps)
+        degraded, kbps = h264_roundtrip(clean, fps, keep=stream)
         title = f"H.264 {H264_BITS_PER_PIXEL * clean.shape[1] * clean.shape[2] * float(fps) / 1000:.0f} "
         return degraded, title + f"kbit/s target, {kbps:.0f} measured (libx264 veryfast, no B-frames)"
     noisy = clean
@@ -610,8 +756,9 @@ def _degrade(clean: Clip, fps: Fraction, degradation: Degradation, seed: int) ->
     elif degradation.sigma:
         noisy = add_noise(clean, degradation.sigma, seed)
     if degradation.crf is None:
+        x264_roundtrip(noisy, fps, {"preset": "veryfast", "qp": "0", "bf": "0"}, keep=stream)
         return noisy, degradation.title
-    degraded, kbps = crf_roundtrip(noisy, fps, degradation.crf)
+    degraded, kbps = crf_roundtrip(noisy, fps, degradation.crf, keep=stream)
     return degraded, f"{degradation.title} ({kbps:.0f} kbit/s)"
 
 
@@ -626,20 +773,25 @@ def format_table(report: QualityReport) -> str:
         "",
     ]
     width = max([len("method"), *(len(r.label) for s in report.sections for r in s.rows)])
-    header = f"{'method':<{width}}  {'PSNR dB':>8}  {'SSIM':>6}  {'flicker':>8}  {'fps':>8}"
+    header = f"{'method':<{width}}  {'PSNR dB':>8}  {'SSIM':>6}  {'flicker':>8}  {'fps':>8}  {'delivered':>9}"
     lines += [header, "-" * len(header)]
     many = len(report.clips) > 1
     for section in report.sections:
         lines.append(f"{section.clip}: {section.title}" if many else section.title)
         for r in section.rows:
             lines.append(
-                f"{r.label:<{width}}  {r.psnr:>8.2f}  {r.ssim:>6.4f}  {r.flicker:>+8.3f}  {_fps(r.fps):>8}"
+                f"{r.label:<{width}}  {r.psnr:>8.2f}  {r.ssim:>6.4f}  {r.flicker:>+8.3f}  {_fps(r.fps):>8}  "
+                f"{_db(r.delivered):>9}"
             )
     lines += ["", *(f"note: {n}" for n in report.notes)]
     for model in dict.fromkeys(c.model for c in report.checks):
         checks = [c for c in report.checks if c.model == model]
         gaussian = all(c.degradation == "noise25" for c in checks)
-        who = "ours Conv3d T=5" if model == "conv3d_t5" else f"the camera profile's {model}"
+        who = {
+            "conv3d_t5": "ours Conv3d T=5",
+            CAMERA_PROFILE: f"the camera profile's {model}",
+            IDENTITY: "the frames path and the file output (an identity model, delivered)",
+        }.get(model, model)
         lines += ["", f"targets for {who}{' at Gaussian noise sigma 25' if gaussian else ''}:"]
         for c in checks:
             verdict = "SKIP" if c.passed is None else "PASS" if c.passed else "FAIL"
@@ -651,8 +803,8 @@ def format_table(report: QualityReport) -> str:
 def format_markdown(report: QualityReport) -> str:
     """One markdown table, the degradation named on the first row of its section, for the README."""
     lines = [
-        "| degradation | method | PSNR (dB) | SSIM | flicker | fps |",
-        "|---|---|---:|---:|---:|---:|",
+        "| degradation | method | PSNR (dB) | SSIM | flicker | fps | delivered (dB) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     many = len(report.clips) > 1
     for section in report.sections:
@@ -660,11 +812,15 @@ def format_markdown(report: QualityReport) -> str:
         for i, r in enumerate(section.rows):
             lines.append(
                 f"| {title if i == 0 else ''} | {r.label} | {r.psnr:.2f} | {r.ssim:.4f} | {r.flicker:+.3f} | "
-                f"{_fps(r.fps)} |"
+                f"{_fps(r.fps)} | {_db(r.delivered)} |"
             )
     clips = ", ".join(f"{c.name} {c.width}x{c.height}, {c.frames} frames" for c in report.clips)
     lines += ["", f"Measured on {report.machine}; {report.runtimes}; {clips}."]
     return "\n".join(lines) + "\n"
+
+
+def _db(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
 
 
 def _fps(fps: float | None) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from streamer.errors import BudgetError
 
-__all__ = ["ACTIVATION_BYTES_PER_PIXEL", "MemoryBudget", "StreamCost", "stream_cost"]
+__all__ = ["ACTIVATION_BYTES_PER_PIXEL", "FRAME_BYTES_PER_PIXEL", "MemoryBudget", "StreamCost", "stream_cost"]
 
 ACTIVATION_BYTES_PER_PIXEL = 480
 """A model call's working memory per input pixel where its card has no measured figure
@@ -45,6 +45,10 @@ class StreamCost:
         )
 
 
+FRAME_BYTES_PER_PIXEL = 1.5 + 3
+"""A frame held: its 4:2:0 planes and the RGB made of them for the model."""
+
+
 def stream_cost(
     width: int,
     height: int,
@@ -56,7 +60,8 @@ def stream_cost(
     activation_bytes_per_pixel: int = ACTIVATION_BYTES_PER_PIXEL,
     calls: int = 1,
 ) -> StreamCost:
-    """The cost of a ``width`` x ``height`` stream holding ``frames_held`` RGB frames at once, with a
+    """The cost of a ``width`` x ``height`` stream holding ``frames_held`` frames at once (each as its
+    decoder's 4:2:0 planes and the RGB a model is given: :data:`FRAME_BYTES_PER_PIXEL`), with a
     streaming model's ``feature_bytes_per_pixel`` (all its cached maps) and ``calls`` model calls under
     way at once, each of at most a tile."""
     pixels = width * height
@@ -67,7 +72,7 @@ def stream_cost(
     return StreamCost(
         width,
         height,
-        frames=3 * pixels * frames_held,
+        frames=round(FRAME_BYTES_PER_PIXEL * pixels * frames_held),
         features=round(feature_bytes_per_pixel * pixels),
         activations=activation_bytes_per_pixel * call * calls,
     )

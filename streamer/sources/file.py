@@ -81,11 +81,12 @@ class FileSource(ThreadedSource):
         realtime: bool = False,
         loop: bool = False,
         decode: Decode = "cpu",
-        planes: bool = False,
+        planes: bool = True,
     ) -> None:
         """``planes``: frames decoded as yuv420p (or yuvj420p) are handed on as their 4:2:0 planes, as
-        they lie in the decoder's frame, for a model that takes them (``model.yuv420``); others, and
-        any with ``noise_sigma``, as RGB."""
+        they lie in the decoder's frame (their RGB made where a model asks, and an encoder taking the
+        planes back unchanged where the frame leaves as it came); others, and any with
+        ``noise_sigma``, as RGB. False hands on RGB only."""
         if max_frames is not None and max_frames < 1:
             raise ConfigError(f"max_frames must be at least 1 or None (the whole file), got {max_frames}")
         if policy is None:

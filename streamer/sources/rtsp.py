@@ -179,11 +179,11 @@ class RtspSource(ThreadedSource):
         capacity: int = 8,
         keep_audio: bool = False,
         decode: Decode = "cpu",
-        planes: bool = False,
+        planes: bool = True,
     ) -> None:
         """``decode``: where the video is decoded (``streamer.hwcodec``). ``planes``: frames decoded
-        as yuv420p (or yuvj420p) are handed on as their 4:2:0 planes, for a model that takes them
-        (``model.yuv420``); others as RGB."""
+        as yuv420p (or yuvj420p) are handed on as their 4:2:0 planes, as ``FileSource`` does; others
+        as RGB. False hands on RGB only."""
         check_rtsp_url(url, "RTSP source")
         if transport not in ("tcp", "udp"):
             raise ConfigError(f"RTSP source transport must be 'tcp' or 'udp', got {transport!r}")

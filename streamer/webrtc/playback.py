@@ -29,7 +29,7 @@ from aiortc.mediastreams import MediaStreamError
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.colour import rgb_frame, yuv_frame
 from streamer.errors import EndOfStream
-from streamer.frame import Frame, Yuv420
+from streamer.frame import Frame
 
 __all__ = [
     "AUDIO_CHUNKS",
@@ -88,9 +88,11 @@ class RtpClock:
 def _video_frame(frame: Frame) -> av.VideoFrame:
     """A frame as the yuv420p frame aiortc's encoders take, BT.601 in tv range as players read WebRTC
     video: 4:2:0 planes already so go as they are, others from RGB (made here, in a worker thread)."""
-    picture = frame.picture
-    if isinstance(picture, Yuv420) and (picture.colour.matrix, picture.colour.range) in ((5, 1), (6, 1)):
-        return yuv_frame(picture)
+    colour = frame.planes_out
+    if colour is not None and (colour.matrix, colour.range) in ((5, 1), (6, 1)):
+        planes = frame.planes
+        assert planes is not None
+        return yuv_frame(planes)
     return rgb_frame(frame.pixels).reformat(format="yuv420p")
 
 

@@ -2,8 +2,9 @@
 
 aiortc decodes into an unbounded queue per track, so a reader task drains the publisher's track as
 fast as frames come and hands them to a bounded DROP_OLDEST channel: a pipeline that falls behind loses
-the oldest frames, counted, instead of growing memory and latency. The YUV -> RGB conversion happens
-in a worker thread in :meth:`WhipSource.recv`, only for frames the pipeline takes.
+the oldest frames, counted, instead of growing memory and latency. Frames go on as their decoder's
+4:2:0 planes (RGB is made where a model asks for it); a decoder that gives another format is converted
+to RGB in a worker thread in :meth:`WhipSource.recv`, only for frames the pipeline takes.
 
 A publisher may leave and another come: the source keeps waiting (the next frame is flagged as a
 discontinuity, so no window spans the two) unless built with ``end_on_unpublish=True``.
@@ -34,7 +35,7 @@ from av.audio.stream import AudioStream
 
 from streamer.audio import AudioTrack
 from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.colour import BT601, colour_of, resolve, to_rgb
+from streamer.colour import BT601, colour_of, planes_fit, resolve, to_rgb, yuv_of
 from streamer.errors import EndOfStream, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.sources.base import Source
@@ -270,6 +271,7 @@ class WhipSource(Source):
             time_base=_fraction(first.video.time_base),
             live=True,
             colour=resolve(colour_of(first.video), first.video.height, WEBRTC_MATRIX),
+            planes=planes_fit(first.video.format.name, first.video.width, first.video.height),
         )
         return self._info
 
@@ -280,7 +282,8 @@ class WhipSource(Source):
         self._first = None
         video = item.video
         started = time.perf_counter()
-        pixels = await asyncio.to_thread(to_rgb, video, WEBRTC_MATRIX)
+        planes = yuv_of(video, WEBRTC_MATRIX)
+        pixels = planes if planes is not None else await asyncio.to_thread(to_rgb, video, WEBRTC_MATRIX)
         self._decoded(time.perf_counter() - started)
         shape = (item.publisher, video.width, video.height)
         frame = Frame(

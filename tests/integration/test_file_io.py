@@ -22,7 +22,7 @@ from streamer.errors import (
     SourceError,
     SourceNotFoundError,
 )
-from streamer.frame import Frame, StreamInfo
+from streamer.frame import Frame, StreamInfo, Yuv420
 from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
 from streamer.sinks import FileSink, NullSink
 from streamer.sources import FileSource, Source, SyntheticSource
@@ -109,11 +109,18 @@ def test_file_source_reports_bikes_stream_info_and_gapless_frames(real_clip: Pat
 
     assert got.error is None
     assert got.info == StreamInfo(
-        width=640, height=272, fps=Fraction(25), time_base=Fraction(1, 12800), frame_count=250, live=False
+        width=640,
+        height=272,
+        fps=Fraction(25),
+        time_base=Fraction(1, 12800),
+        frame_count=250,
+        live=False,
+        planes=True,
     )
     assert [f.index for f in got.frames] == list(range(250))
     assert [f.pts for f in got.frames] == [512 * i for i in range(250)]
     first = got.frames[0]
+    assert isinstance(first.picture, Yuv420)  # the decoder's own planes; RGB made where asked
     assert first.pixels.shape == (272, 640, 3)
     assert first.pixels.dtype == np.uint8
     assert not first.pixels.flags.writeable

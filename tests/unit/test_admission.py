@@ -11,7 +11,7 @@ from streamer.errors import BudgetError, LimitError
 def test_a_streams_cost_is_its_frames_features_and_one_calls_activations() -> None:
     cost = stream_cost(640, 360, frames_held=10, feature_bytes_per_pixel=20.0)
     pixels = 640 * 360
-    assert cost.frames == 3 * pixels * 10
+    assert cost.frames == 4.5 * pixels * 10  # planes and their RGB
     assert cost.features == 20 * pixels
     assert cost.activations == ACTIVATION_BYTES_PER_PIXEL * pixels
     assert cost.total == cost.frames + cost.features + cost.activations

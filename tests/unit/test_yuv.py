@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 from fractions import Fraction
 
@@ -133,6 +134,81 @@ def test_an_encoder_takes_planes_in_its_own_colour_as_they_are_and_converts_othe
     assert np.array_equal(converted.to_ndarray(), from_rgb(other.pixels, codec).to_ndarray())
     plain = Frame(rgb, 0, 0, Fraction(1, 30), 0.0)
     assert np.array_equal(encoder_frame(plain, codec).to_ndarray(), from_rgb(rgb, codec).to_ndarray())
+
+
+def planes_of(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An encoder's input frame's Y, U and V (yuv420p, no row padding at these sizes)."""
+    flat = np.asarray(frame.to_ndarray(), np.uint8)
+    chroma = flat[HEIGHT:].reshape(2, HEIGHT // 2, WIDTH // 2)
+    return flat[:HEIGHT], chroma[0], chroma[1]
+
+
+@pytest.mark.parametrize(
+    "colour", [Colour(6, 1), Colour(1, 1), Colour(6, 2)], ids=["601tv", "709tv", "601pc"]
+)
+def test_a_model_that_changes_nothing_gives_the_encoder_the_decoders_planes_exactly(colour: Colour) -> None:
+    """The model's RGB output, equal to the RGB it was given, leaves as the planes the frame came as:
+    not one sample moved, where converting that RGB back moves many (the chroma resampled twice)."""
+    planes = swscale_planes(picture(), colour)
+    frame = Frame(planes, 3, 3, Fraction(1, 30), 0.0)
+    out = frame.enhanced(frame.pixels.copy())
+    assert out.planes_out == colour
+    got = out.planes
+    assert got is not None
+    assert got is out.planes  # made once
+    for made, came in zip((got.y, got.u, got.v), (planes.y, planes.u, planes.v), strict=True):
+        assert np.array_equal(made, came)
+    codec = encoder(colour)
+    for made, came in zip(planes_of(encoder_frame(out, codec)), (planes.y, planes.u, planes.v), strict=True):
+        assert np.array_equal(made, came)
+    through_rgb = planes_of(from_rgb(out.pixels, codec))
+    assert not np.array_equal(through_rgb[1], planes.u)
+
+
+def test_a_models_change_is_carried_onto_the_planes_it_came_from() -> None:
+    """A model that brightens every pixel by 20 levels of RGB moves Y by 20 levels' worth of luma and
+    leaves the chroma of grey where it was; a model that changes one corner changes the planes there
+    only."""
+    colour = Colour(6, 1)
+    flat = np.full((HEIGHT, WIDTH, 3), 100, np.uint8)
+    planes = swscale_planes(flat, colour)
+    frame = Frame(planes, 0, 0, Fraction(1, 30), 0.0)
+    brighter = frame.enhanced(np.clip(frame.pixels.astype(np.int16) + 20, 0, 255).astype(np.uint8)).planes
+    assert brighter is not None
+    assert np.abs(brighter.y.astype(np.int16) - planes.y - round(20 * 219 / 255)).max() <= 1
+    assert np.abs(brighter.u.astype(np.int16) - planes.u).max() <= 1
+    assert np.abs(brighter.v.astype(np.int16) - planes.v).max() <= 1
+    busy = swscale_planes(picture(), colour)
+    source = Frame(busy, 0, 0, Fraction(1, 30), 0.0)
+    corner = source.pixels.copy()
+    corner[:16, :16] = 255 - corner[:16, :16]
+    changed = source.enhanced(corner).planes
+    assert changed is not None
+    assert not np.array_equal(changed.y[:16, :16], busy.y[:16, :16])
+    assert np.array_equal(changed.y[:, 24:], busy.y[:, 24:])
+    assert np.array_equal(changed.u[:, 12:], busy.u[:, 12:])
+    assert np.array_equal(changed.y[24:], busy.y[24:])
+
+
+def test_only_an_enhanced_frame_of_the_same_size_leaves_as_its_sources_planes() -> None:
+    """A picture made apart from the frame's (a card, a crop, an x2 model's output) or from an RGB source
+    has no planes to carry a change onto: it is converted by the encoder, as before. A reused output
+    leaves as the output it repeats; a frame's copy keeps no cache of the frame it was."""
+    planes = swscale_planes(picture(), Colour(6, 1))
+    frame = Frame(planes, 0, 0, Fraction(1, 30), 0.0)
+    assert frame.planes is planes
+    assert frame.planes_out == Colour(6, 1)
+    assert frame.with_pixels(picture(1)).planes is None
+    larger = np.zeros((2 * HEIGHT, 2 * WIDTH, 3), np.uint8)
+    assert frame.enhanced(larger).planes_out is None
+    plain = Frame(picture(), 0, 0, Fraction(1, 30), 0.0)
+    assert plain.enhanced(picture(1)).planes is None
+    out = frame.enhanced(picture(1))
+    made = out.planes
+    later = Frame(swscale_planes(picture(2), Colour(6, 1)), 1, 1, Fraction(1, 30), 0.0)
+    reused = later.showing(out)
+    assert (reused.index, reused.planes) == (1, made)
+    assert dataclasses.replace(out, index=5).planes is None
 
 
 def test_a_whep_player_gets_bt601_planes_as_they_are_and_others_through_rgb() -> None:
