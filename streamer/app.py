@@ -338,6 +338,7 @@ def build_stream(
         keepalive=stream.keepalive.build if stream.keepalive.enabled else None,
         warm_up=stream.model.warm_up,
         strength=stream.model.strength,
+        blend=stream.model.build_blend(),
     )
     for whep in _wheps(sink):
         whep.server.declare_figures(whep.stream_id, _figures_of(stream.id, pipeline))

@@ -25,6 +25,7 @@ from pydantic import (
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, resolve_shipped
 from streamer.backend.base import ChannelOrder, Declared, Layout
 from streamer.backend.cuda_runtime import GpuWait
+from streamer.core.blend import FULL, Blend
 from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
@@ -441,6 +442,26 @@ class ModelConfig(_Strict):
     noise_sigma; through the model's ``streamer.strength_curve`` where it has one), the model's default
     until the first. Changed live with PATCH /streams/{id}. Models
     without the input ignore it."""
+    blend: str = "auto"
+    """How much of the model's change a stream gets by how damaged it is (do no harm,
+    ``streamer.core.blend``): ``auto``, the ramps measured for the model (``streamer.blend``; the whole
+    change for a model that states none); ``off``, the whole change always; or
+    ``QP_NONE:QP_FULL,SIGMA_NONE:SIGMA_FULL``: none of the change for a stream whose decoder's mean
+    H.264 quantizer and noise estimate are both at or below the first of each pair, all of it from the
+    second of either (shown in /streams as quantizer, noise_sigma and blend)."""
+
+    @field_validator("blend")
+    @classmethod
+    def _blend_form(cls, value: str) -> str:
+        if value not in ("auto", "off"):
+            Blend.parse(value, "model.blend")
+        return value
+
+    def build_blend(self) -> Blend | None:
+        """The stream's blend; None: the model's own."""
+        if self.blend == "auto":
+            return None
+        return FULL if self.blend == "off" else Blend.parse(self.blend, "model.blend")
 
     @model_validator(mode="after")
     def _one_place_for_the_model(self) -> ModelConfig:

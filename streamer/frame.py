@@ -123,10 +123,16 @@ class Frame:
     stream_id: str = "0"
     discontinuity: bool = False
     """True on the first frame after a reconnect or timestamp jump: no window may span it."""
+    quantizer: float | None = None
+    """How hard the camera's encoder quantized this frame: its decoder's mean H.264 QP (0..51,
+    ``streamer.quantizer``); None where the decoder does not say, or where the picture is no longer
+    what it decoded (a file source's added noise)."""
     _rgb: Pixels | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
-    """The RGB of a 4:2:0 picture, made on first use."""
+    """The RGB of a 4:2:0 picture, or of an enhanced frame given part of the change, made on first use."""
     _base: Frame | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
-    """The decoded frame whose planes this RGB picture is a model's change of (:meth:`enhanced`)."""
+    """The decoded frame this RGB picture is a model's change of (:meth:`enhanced`)."""
+    _weight: float = dataclasses.field(default=1.0, init=False, repr=False, compare=False)
+    """The share of the model's change an enhanced frame carries (:meth:`enhanced`)."""
     _planes: Yuv420 | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     """The planes of an enhanced frame, made on first use."""
 
@@ -144,15 +150,24 @@ class Frame:
 
     @property
     def pixels(self) -> Pixels:
-        """The picture as (H, W, 3) uint8 RGB; 4:2:0 planes are converted once, on first use."""
+        """The picture as (H, W, 3) uint8 RGB; 4:2:0 planes are converted once, on first use, and an
+        enhanced frame given part of the model's change is blended with its base once."""
         picture = self.picture
-        if not isinstance(picture, Yuv420):
+        base = self._base
+        if not isinstance(picture, Yuv420) and (base is None or self._weight == 1.0):
             return picture
         rgb = self._rgb
         if rgb is None:
-            from streamer.planes import planes_rgb  # PyAV's swscale, read at the edge of this module
+            if isinstance(picture, Yuv420):
+                from streamer.planes import planes_rgb  # PyAV's swscale, read at the edge of this module
 
-            rgb = planes_rgb(picture.y, picture.u, picture.v, picture.colour.matrix, picture.colour.range)
+                colour = picture.colour
+                rgb = planes_rgb(picture.y, picture.u, picture.v, colour.matrix, colour.range)
+            else:
+                assert base is not None
+                before = base.pixels
+                change = np.subtract(picture, before, dtype=np.float32) * self._weight
+                rgb = np.clip(np.rint(change + before), 0, 255).astype(np.uint8)
             rgb.flags.writeable = False
             object.__setattr__(self, "_rgb", rgb)  # a cache: two threads racing both make the same
         return rgb
@@ -171,15 +186,13 @@ class Frame:
         if isinstance(picture, Yuv420):
             return picture
         made, base = self._planes, self._base
-        if made is None and base is not None:
+        if made is None and base is not None and isinstance(base.picture, Yuv420):
             from streamer.planes import changed_planes  # PyAV's swscale, read at the edge of this module
 
             source = base.picture
-            assert isinstance(source, Yuv420)
             colour = source.colour
-            y, u, v = changed_planes(
-                (source.y, source.u, source.v), colour.matrix, colour.range, base.pixels, picture
-            )
+            planes = (source.y, source.u, source.v)
+            y, u, v = changed_planes(planes, colour.matrix, colour.range, base.pixels, picture, self._weight)
             made = Yuv420(y, u, v, colour)
             object.__setattr__(self, "_planes", made)  # a cache, as ``_rgb``
         return made
@@ -221,22 +234,26 @@ class Frame:
         one's (a crop, a card, a scaled copy)."""
         return dataclasses.replace(self, picture=picture)
 
-    def enhanced(self, picture: Picture) -> Frame:
+    def enhanced(self, picture: Picture, weight: float = 1.0) -> Frame:
         """The same frame carrying ``picture``, which a model made from this frame's: RGB of this
         frame's size from a frame that came as 4:2:0 planes leaves as those planes with the model's
-        change (:attr:`planes`)."""
-        out = dataclasses.replace(self, picture=picture)
-        source = self.picture
+        change (:attr:`planes`). With ``weight`` below 1, RGB of this frame's size carries that share
+        of the change (``streamer.core.blend``), in its planes and its RGB alike; at 0, the frame is
+        this one."""
         same_size = not isinstance(picture, Yuv420) and picture.shape[:2] == (self.height, self.width)
-        if isinstance(source, Yuv420) and same_size:
+        if same_size and weight <= 0.0:
+            return self
+        out = dataclasses.replace(self, picture=picture)
+        if same_size:
             object.__setattr__(out, "_base", self)
+            object.__setattr__(out, "_weight", min(weight, 1.0))
         return out
 
     def showing(self, other: Frame) -> Frame:
         """The same frame (index, timestamps, arrival) carrying ``other``'s picture as ``other`` leaves
         (the last enhanced output, reused)."""
         out = dataclasses.replace(self, picture=other.picture)
-        for cache in ("_rgb", "_base", "_planes"):
+        for cache in ("_rgb", "_base", "_weight", "_planes"):
             object.__setattr__(out, cache, getattr(other, cache))
         return out
 

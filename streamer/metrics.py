@@ -57,6 +57,10 @@ METRICS = {
     "streamer_gate_skip_ratio": "gauge {stream}: skipped / decided windows",
     "streamer_noise_sigma": "gauge {stream}: the source's estimated noise sigma (0..255, as per-channel "
     "Gaussian noise; median of the last 15 one-a-second estimates); absent before the first",
+    "streamer_quantizer": "gauge {stream}: the camera's mean H.264 quantizer as its decoder states it (QP "
+    "0..51, median of the last 60 frames); absent where the decoder states none",
+    "streamer_blend_weight": "gauge {stream}: the share of the model's change frames get now, by the "
+    "quantizer and noise estimate (model.blend: do no harm); 1 = all of it",
     "streamer_model_calls_total": "counter {model}: backend calls",
     "streamer_model_windows_total": "counter {model}: windows enhanced by those calls",
     "streamer_model_pending_windows": "gauge {model}: windows waiting for a batch",
@@ -171,6 +175,8 @@ class _ServiceCollector(Collector):
         skipped = _counter("streamer_windows_skipped_total", ["stream"])
         ratio = _gauge("streamer_gate_skip_ratio", ["stream"])
         noise = _gauge("streamer_noise_sigma", ["stream"])
+        quantizer = _gauge("streamer_quantizer", ["stream"])
+        weight = _gauge("streamer_blend_weight", ["stream"])
         reconnects = _counter("streamer_reconnects_total", ["stream", "side"])
         failures = _counter("streamer_connect_failures_total", ["stream"])
         depth = _gauge("streamer_queue_depth", ["stream", "queue"])
@@ -201,6 +207,9 @@ class _ServiceCollector(Collector):
             ratio.add_metric([sid], gate.skip_ratio)
             if p.noise.sigma is not None:
                 noise.add_metric([sid], p.noise.sigma)
+            if p.quantizer.quantizer is not None:
+                quantizer.add_metric([sid], p.quantizer.quantizer)
+            weight.add_metric([sid], p.weight_now())
             rtsp = p.source.rtsp_stats() if isinstance(p.source, RtspSource) else None
             outputs = sinks_of(p.sink)
             sink_reconnects = sum(s.rtsp_stats().reconnects for s in outputs if isinstance(s, RtspSink))
@@ -218,7 +227,7 @@ class _ServiceCollector(Collector):
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
         yield from (frames_in, frames_out, dropped, passed, enhanced_frames, reused, encoded, resets)
-        yield from (windows, skipped, ratio, noise)
+        yield from (windows, skipped, ratio, noise, quantizer, weight)
         yield from (misses, reconnects, failures)
         yield from (depth, capacity, state)
 

@@ -35,6 +35,7 @@ import numpy as np
 from streamer.backend.base import Backend, CachedWindow, FrameFeatures, State
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.colour import resolve
+from streamer.core.blend import Blend, QuantizerEstimate
 from streamer.core.card import no_signal_card
 from streamer.core.features import FeatureCache, FeatureCacheStats
 from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector
@@ -54,7 +55,7 @@ from streamer.errors import (
     SourceError,
     StreamerError,
 )
-from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo
+from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo, Yuv420
 from streamer.resize import upscale
 from streamer.scheduler import BatchResult, InferenceScheduler, Late
 from streamer.sinks.base import Sink
@@ -109,6 +110,8 @@ class _Work:
     window: Hyperframe | None = None
     region: Region | None = None
     """Set for a region run: ``window`` holds the crop, and only ``region.paste`` replaces the last output."""
+    weight: float = 1.0
+    """The share of the model's change the frame gets (``streamer.core.blend``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +209,11 @@ class Pipeline:
         keepalive: Callable[[float], KeepAlive] | None = None,
         warm_up: bool | None = None,
         strength: float | Literal["auto"] = "auto",
+        blend: Blend | None = None,
     ) -> None:
         self.source = source
+        self._blend = blend
+        """The blend set for the stream; None: the model's own (``ModelInfo.blend``)."""
         self.strength = strength
         """A model that takes a strength gets this per window: a noise sigma, or ``auto`` (the
         stream's noise estimate, the model's default until there is one); the control API sets it live."""
@@ -292,6 +298,8 @@ class Pipeline:
         """A streaming model's per-frame features, one run at a time, shared by the windows in flight."""
         self.noise = NoiseEstimator()
         """How noisy the source is (``streamer.core.noise``): about 1 ms of numpy a second."""
+        self.quantizer = QuantizerEstimate()
+        """How hard the camera's encoder quantized it (``streamer.core.blend``)."""
         self._features_lock = threading.Lock()
         self._step_lock = asyncio.Lock()
         """A recurrent step reads and writes ``_state``: a budget probe's step must not run beside one."""
@@ -394,6 +402,8 @@ class Pipeline:
             "enhanced_share": round(self._outcomes[Outcome.ENHANCED] / out, 4) if out else None,
             "missed_fps": round(self._rate_missed.rate(now) or 0.0, 2),
             "noise_sigma": None if self.noise.sigma is None else round(self.noise.sigma, 1),
+            "quantizer": None if self.quantizer.quantizer is None else round(self.quantizer.quantizer, 1),
+            "blend": round(self.weight_now(), 2),
             "strength": self.strength_status(),
         }
 
@@ -404,6 +414,11 @@ class Pipeline:
             sigma = self.noise.sigma
             return None if sigma is None else self.backend.info.auto_strength(sigma)
         return float(self.strength)
+
+    def weight_now(self) -> float:
+        """The share of the model's change frames get now, by the stream's quantizer and noise."""
+        blend = self._blend if self._blend is not None else self.backend.info.blend
+        return blend.weight(self.quantizer.quantizer, self.noise.sigma)
 
     def strength_status(self) -> dict[str, object] | None:
         """What ``/streams`` shows of the strength; None for a model that takes none."""
@@ -551,6 +566,7 @@ class Pipeline:
                     self.keepalive.received(self.last_frame_at)
                 self.ring.push(frame)
                 self.noise.observe(frame.picture, frame.time if frame.time is not None else frame.index / fps)
+                self.quantizer.observe(frame.quantizer)
                 if self.cuts.is_cut(frame.picture):
                     frame = dataclasses.replace(frame, discontinuity=True)
                 for task in self.windower.push(frame):
@@ -596,7 +612,8 @@ class Pipeline:
             )
         if decision.run_model:
             self._pixels_enhanced += region.crop_pixels if region is not None else frame.width * frame.height
-        return _Work(frame, _Plan.ENHANCE if decision.run_model else _Plan.SKIP, task.run, window, region)
+        plan = _Plan.ENHANCE if decision.run_model else _Plan.SKIP
+        return _Work(frame, plan, task.run, window, region, self.weight_now())
 
     async def _infer(self) -> None:
         """Starts the model on windows, up to the model's ``workers`` at once (one for a recurrent model,
@@ -706,7 +723,7 @@ class Pipeline:
                 frames = []
                 for work, result in zip(admitted, results, strict=True):
                     if isinstance(result, BatchResult):
-                        frames.append(work.frame.enhanced(result.pixels))
+                        frames.append(work.frame.enhanced(result.pixels, work.weight))
                         continue
                     self.budget.late()
                     if self.budget.on_miss is MissAction.DROP:
@@ -835,7 +852,7 @@ class Pipeline:
             out[pt * s : pb * s, pl * s : pr * s] = pixels[
                 (pt - top) * s : (pb - top) * s, (pl - left) * s : (pr - left) * s
             ]
-        return work.frame.enhanced(out)
+        return work.frame.enhanced(out, work.weight)
 
     def _fuse(self, work: _Work) -> Frame:
         """One streaming-model window, on the model's thread: its frames are encoded once per run."""
@@ -843,7 +860,7 @@ class Pipeline:
         assert window is not None
         crop = None if work.region is None else work.region.crop
         pixels = self.backend.enhance_cached(window, work.run, self._features, crop, self._features_lock)
-        return work.frame.enhanced(pixels)
+        return work.frame.enhanced(pixels, work.weight)
 
     async def _step(self, work: _Work, key: str) -> BatchResult:
         """One recurrent step, batched with other streams' through the scheduler under ``key``; a new run
@@ -881,7 +898,7 @@ class Pipeline:
             if self.budget.budget_ms is not None:
                 self._watch_misses(frame, missed=done is None)
             if done is not None and work.region is not None:
-                done = frame.enhanced(self._paste(work.region, frame, done, last, work.run))
+                done = frame.enhanced(self._paste(work.region, frame, done, last, work.run), work.weight)
             if done is not None:
                 return self._count(_Output(frame, done, Outcome.ENHANCED))
             if frame.index in dropped:
@@ -895,10 +912,14 @@ class Pipeline:
     @staticmethod
     def _paste(region: Region, frame: Frame, crop: Frame, last: tuple[int, Frame] | None, run: int) -> Pixels:
         """The last output with the region's tiles replaced by their newly enhanced pixels; without a
-        last output of this run, the region over the original frame."""
+        last output of this run, the region over the original frame. The last output is taken as the
+        model made it (before its blend): the blend is applied to the whole pasted picture once."""
         top, bottom, left, right = region.paste
         y, x = top - region.crop[0], left - region.crop[2]
-        base = last[1].pixels if last is not None and last[0] == run else frame.pixels
+        base = frame.pixels
+        if last is not None and last[0] == run:
+            made = last[1].picture
+            base = last[1].pixels if isinstance(made, Yuv420) else made
         out = base.copy()
         out[top:bottom, left:right] = crop.pixels[y : y + bottom - top, x : x + right - left]
         return out

@@ -76,19 +76,26 @@ def rgb_planes(rgb: Plane, matrix: int, colour_range: int) -> tuple[Plane, Plane
 
 
 def changed_planes(
-    planes: tuple[Plane, Plane, Plane], matrix: int, colour_range: int, before: Plane, after: Plane
+    planes: tuple[Plane, Plane, Plane],
+    matrix: int,
+    colour_range: int,
+    before: Plane,
+    after: Plane,
+    weight: float = 1.0,
 ) -> tuple[Plane, Plane, Plane]:
     """``planes`` (Y, U, V in ``matrix`` and ``colour_range``) with the change a model made from
     ``before``, their RGB, to ``after``: each plane plus the difference between the two RGB pictures'
-    own planes, rounded and clipped. Where ``after`` equals ``before`` the planes come back exactly, so a
-    model that changes nothing changes no sample; elsewhere the change is what swscale's conversion
-    makes of it, its chroma filtered as swscale filters chroma, and nothing else of the planes is
-    resampled."""
+    own planes (times ``weight``, rounded), clipped. Where ``after`` equals ``before`` the planes come
+    back exactly, so a model that changes nothing changes no sample; elsewhere the change is what
+    swscale's conversion makes of it, its chroma filtered as swscale filters chroma, and nothing else
+    of the planes is resampled."""
     made = rgb_planes(after, matrix, colour_range)
     were = rgb_planes(before, matrix, colour_range)
     out = []
     for plane, new, old in zip(planes, made, were, strict=True):
         sums = np.subtract(new, old, dtype=np.int16)
+        if weight != 1.0:
+            sums = np.rint(sums * np.float32(weight)).astype(np.int16)
         sums += plane
         np.clip(sums, 0, 255, out=sums)
         out.append(sums.astype(np.uint8))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamer.core.blend import FULL, Blend
 from streamer.core.features import FeatureCache
 from streamer.core.tiling import plan_tiles
 from streamer.core.windower import OutputPosition
@@ -165,6 +166,9 @@ class ModelInfo:
     (``model.strength`` sets it per stream: a number, or auto from the stream's noise estimate)."""
     strength_default: float = 25.0
     """What a window without a strength of its own gets (``streamer.strength_default``)."""
+    blend: Blend = FULL
+    """How much of the model's change a stream gets by its quantizer and noise (``streamer.blend``,
+    measured on the camera track); FULL for a model that states none."""
     strength_curve: tuple[tuple[float, float], ...] = ()
     """(noise estimate, strength) points, the estimate rising: what ``model.strength: auto`` gives
     the model for a stream's estimate, between points on a straight line, flat past the ends

@@ -69,6 +69,7 @@ from streamer.backend.device_frames import (
     device_of,
     graph_tools_missing,
 )
+from streamer.core.blend import FULL, Blend
 from streamer.core.features import FeatureCache
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError, ModelUnavailableError
@@ -76,6 +77,7 @@ from streamer.frame import Colour, Frame, Hyperframe, Picture, Pixels, Yuv420
 from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
+    "BLEND",
     "CARD_BYTES_KEY",
     "CPU_PROVIDER",
     "PROVIDER_PREFERENCE",
@@ -128,6 +130,7 @@ _FEATURES = "streamer.features"
 _FRAME = "frame"
 _TARGET = "target"
 STRENGTH_CURVE = "streamer.strength_curve"
+BLEND = "streamer.blend"
 """The metadata key of a strength model's measured curve: noise estimate to strength (``auto``)."""
 
 
@@ -980,6 +983,7 @@ def _read_streaming_contract(fusion: Session, encoder: Session, path: Path, enco
         strength=strength,
         strength_default=_strength_default(meta, where),
         strength_curve=strength_curve(meta.get(STRENGTH_CURVE), where),
+        blend=_blend(meta, where),
     )
 
 
@@ -1068,6 +1072,7 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
         strength=strength,
         strength_default=_strength_default(meta, where),
         strength_curve=strength_curve(meta.get(STRENGTH_CURVE), where),
+        blend=_blend(meta, where),
     )
     return info, image.name, out.name
 
@@ -1084,6 +1089,17 @@ def _strength_input(inputs: Sequence[Any], where: str) -> bool:
             "window, the noise sigma in 0..255 levels"
         )
     return True
+
+
+def _blend(meta: Mapping[str, str], where: str) -> Blend:
+    """``streamer.blend`` (``Blend.parse``'s form), or the whole change for a model that states none."""
+    raw = meta.get(BLEND)
+    if raw is None:
+        return FULL
+    try:
+        return Blend.parse(raw, f"{where} ({BLEND})")
+    except ConfigError as err:
+        raise ModelError(str(err)) from None
 
 
 def _strength_default(meta: Mapping[str, str], where: str) -> float:

@@ -24,6 +24,7 @@ from streamer.backend.base import Backend
 from streamer.bench.metrics import Clip
 from streamer.colour import to_rgb
 from streamer.config import WindowConfig
+from streamer.core.blend import Blend
 from streamer.errors import EndOfStream
 from streamer.pipeline import Pipeline
 from streamer.sinks import FileSink
@@ -51,13 +52,15 @@ def _sink(out: Path, crf: int | None) -> FileSink:
     return FileSink(out) if crf is None else FileSink(out, crf=crf)
 
 
-def delivered(stream: Path, backend: Backend, out: Path, crf: int | None = None) -> Clip:
+def delivered(
+    stream: Path, backend: Backend, out: Path, crf: int | None = None, blend: Blend | None = None
+) -> Clip:
     """``stream`` enhanced file to file by ``backend`` in a pipeline as ``streamer run`` builds it (the
-    default window settings for the model, no gate, no budget), written at the file output's default
-    quality (or ``crf``) to ``out``, and decoded again."""
+    default window settings for the model, no gate, no budget, the model's own blend unless ``blend``),
+    written at the file output's default quality (or ``crf``) to ``out``, and decoded again."""
     info = backend.info
     windower = WindowConfig().build(info.t, info.output_position)
-    pipeline = Pipeline(FileSource(stream), _sink(out, crf), backend, windower)
+    pipeline = Pipeline(FileSource(stream), _sink(out, crf), backend, windower, blend=blend)
     asyncio.run(pipeline.run())
     return decoded(out)
 

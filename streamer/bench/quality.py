@@ -492,10 +492,10 @@ PROFILE_DELIVERED_GAIN_DB = {"crf35": 0.3, "camera": 1.0}
 
 
 def _delivered_checks(section: Section, rows: dict[str, Row]) -> list[Check]:
-    """Issue 43's targets on a section whose degraded frames are its stream as decoded (compressed):
-    the path's own cost beside the encoder's, the identity against the decoded input at the default
-    and the near-lossless output, every model at or above the identity (camera track), and the camera
-    profile's gain, all on what a user receives."""
+    """Issue 43's targets, all on what a user receives: on a section whose degraded frames are its
+    stream as decoded (compressed), the path's own cost beside the encoder's and the identity against
+    the decoded input at the default and the near-lossless output; on the camera track, every model at
+    or above the identity and the camera profile's gain."""
     degraded, identity = rows["degraded"], rows[IDENTITY]
     near = rows[f"{IDENTITY}_near_lossless"]
     if degraded.delivered is None or identity.delivered is None or near.delivered is None:
@@ -508,13 +508,15 @@ def _delivered_checks(section: Section, rows: dict[str, Row]) -> list[Check]:
     path = identity.delivered - degraded.delivered
     default = identity.delivered - degraded.psnr
     lossless = near.delivered - degraded.psnr
-    checks = [
-        check(
-            f"{key}: the path adds <= {PATH_COST_DB} dB to the encoder's own cost",
-            path + PATH_COST_DB,
-            f"{path:+.3f} dB ({identity.delivered:.2f} vs {degraded.delivered:.2f} re-encoded alone)",
+    checks = []
+    if section.compressed:
+        checks.append(
+            check(
+                f"{key}: the path adds <= {PATH_COST_DB} dB to the encoder's own cost",
+                path + PATH_COST_DB,
+                f"{path:+.3f} dB ({identity.delivered:.2f} vs {degraded.delivered:.2f} re-encoded alone)",
+            )
         )
-    ]
     if key in OUTPUT_COST_SECTIONS:
         checks += [
             check(
@@ -562,7 +564,7 @@ def check_targets(section: Section) -> list[Check]:
     none for a model that did not run. On a compressed section, issue 43's targets on what a user
     receives as well."""
     rows = {r.method: r for r in section.rows}
-    delivered = _delivered_checks(section, rows) if section.compressed and IDENTITY in rows else []
+    delivered = _delivered_checks(section, rows) if IDENTITY in rows else []
     if section.degradation != "noise25":
         return [
             dataclasses.replace(check, model=name)

@@ -37,6 +37,7 @@ from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import Decode, decoder_hwaccel
 from streamer.metadata import kept_tags
+from streamer.quantizer import DECODER_OPTIONS, quantizer
 from streamer.sources.base import ThreadedSource
 from streamer.sources.noise import GaussianNoise
 
@@ -134,6 +135,7 @@ class FileSource(ThreadedSource):
             raise SourceError(f"'{self.path}' has no video stream (streams: {kinds}); pass a video file")
         stream = self._container.streams.video[0]
         stream.thread_type = "AUTO"
+        stream.codec_context.options = DECODER_OPTIONS
         self._stream = stream
         if self.keep_audio and self._container.streams.audio:
             if self.loop:
@@ -210,6 +212,7 @@ class FileSource(ThreadedSource):
                         time.monotonic(),
                         self.stream_id,
                         discontinuity=seam,
+                        quantizer=quantizer(av_frame) if self._noise.sigma == 0 else None,
                     )
                     index += 1
                     if index == self.max_frames:

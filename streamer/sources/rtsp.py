@@ -49,6 +49,7 @@ from streamer.colour import colour_of, planes_fit, to_rgb, yuv_of
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import Decode, decoder_hwaccel
+from streamer.quantizer import DECODER_OPTIONS, quantizer
 from streamer.redact import redact_url
 from streamer.sources.base import ThreadedSource
 
@@ -297,7 +298,14 @@ class RtspSource(ThreadedSource):
                     with self._lock:
                         self._frames_decoded += 1
                     yield Frame(
-                        pixels, index, av_frame.pts, time_base, arrival, self.stream_id, discontinuity=fresh
+                        pixels,
+                        index,
+                        av_frame.pts,
+                        time_base,
+                        arrival,
+                        self.stream_id,
+                        discontinuity=fresh,
+                        quantizer=quantizer(av_frame),
                     )
                     fresh = False
                     index += 1
@@ -395,6 +403,7 @@ class RtspSource(ThreadedSource):
                 video = container.streams.video
                 if video and video[0].width > 0 and video[0].height > 0:
                     video[0].thread_type = "SLICE"  # frame threads would hold frames back: latency
+                    video[0].codec_context.options = DECODER_OPTIONS
                     self._container = container
                     with self._lock:
                         self._connects += 1

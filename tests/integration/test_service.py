@@ -807,6 +807,10 @@ def test_a_stream_has_one_name_waits_for_its_publisher_and_streams_shows_live_fi
     assert sample(families, "streamer_noise_sigma", stream="synth") == pytest.approx(
         status["noise_sigma"], abs=0.1
     )
+    # a synthetic source has no decoder to state a quantizer: the model's whole change (do no harm)
+    assert (status["quantizer"], status["blend"]) == (None, 1.0)
+    assert sample(families, "streamer_blend_weight", stream="synth") == 1.0
+    assert "streamer_quantizer" not in families or not families["streamer_quantizer"]
     out = sample(families, "streamer_frames_out_total", stream="synth")
     parts = sample(families, "streamer_frames_enhanced_total", stream="synth") + sample(
         families, "streamer_frames_reused_total", stream="synth"

