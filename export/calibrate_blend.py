@@ -36,11 +36,11 @@ import av
 import numpy as np
 from tqdm import tqdm
 
+from export.measured import store_measured
 from streamer.backend.onnx import BLEND, OnnxBackend
 from streamer.bench.delivered import delivered, reencoded
 from streamer.bench.metrics import Clip, psnr
-from streamer.bench.quality import add_noise, add_sensor_noise, crf_roundtrip, load_clip, parse_size
-from streamer.bench.roundtrip import x264_roundtrip
+from streamer.bench.quality import camera_stream, load_clip, parse_size
 from streamer.colour import to_rgb, yuv_of
 from streamer.core.blend import FULL, Blend
 from streamer.core.noise import noise_sigma
@@ -65,15 +65,7 @@ class Damage:
 
     def stream(self, clean: Clip, fps: Fraction, path: Path, seed: int) -> None:
         """Writes the stream a camera would send of ``clean`` to ``path``."""
-        noisy = clean
-        if self.shot:
-            noisy = add_sensor_noise(clean, self.sigma, self.shot, seed)
-        elif self.sigma:
-            noisy = add_noise(clean, self.sigma, seed)
-        if self.crf is None:
-            x264_roundtrip(noisy, fps, {"preset": "veryfast", "qp": "0", "bf": "0"}, keep=path)
-        else:
-            crf_roundtrip(noisy, fps, self.crf, keep=path)
+        camera_stream(clean, fps, seed, path, sigma=self.sigma, shot=self.shot, crf=self.crf)
 
 
 DAMAGES = (
@@ -189,21 +181,7 @@ def _load(path: Path) -> list[Measured]:
 
 def write_blend(model: Path, blend: Blend, how: str) -> None:
     """Stores ``blend`` in the model's metadata (and its card beside it, where there is one)."""
-    import onnx
-
-    graph = onnx.load(str(model))
-    kept = [p for p in graph.metadata_props if p.key != BLEND]
-    del graph.metadata_props[:]
-    graph.metadata_props.extend(kept)
-    graph.metadata_props.add(key=BLEND, value=blend.describe())
-    onnx.save(graph, str(model))
-    card = model.with_suffix(".json")
-    if card.is_file():
-        data = json.loads(card.read_text())
-        data["blend"] = {"ramps": blend.describe(), "measured": how}
-        if "size_bytes" in data:
-            data["size_bytes"] = model.stat().st_size
-        card.write_text(json.dumps(data, indent=2) + "\n")
+    store_measured(model, BLEND, blend.describe(), {"blend": {"ramps": blend.describe(), "measured": how}})
 
 
 def _markdown(measured: Sequence[Measured], blend: Blend) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from export.measured import store_measured
 from streamer.backend.onnx import STRENGTH_CURVE, OnnxBackend, strength_curve
 from streamer.bench.metrics import Clip, psnr
 from streamer.bench.quality import add_noise, load_clip, model_frames, parse_size
@@ -114,21 +115,10 @@ def _text(curve: Sequence[tuple[float, float]]) -> str:
 
 def write_curve(model: Path, curve: Sequence[tuple[float, float]], how: str) -> None:
     """Stores ``curve`` in the model's metadata (and its card beside it, where there is one)."""
-    import onnx
-
     text = _text(curve)
     strength_curve(text, str(model))  # what the runtime will read back
-    graph = onnx.load(str(model))
-    kept = [p for p in graph.metadata_props if p.key != STRENGTH_CURVE]
-    del graph.metadata_props[:]
-    graph.metadata_props.extend(kept)
-    graph.metadata_props.add(key=STRENGTH_CURVE, value=text)
-    onnx.save(graph, str(model))
-    card = model.with_suffix(".json")
-    if card.is_file():
-        data = json.loads(card.read_text())
-        data["strength_curve"] = {"points": [list(p) for p in curve], "measured": how}
-        card.write_text(json.dumps(data, indent=2) + "\n")
+    card = {"strength_curve": {"points": [list(p) for p in curve], "measured": how}}
+    store_measured(model, STRENGTH_CURVE, text, card)
 
 
 def _markdown(levels: Sequence[Level], curve: Sequence[tuple[float, float]]) -> str:

@@ -62,6 +62,7 @@ __all__ = [
     "QualityReport",
     "Row",
     "Section",
+    "camera_stream",
     "check_targets",
     "default_clip",
     "default_models",
@@ -324,6 +325,31 @@ def crf_roundtrip(clip: Clip, fps: Fraction, crf: int, keep: Path | None = None)
     decoded again, and the kbit/s it took; with ``keep``, the stream written there too."""
     options = {"preset": "veryfast", "bf": "0", "crf": str(crf), "g": str(max(1, round(2 * float(fps))))}
     return x264_roundtrip(clip, fps, options, keep=keep)
+
+
+def camera_stream(
+    clean: Clip,
+    fps: Fraction,
+    seed: int,
+    keep: Path,
+    *,
+    sigma: float = 0.0,
+    shot: float = 0.0,
+    crf: int | None = None,
+) -> tuple[Clip, float | None]:
+    """``clean`` as a camera sends it, written to ``keep``: noise (Gaussian ``sigma``, or a sensor's
+    read noise ``sigma`` and shot noise ``shot``), then x264 at ``crf`` (None: coded losslessly as
+    4:2:0). Returns the damaged frames (the stream decoded where it was compressed, else the noisy
+    frames themselves) and the kbit/s of a compressed stream (None where lossless)."""
+    noisy = clean
+    if shot:
+        noisy = add_sensor_noise(clean, sigma, shot, seed)
+    elif sigma:
+        noisy = add_noise(clean, sigma, seed)
+    if crf is None:
+        x264_roundtrip(noisy, fps, {"preset": "veryfast", "qp": "0", "bf": "0"}, keep=keep)
+        return noisy, None
+    return crf_roundtrip(noisy, fps, crf, keep=keep)
 
 
 def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
@@ -749,18 +775,14 @@ def _degrade(
     """The damaged clip and its section's title; ``stream`` gets the H.264 stream a camera would send of
     it (losslessly coded 4:2:0 where the damage is noise alone)."""
     if degradation.sigma is None:
-        degraded, kbps = h264_roundtrip(clean, fps, keep=stream)
+        degraded, rate = h264_roundtrip(clean, fps, keep=stream)
         title = f"H.264 {H264_BITS_PER_PIXEL * clean.shape[1] * clean.shape[2] * float(fps) / 1000:.0f} "
-        return degraded, title + f"kbit/s target, {kbps:.0f} measured (libx264 veryfast, no B-frames)"
-    noisy = clean
-    if degradation.shot:
-        noisy = add_sensor_noise(clean, degradation.sigma, degradation.shot, seed)
-    elif degradation.sigma:
-        noisy = add_noise(clean, degradation.sigma, seed)
-    if degradation.crf is None:
-        x264_roundtrip(noisy, fps, {"preset": "veryfast", "qp": "0", "bf": "0"}, keep=stream)
-        return noisy, degradation.title
-    degraded, kbps = crf_roundtrip(noisy, fps, degradation.crf, keep=stream)
+        return degraded, title + f"kbit/s target, {rate:.0f} measured (libx264 veryfast, no B-frames)"
+    degraded, kbps = camera_stream(
+        clean, fps, seed, stream, sigma=degradation.sigma, shot=degradation.shot, crf=degradation.crf
+    )
+    if kbps is None:
+        return degraded, degradation.title
     return degraded, f"{degradation.title} ({kbps:.0f} kbit/s)"
 
 

@@ -4,6 +4,8 @@ decoder states, and frames that carry part of a change in their planes and their
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from fractions import Fraction
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import onnx
 import pytest
 
 from export.calibrate_blend import Measured, blend_of
+from export.calibrate_blend import main as calibrate_main
 from streamer.backend.onnx import BLEND, OnnxBackend
 from streamer.bench.delivered import identity_model
 from streamer.bench.quality import crf_roundtrip
@@ -163,3 +166,25 @@ def test_the_calibration_ramps_end_at_the_last_clear_harm_and_above_the_clips_ow
     assert blend_of(measured, tolerance=0.1) == Blend((30.0, 37.0), (2.0, 4.0))
     assert blend_of([_stream("crf30", 33.0, 1.0, -0.3)], tolerance=0.5) is FULL
     assert blend_of([_stream("clean", 0.0, 1.0, -3.0)], tolerance=0.5) == Blend((0.0, 51.0), (1.0, 2.0))
+
+
+def test_the_calibration_writes_what_it_derived_from_earlier_figures_into_the_model_and_its_card(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = identity_model(tmp_path / "m.onnx")
+    card = tmp_path / "m.json"
+    card.write_text(json.dumps({"name": "m", "size_bytes": 1}))
+    figures = tmp_path / "figures.json"
+    measured = [_stream("clean", 0.0, 2.0, -2.0), _stream("crf33", 37.0, 1.2, +0.1)]
+    figures.write_text(json.dumps([dataclasses.asdict(m) | {"gain": m.gain} for m in measured]))
+
+    assert calibrate_main(["--model", str(model), "--measured", str(figures), "--write"]) == 0
+
+    assert "blend (QP_NONE:QP_FULL,SIGMA_NONE:SIGMA_FULL): 0:37,2:4" in capsys.readouterr().out
+    assert OnnxBackend(model, threads=1).info.blend == Blend((0.0, 37.0), (2.0, 4.0))
+    written = json.loads(card.read_text())
+    assert written["blend"]["ramps"] == "0:37,2:4"
+    assert written["size_bytes"] == model.stat().st_size
+    figures.write_text("[{}]")
+    with pytest.raises(SystemExit, match="not figures written by --json"):
+        calibrate_main(["--model", str(model), "--measured", str(figures)])
