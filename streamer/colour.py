@@ -22,7 +22,7 @@ from av.video.frame import VideoFrame
 from av.video.reformatter import ColorRange
 
 from streamer.frame import Colour, Frame, Pixels, Yuv420
-from streamer.planes import SWSCALE, frame_planes, planes_frame
+from streamer.planes import SWSCALE, frame_planes, planes_frame, rgb_frame
 
 __all__ = [
     "BT601",
@@ -77,15 +77,6 @@ def to_rgb(frame: VideoFrame, unstated: int | None = None) -> Pixels:
     )
     pixels: Pixels = np.ascontiguousarray(rgb, dtype=np.uint8)
     return pixels
-
-
-def rgb_frame(pixels: Pixels) -> VideoFrame:
-    """rgb24 pixels as a frame that reads them in place, to be converted at once: a copy into a new
-    frame (``from_ndarray``) cost more than the conversion to yuv420p (2.9 ms at 720p here). Rows must
-    be contiguous; other views are copied first."""
-    if pixels.strides[1:] != (3, 1):
-        pixels = np.ascontiguousarray(pixels)
-    return VideoFrame.from_numpy_buffer(pixels, format="rgb24")
 
 
 def from_rgb(pixels: Pixels, codec: VideoCodecContext) -> VideoFrame:

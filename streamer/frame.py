@@ -84,6 +84,15 @@ Picture = Pixels | Yuv420
 """A frame's picture: RGB, or 4:2:0 planes (a decoder's, or those a model on the device made)."""
 
 
+def _part_of(made: Yuv420, source: Yuv420, weight: float) -> tuple[Pixels, Pixels, Pixels]:
+    """``source``'s planes moved ``weight`` of the way to ``made``'s, rounded (both in one colour)."""
+    out = []
+    for new, old in ((made.y, source.y), (made.u, source.u), (made.v, source.v)):
+        change = np.subtract(new, old, dtype=np.float32) * np.float32(weight)
+        out.append(np.clip(np.rint(change + old), 0, 255).astype(np.uint8))
+    return out[0], out[1], out[2]
+
+
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
     """What a source knows about its stream once opened; sinks size their encoder from it."""
@@ -161,8 +170,10 @@ class Frame:
             if isinstance(picture, Yuv420):
                 from streamer.planes import planes_rgb  # PyAV's swscale, read at the edge of this module
 
-                colour = picture.colour
-                rgb = planes_rgb(picture.y, picture.u, picture.v, colour.matrix, colour.range)
+                shown = self.planes
+                assert shown is not None
+                colour = shown.colour
+                rgb = planes_rgb(shown.y, shown.u, shown.v, colour.matrix, colour.range)
             else:
                 assert base is not None
                 before = base.pixels
@@ -182,19 +193,22 @@ class Frame:
         Carrying the change, not converting the model's RGB back, is what makes the path transparent:
         a model that changes nothing returns the decoder's planes exactly, where the trip through RGB
         and back resamples the chroma twice."""
-        picture = self.picture
-        if isinstance(picture, Yuv420):
-            return picture
-        made, base = self._planes, self._base
-        if made is None and base is not None and isinstance(base.picture, Yuv420):
+        picture, made, base = self.picture, self._planes, self._base
+        if made is not None or base is None or not isinstance(base.picture, Yuv420):
+            return picture if isinstance(picture, Yuv420) else made
+        source = base.picture
+        colour = source.colour
+        if isinstance(picture, Yuv420):  # planes a model made (on a device), given part of their change
+            if picture.colour != colour:
+                return picture
+            made = Yuv420(*_part_of(picture, source, self._weight), colour)
+        else:
             from streamer.planes import changed_planes  # PyAV's swscale, read at the edge of this module
 
-            source = base.picture
-            colour = source.colour
             planes = (source.y, source.u, source.v)
             y, u, v = changed_planes(planes, colour.matrix, colour.range, base.pixels, picture, self._weight)
             made = Yuv420(y, u, v, colour)
-            object.__setattr__(self, "_planes", made)  # a cache, as ``_rgb``
+        object.__setattr__(self, "_planes", made)  # a cache, as ``_rgb``
         return made
 
     @property
@@ -238,13 +252,16 @@ class Frame:
         """The same frame carrying ``picture``, which a model made from this frame's: RGB of this
         frame's size from a frame that came as 4:2:0 planes leaves as those planes with the model's
         change (:attr:`planes`). With ``weight`` below 1, RGB of this frame's size carries that share
-        of the change (``streamer.core.blend``), in its planes and its RGB alike; at 0, the frame is
-        this one."""
-        same_size = not isinstance(picture, Yuv420) and picture.shape[:2] == (self.height, self.width)
+        of the change (``streamer.core.blend``), in its planes and its RGB alike, and so do 4:2:0
+        planes a model made (on a device) from a frame that came as planes; at 0, the frame is this
+        one."""
+        planes = isinstance(picture, Yuv420)
+        size = (picture.height, picture.width) if isinstance(picture, Yuv420) else picture.shape[:2]
+        same_size = size == (self.height, self.width)
         if same_size and weight <= 0.0:
             return self
         out = dataclasses.replace(self, picture=picture)
-        if same_size:
+        if same_size and (weight < 1.0 or not planes):
             object.__setattr__(out, "_base", self)
             object.__setattr__(out, "_weight", min(weight, 1.0))
         return out

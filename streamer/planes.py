@@ -12,7 +12,15 @@ import numpy.typing as npt
 from av.video.frame import VideoFrame
 from av.video.reformatter import ColorRange, Colorspace
 
-__all__ = ["SWSCALE", "changed_planes", "frame_planes", "planes_frame", "planes_rgb", "rgb_planes"]
+__all__ = [
+    "SWSCALE",
+    "changed_planes",
+    "frame_planes",
+    "planes_frame",
+    "planes_rgb",
+    "rgb_frame",
+    "rgb_planes",
+]
 
 SWSCALE: dict[int, Colorspace] = {
     1: Colorspace.ITU709,
@@ -64,12 +72,19 @@ def frame_planes(frame: VideoFrame) -> tuple[Plane, Plane, Plane]:
     return y, u, v
 
 
+def rgb_frame(pixels: Plane) -> VideoFrame:
+    """rgb24 pixels as a frame that reads them in place, to be converted at once: a copy into a new
+    frame (``from_ndarray``) costs more than the conversion to yuv420p. Rows must be contiguous; other
+    views are copied first."""
+    if pixels.strides[1:] != (3, 1):
+        pixels = np.ascontiguousarray(pixels)
+    return VideoFrame.from_numpy_buffer(pixels, format="rgb24")
+
+
 def rgb_planes(rgb: Plane, matrix: int, colour_range: int) -> tuple[Plane, Plane, Plane]:
     """(H, W, 3) rgb24 pixels, H and W even, as 4:2:0 planes in the AVColorSpace ``matrix`` and
     AVColorRange: views of a new frame's planes."""
-    if rgb.strides[1:] != (3, 1):
-        rgb = np.ascontiguousarray(rgb)
-    frame = VideoFrame.from_numpy_buffer(rgb, format="rgb24").reformat(
+    frame = rgb_frame(rgb).reformat(
         format="yuv420p", dst_colorspace=SWSCALE[matrix], dst_color_range=colour_range
     )
     return frame_planes(frame)

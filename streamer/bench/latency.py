@@ -135,9 +135,10 @@ class Settings:
 
     def config(self, **sections: Any) -> Config:
         """The pipeline's config for one path: its source and sink plus this run's model, gate, budget.
-        No keep-alive: a repeated frame would be counted as received and measure nothing."""
+        No keep-alive: a repeated frame would be counted as received and measure nothing; no blend: the
+        model runs on every frame, whatever the camera's quantizer, which is what is measured."""
         return Config(
-            model=ModelConfig(path=self.model, threads=self.threads, workers=self.workers),
+            model=ModelConfig(path=self.model, threads=self.threads, workers=self.workers, blend="off"),
             gate=GateConfig(enabled=self.gate),
             latency=LatencyConfig(budget_ms=self.budget_ms),
             keepalive=KeepAliveConfig(enabled=False),

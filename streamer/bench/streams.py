@@ -299,6 +299,7 @@ class _Setup:
                 "gate.enabled": False,
                 "latency.budget_ms": self.budget_ms,
                 "runtime.max_batch": self.max_batch,  # None: the runtime's own for the provider
+                "model.blend": "off",  # the model on every frame, whatever the clip's quantizer
                 **{f"model.{key}": value for key, value in self.model.items()},
             },
         )

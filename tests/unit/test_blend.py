@@ -23,7 +23,7 @@ from streamer.bench.roundtrip import x264_roundtrip
 from streamer.config import ModelConfig
 from streamer.core.blend import FULL, Blend, QuantizerEstimate
 from streamer.errors import ConfigError, ModelError
-from streamer.frame import Colour, Frame
+from streamer.frame import Colour, Frame, Yuv420
 from streamer.quantizer import DECODER_OPTIONS, quantizer
 from streamer.sources import FileSource
 from tests.unit.test_yuv import picture, swscale_planes
@@ -188,3 +188,20 @@ def test_the_calibration_writes_what_it_derived_from_earlier_figures_into_the_mo
     figures.write_text("[{}]")
     with pytest.raises(SystemExit, match="not figures written by --json"):
         calibrate_main(["--model", str(model), "--measured", str(figures)])
+
+
+def test_planes_a_model_made_on_a_device_carry_their_share_of_the_change_too() -> None:
+    """``model.yuv420``: the model's output comes as planes in the stream's colour; given half the
+    change, each plane moves half way from the decoder's; given none, the frame is the decoder's."""
+    colour = Colour(6, 1)
+    came = swscale_planes(np.full((48, 80, 3), 100, np.uint8), colour)
+    made = swscale_planes(np.full((48, 80, 3), 140, np.uint8), colour)
+    frame = Frame(came, 0, 0, Fraction(1, 30), 0.0)
+    half = frame.enhanced(made, 0.5).planes
+    assert half is not None
+    expected = np.rint((came.y.astype(np.float32) + made.y) / 2)
+    assert np.array_equal(half.y, expected.astype(np.uint8))
+    assert frame.enhanced(made, 0.0) is frame
+    assert frame.enhanced(made, 1.0).planes is made
+    other = Yuv420(made.y, made.u, made.v, Colour(1, 1))  # another colour: nothing to blend with
+    assert frame.enhanced(other, 0.5).planes is other
