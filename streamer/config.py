@@ -157,10 +157,10 @@ class FileSinkConfig(_Strict):
     h264_nvenc takes preset and crf as its nearest (``streamer.hwcodec``)."""
     preset: str = "veryfast"
     crf: int = Field(DEFAULT_CRF, ge=0, le=51)
-    """libx264's constant quality: lower keeps more of the picture in a larger file. The default costs a
-    camera's compressed stream about a tenth of a dB on its way out; 4 (near-lossless) keeps all but a
-    few hundredths at several times the size, for recordings meant to keep what the model made; 0 is
-    lossless."""
+    """libx264's constant quality: lower keeps more of the picture in a larger file. The default's cost
+    to a camera's compressed stream is small beside what a model gains on it; 4 (near-lossless) keeps
+    nearly all of it at several times the size, for recordings meant to keep what the model made; 0 is
+    lossless (docs/benchmarks.md, "What a user receives")."""
     bitrate: int | None = Field(None, ge=1, le=10**9)
     gop: int | None = Field(None, ge=1, le=10**4)
     audio: Literal["keep", "drop"] = "keep"

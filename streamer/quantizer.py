@@ -28,8 +28,8 @@ _BLOCK_FIELDS = 5
 def quantizer(frame: VideoFrame) -> float | None:
     """The mean H.264 QP of ``frame``'s macroblocks (its base QP plus each block's delta, weighted by
     the block's area), from the side data of a decoder opened with :data:`DECODER_OPTIONS`; None where
-    the frame carries none or another codec's. The blocks are read as one array in place (PyAV's
-    ``qp_map`` walks them one by one, a millisecond a frame at 360p)."""
+    the frame carries none or another codec's. The blocks are read as one array in place, where PyAV's
+    ``qp_map`` walks them one by one."""
     params = frame.side_data.get(Type.VIDEO_ENC_PARAMS.name)
     if not isinstance(params, VideoEncParams) or params.codec_type != VideoEncParamsType.H264:
         return None

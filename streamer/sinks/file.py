@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 
 
 DEFAULT_CRF = 12
-"""libx264's constant quality for recordings: the re-encode then costs a camera's compressed stream
-about a tenth of a dB, small beside what a model gains on it (``streamer bench quality``, delivered)."""
+"""libx264's constant quality for recordings: the re-encode's cost to a camera's compressed stream is
+then small beside what a model gains on it (``streamer bench quality``, delivered)."""
 NEAR_LOSSLESS_CRF = 4
 """A recording setting that keeps nearly all of the picture it is given, at several times the size."""
 
