@@ -84,13 +84,20 @@ Picture = Pixels | Yuv420
 """A frame's picture: RGB, or 4:2:0 planes (a decoder's, or those a model on the device made)."""
 
 
+def _toward(old: Pixels, new: Pixels, weight: float) -> Pixels:
+    """``old`` moved ``weight`` of the way to ``new``, rounded: a share of a model's change."""
+    change = np.subtract(new, old, dtype=np.float32) * np.float32(weight)
+    moved: Pixels = np.clip(np.rint(change + old), 0, 255).astype(np.uint8)
+    return moved
+
+
 def _part_of(made: Yuv420, source: Yuv420, weight: float) -> tuple[Pixels, Pixels, Pixels]:
-    """``source``'s planes moved ``weight`` of the way to ``made``'s, rounded (both in one colour)."""
-    out = []
-    for new, old in ((made.y, source.y), (made.u, source.u), (made.v, source.v)):
-        change = np.subtract(new, old, dtype=np.float32) * np.float32(weight)
-        out.append(np.clip(np.rint(change + old), 0, 255).astype(np.uint8))
-    return out[0], out[1], out[2]
+    """``source``'s planes moved ``weight`` of the way to ``made``'s (both in one colour)."""
+    return (
+        _toward(source.y, made.y, weight),
+        _toward(source.u, made.u, weight),
+        _toward(source.v, made.v, weight),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +183,7 @@ class Frame:
                 rgb = planes_rgb(shown.y, shown.u, shown.v, colour.matrix, colour.range)
             else:
                 assert base is not None
-                before = base.pixels
-                change = np.subtract(picture, before, dtype=np.float32) * self._weight
-                rgb = np.clip(np.rint(change + before), 0, 255).astype(np.uint8)
+                rgb = _toward(base.pixels, picture, self._weight)
             rgb.flags.writeable = False
             object.__setattr__(self, "_rgb", rgb)  # a cache: two threads racing both make the same
         return rgb
