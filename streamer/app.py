@@ -78,6 +78,7 @@ def build_server(config: Config) -> WebRtcServer | None:
         publisher_stale_s=w.publisher_stale_s,
         max_sessions=w.max_sessions,
         max_players=w.max_players,
+        limits=w.limits(),
     )
 
 
@@ -199,6 +200,9 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None, relay_ori
             crf=config.crf,
             bitrate=config.bitrate,
             gop=config.gop,
+            fragment_s=config.fragment_s,
+            max_bytes=None if config.max_mb is None else config.max_mb * 1_000_000,
+            min_free_bytes=config.min_free_mb * 1_000_000,
         )
     if isinstance(config, RtspSinkConfig):
         return RtspSink(

@@ -7,7 +7,9 @@ unknown keys, so a typo fails loudly instead of silently running on a default.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -21,6 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, resolve_shipped
 from streamer.backend.base import ChannelOrder, Declared, Layout
@@ -31,8 +34,10 @@ from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
-from streamer.hwcodec import Decode, VideoCodec
+from streamer.httpserve import HttpLimits
+from streamer.hwcodec import COMPRESSED_CODECS, Decode, VideoCodec
 from streamer.pipeline import SkipAction
+from streamer.redact import redact_url
 from streamer.samples import resolve_sample
 from streamer.sinks.file import DEFAULT_CRF
 from streamer.webrtc.cors import check_origins
@@ -65,6 +70,35 @@ __all__ = [
 class _Strict(BaseModel):
     # No inf or nan anywhere: an infinite timeout or backoff overflows where it is used, a nan compares false.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_control_characters(cls, data: Any) -> Any:
+        """No setting holds a control character: a NUL in a path fails deep in the OS (and in a log line or
+        a URL, others forge lines or headers), so each is refused here, naming the key."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                found = _control_character(value)
+                if found is not None:
+                    raise PydanticCustomError(
+                        "control_character",
+                        "holds the control character {found}; paths, URLs and names take printable text only",
+                        {"key": str(key), "found": repr(found)},
+                    )
+        return data
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _control_character(value: object) -> str | None:
+    """The first control character in a string (or a list's strings), else None."""
+    if isinstance(value, str | Path):
+        found = _CONTROL.search(str(value))
+        return None if found is None else found.group()
+    if isinstance(value, list | tuple):
+        return next((c for c in map(_control_character, value) if c is not None), None)
+    return None
 
 
 class FileSourceConfig(_Strict):
@@ -168,6 +202,18 @@ class FileSinkConfig(_Strict):
     written beside the video, its packets as they are (transcoded to AAC, or Opus for webm, where the
     container cannot hold the codec). A setting of the sink, since the sink is what writes it; synthetic
     sources have no audio to give. ``drop``: video only."""
+    fragment_s: float | None = Field(1.0, gt=0.0, le=60.0)
+    """mp4 and mov are written as fragments of at most this many seconds, each handed to the OS as it is
+    made, so a process killed mid-recording (SIGKILL, power) leaves a file that plays to within about
+    this and the encoder's lookahead of where it stopped. null: one index written at close, as a plain
+    mp4 (a crash loses the whole file). ``.ts`` and ``.mkv`` are written as they go either way."""
+    max_mb: int | None = Field(None, ge=1, le=10**8)
+    """The file stops growing past this many megabytes: the output fails in one line, its file complete
+    and playable, and the stream's other outputs go on. null: no limit (an output added through the
+    control API gets ``http.max_output_mb`` at most)."""
+    min_free_mb: int = Field(256, ge=0, le=10**9)
+    """The output stops the same way when its disk's free space falls under this (checked about once
+    a second), leaving room for the rest of the host."""
     encode: Literal["own", "live"] = "own"
     """``own``: the file is encoded with its own settings above. ``live``: it records the packets of the
     stream's first RTSP output (its bitrate, GOP and preset; codec, preset, crf, bitrate and gop here are
@@ -245,7 +291,40 @@ class IceServerConfig(_Strict):
         return IceServer(tuple(self.urls), self.username, secret)
 
 
-class WebRtcConfig(_Strict):
+class _ServerLimits(_Strict):
+    """Each connection's time and size on an HTTP server (``streamer.httpserve.HttpLimits``)."""
+
+    header_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
+    """A connection's first request headers not complete in this time get 408 and the connection closes."""
+    body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
+    """A request body not received in this time gets 408."""
+    idle_timeout_s: float = Field(30.0, gt=0.0, le=3600.0)
+    """A keep-alive connection without a request for this long is closed."""
+    max_request_line: int = Field(8190, ge=256, le=65536)
+    """Bytes of a request line; longer gets 414."""
+    max_header_bytes: int = Field(8190, ge=256, le=65536)
+    """Bytes of one header line; longer gets 431."""
+    max_headers: int = Field(64, ge=8, le=1024)
+    """Header lines in one request; more get 431."""
+    max_connections: int = Field(256, ge=1, le=65536)
+    """Connections open at once; one more is answered 503 and closed."""
+    max_connections_per_client: int = Field(32, ge=1, le=65536)
+    """Connections open at once from one client address; one more is answered 503 and closed."""
+
+    def limits(self) -> HttpLimits:
+        return HttpLimits(
+            header_timeout_s=self.header_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            idle_timeout_s=self.idle_timeout_s,
+            max_request_line=self.max_request_line,
+            max_header_bytes=self.max_header_bytes,
+            max_headers=self.max_headers,
+            max_connections=self.max_connections,
+            max_connections_per_client=self.max_connections_per_client,
+        )
+
+
+class WebRtcConfig(_ServerLimits):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     token: str | None = Field(None, min_length=1, max_length=4096)
@@ -631,9 +710,10 @@ class RuntimeConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     log_format: Literal["text", "json"] = "text"
     memory_budget_mb: int | None = Field(None, ge=16, le=10**8)
-    """Memory the streams may hold together, by their estimates (frames held, feature caches, model
-    activations); a stream that does not fit is refused in one line. None: 80% of the container's
-    memory limit where there is one, else half the machine's memory."""
+    """Memory the process may hold: itself (measured at start, and again as streams come and go) and its
+    streams by their estimates (frames held, feature caches, model activations); a stream that does not
+    fit is refused in one line. None: 80% of the container's memory limit where there is one, else half
+    the machine's memory."""
 
     def batch_for(self, provider: str) -> int:
         """``max_batch``, or where unset 1 on the CPU provider and 8 on a GPU's.
@@ -652,7 +732,7 @@ GPU_MAX_BATCH = 8
 """``runtime.max_batch`` where unset and the model runs on a GPU provider (CUDA, TensorRT)."""
 
 
-class HttpConfig(_Strict):
+class HttpConfig(_ServerLimits):
     """The operations endpoint: /healthz, /readyz, /metrics, /streams (aiohttp)."""
 
     host: str = "127.0.0.1"
@@ -679,13 +759,17 @@ class HttpConfig(_Strict):
     model_roots: list[Path] = Field(default_factory=list, max_length=64)
     """Directories whose ONNX files API streams may load; empty: only the shipped default model."""
     allowed_hosts: list[str] | None = Field(None, max_length=1024)
-    """Hosts API streams may pull from or push to over RTSP; None: any."""
+    """Hosts API streams may pull from or push to over RTSP besides loopback; ``['*']``: any. None: the
+    hosts the config file's own streams use."""
     max_streams: int = Field(32, ge=1, le=4096)
     """Streams running at once, config and API together; an add past it gets 429."""
+    max_output_mb: int = Field(4096, ge=1, le=10**9)
+    """The largest file an output added through the API may write (its ``max_mb`` is capped to it)."""
+    api_codecs: list[str] = Field(default_factory=lambda: list(COMPRESSED_CODECS), max_length=64)
+    """Encoders an output added through the API may name; uncompressed ones (rawvideo: 0.7 MB a 360p
+    frame) fill a disk in minutes, so they are left out unless listed here."""
     ended_retention_s: float = Field(300.0, ge=0.0, le=86400.0)
     """An ended stream's status stays in /streams this long, then it is removed with its metrics."""
-    body_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
-    """A request body not received in this time gets 408."""
 
     @model_validator(mode="before")
     @classmethod
@@ -805,14 +889,21 @@ class _Stream(_Strict):
 
     @model_validator(mode="after")
     def _distinct_outputs(self) -> Self:
-        seen: set[str] = set()
+        seen: dict[str, str] = {}
         for sink in self.outputs():
-            target = _target(sink)
-            if target is not None and target in seen:
-                raise ValueError(f"sinks: two outputs write {target}; give each its own")
-            if target is not None:
-                seen.add(target)
+            target = _output_target(sink)
+            if target is None:
+                continue
+            key, named = target
+            if key in seen:
+                raise ValueError(f"sinks: {named} and {seen[key]} are one target; give each output its own")
+            seen[key] = named
         return self
+
+    def targets(self) -> dict[str, str]:
+        """Every output's target key (:func:`_output_target`) and how to name it."""
+        found = (_output_target(sink) for sink in self.outputs())
+        return dict(t for t in found if t is not None)
 
     def outputs(self) -> list[SinkConfig]:
         """Every sink of the stream: ``sinks``, or the one ``sink``."""
@@ -823,15 +914,35 @@ class _Stream(_Strict):
         return next((s.path for s in self.outputs() if isinstance(s, FileSinkConfig)), None)
 
 
-def _target(sink: SinkConfig) -> str | None:
-    """What two sinks of one stream must not share: a file, an RTSP URL, a WHEP stream name."""
+def _output_target(sink: SinkConfig) -> tuple[str, str] | None:
+    """What two outputs must not share, as (key, how to name it to a user): a file by its real path
+    (symlinks and ``..`` resolved, so two spellings of one file are one target), an RTSP URL normalised
+    (scheme and host in lower case, the default port written out, dot segments and a trailing slash
+    gone, credentials dropped), a WHEP stream by its name; None for outputs that write nowhere."""
     if isinstance(sink, FileSinkConfig):
-        return f"file {str(sink.path)!r}"
+        return f"file:{os.path.realpath(sink.path)}", f"file {str(sink.path)!r}"
     if isinstance(sink, RtspSinkConfig):
-        return f"RTSP URL {sink.url!r}"
+        return f"rtsp:{_normal_rtsp(sink.url)}", f"RTSP URL {redact_url(sink.url)!r}"
     if isinstance(sink, WhepSinkConfig):
-        return f"WHEP stream {sink.stream!r}"
+        return f"whep:{sink.stream}", f"WHEP stream {sink.stream!r}"
     return None
+
+
+_RTSP_PORTS = {"rtsp": 554, "rtsps": 322, "rtspt": 554}
+
+
+def _normal_rtsp(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = (parts.hostname or "").lower()
+    path = posixpath.normpath("/" + parts.path.lstrip("/")) if parts.path.strip("/") else "/"
+    shown = f"[{host}]" if ":" in host else host
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{shown}:{port or _RTSP_PORTS.get(scheme, 554)}{path.rstrip('/') or '/'}{query}"
 
 
 class StreamConfig(_Stream):
@@ -881,6 +992,12 @@ class Config(_Stream):
     def uses_webrtc(self) -> bool:
         return any(s.uses_webrtc for s in self.stream_configs())
 
+    def rtsp_hosts(self) -> set[str]:
+        """The hosts of every RTSP URL the config's streams pull from or push to, in lower case."""
+        urls = [getattr(s.source, "url", None) for s in self.stream_configs()]
+        urls += [getattr(o, "url", None) for s in self.stream_configs() for o in s.outputs()]
+        return {(urllib.parse.urlsplit(u).hostname or "").lower() for u in urls if u is not None} - {""}
+
     def stream_configs(self) -> list[StreamConfig]:
         """Every stream to run: ``streams``, or the single one of the top-level source and sink(s)."""
         if self.streams is not None:
@@ -910,6 +1027,15 @@ class Config(_Stream):
         seen = sorted({i for i in ids if ids.count(i) > 1})
         if seen:
             raise ValueError(f"stream ids must be unique; {seen} appear more than once")
+        writers: dict[str, str] = {}
+        for stream in self.stream_configs():
+            for key, named in stream.targets().items():
+                if key in writers:
+                    raise ValueError(
+                        f"stream {stream.id!r} writes {named}, which stream {writers[key]!r} writes too; "
+                        "give each output its own target"
+                    )
+                writers[key] = stream.id
         if self.streams is not None and not self.streams and self.http.port is None:
             raise ValueError("streams is empty and http.port is null: nothing to run and no way to add")
         if self.http.port is None:
@@ -984,17 +1110,20 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _describe(error: ValidationError, origin: str) -> str:
     first = error.errors()[0]
-    where = ".".join(
-        str(p) for p in first["loc"] if not str(p).startswith(("function-after", "tagged-union"))
-    )
+    loc = [str(p) for p in first["loc"] if not str(p).startswith(("function-after", "tagged-union"))]
+    value = first.get("input")
+    if isinstance(value, dict) and loc and value.get("kind") == loc[-1]:
+        loc = loc[:-1]  # a source's or sink's kind, as pydantic names the member of the union
     kind = first["type"]
+    if kind == "control_character":
+        loc.append(str(first.get("ctx", {}).get("key")))
+    where = ".".join(loc)
     if kind == "extra_forbidden":
         return f"{origin}: unknown key {where!r}; check the spelling against configs/default.yaml"
     if kind == "missing":
         return f"{origin}: {where!r} is required"
-    value = first.get("input")
     shown = "" if isinstance(value, dict) else f" (got {_short(repr(value))})"
-    return f"{origin}: {where or 'config'}: {first['msg']}{shown}"
+    return f"{origin}: {where or 'config'}: {first['msg'].removeprefix('Value error, ')}{shown}"
 
 
 def _short(text: str, limit: int = 80) -> str:

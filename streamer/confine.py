@@ -5,8 +5,9 @@ read, parse or overwrite arbitrary files of the process (OWASP API: SSRF, functi
 API stream's file source and sink must resolve, symlinks followed, to a place under one of
 ``http.media_roots``, and its model under one of ``http.model_roots``; with no roots configured, no
 file path is accepted at all. A source must be a regular file; a sink's file must not exist unless the
-request says ``overwrite: true``, and is never a symlink. RTSP hosts can be limited to
-``http.allowed_hosts``. Sample clips (``sample:NAME``) ship with the package and are always allowed.
+request says ``overwrite: true``, and is never a symlink. RTSP streams added through the API
+reach loopback and the hosts the config file's own streams use, or ``http.allowed_hosts`` where it is
+set (``['*']``: any host). Sample clips (``sample:NAME``) ship with the package and are always allowed.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from __future__ import annotations
 import os
 import stat
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from streamer.assets import is_shipped
-from streamer.config import HttpConfig, StreamConfig
+from streamer.config import FileSinkConfig, HttpConfig, SinkConfig, StreamConfig
 from streamer.errors import AccessError, ConfigError
 from streamer.samples import sample_clip
+from streamer.webrtc.ice import is_loopback
 
 __all__ = ["ApiPolicy"]
 
@@ -32,13 +35,36 @@ class ApiPolicy:
     media_roots: tuple[Path, ...]
     model_roots: tuple[Path, ...]
     allowed_hosts: frozenset[str] | None
+    codecs: tuple[str, ...]
+    max_output_mb: int
 
     @classmethod
-    def from_config(cls, http: HttpConfig) -> ApiPolicy:
-        hosts = None if http.allowed_hosts is None else frozenset(h.lower() for h in http.allowed_hosts)
+    def from_config(cls, http: HttpConfig, configured: Iterable[str] = ()) -> ApiPolicy:
+        """The policy of ``http``; ``configured``: the RTSP hosts the config file's own streams use, which
+        API streams may use too while ``http.allowed_hosts`` is null."""
+        listed = configured if http.allowed_hosts is None else http.allowed_hosts
+        hosts = None if "*" in listed else frozenset(h.lower() for h in listed)
         return cls(
-            tuple(_real(p) for p in http.media_roots), tuple(_real(p) for p in http.model_roots), hosts
+            tuple(_real(p) for p in http.media_roots),
+            tuple(_real(p) for p in http.model_roots),
+            hosts,
+            tuple(http.api_codecs),
+            http.max_output_mb,
         )
+
+    def bounded(self, stream: StreamConfig) -> StreamConfig:
+        """``stream`` with each file output's ``max_mb`` at most ``http.max_output_mb``."""
+
+        def capped(sink: SinkConfig) -> SinkConfig:
+            if not isinstance(sink, FileSinkConfig):
+                return sink
+            return sink.model_copy(
+                update={"max_mb": min(sink.max_mb or self.max_output_mb, self.max_output_mb)}
+            )
+
+        if stream.sinks is not None:
+            return stream.model_copy(update={"sinks": [capped(s) for s in stream.sinks]})
+        return stream.model_copy(update={"sink": capped(stream.sink)})
 
     def check(self, stream: StreamConfig, given: dict[str, object]) -> None:
         """Raises AccessError naming the field unless ``stream`` stays inside the policy. ``given`` is the
@@ -50,6 +76,12 @@ class ApiPolicy:
         for place, sink in enumerate(stream.outputs()):
             if sink.kind == "file":
                 self._check_sink(sink.path, _asked_overwrite(given, None if stream.sinks is None else place))
+            codec = getattr(sink, "codec", None)
+            if codec is not None and codec not in self.codecs:
+                raise AccessError(
+                    f"sink.codec {codec!r} is not among the encoders streams added through the API may use "
+                    f"(http.api_codecs: {', '.join(self.codecs)})"
+                )
         cores = os.cpu_count() or 1
         for field, count in (("threads", stream.model.threads), ("workers", stream.model.workers)):
             if count is not None and count > cores:
@@ -78,10 +110,11 @@ class ApiPolicy:
         for field, url in urls:
             if url is not None and self.allowed_hosts is not None:
                 host = (urllib.parse.urlsplit(url).hostname or "").lower()
-                if host not in self.allowed_hosts:
+                if host not in self.allowed_hosts and not is_loopback(host):
                     raise AccessError(
                         f"{field} names a host outside http.allowed_hosts; streams added through the API may "
-                        f"connect to {sorted(self.allowed_hosts)} only"
+                        f"connect to loopback and {sorted(self.allowed_hosts)} only (list more there, or '*' "
+                        "for any)"
                     )
 
     def _check_sink(self, path: Path, overwrite: bool) -> None:

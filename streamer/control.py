@@ -20,7 +20,6 @@ capped at 64 KiB and must arrive within ``http.body_timeout_s``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -38,10 +37,11 @@ from streamer.errors import (
     BudgetError,
     ConfigError,
     LimitError,
+    OutputTakenError,
     StreamerError,
     StreamExistsError,
 )
-from streamer.httpserve import check_bearer, serve
+from streamer.httpserve import check_bearer, read_body, serve
 from streamer.pipeline import PipelineReport
 from streamer.redact import escape_control, redact_text
 from streamer.service import Service, StreamRunner
@@ -68,7 +68,7 @@ class ControlServer:
         self.config = config
         self._port = config.port
         self._runner: web.AppRunner | None = None
-        self.policy = ApiPolicy.from_config(config)
+        self.policy = ApiPolicy.from_config(config, service.config.rtsp_hosts())
         app = web.Application(client_max_size=_MAX_BODY)
         probe = _READ if not config.public_probes else _OPEN
         for method, path, handler, access in (
@@ -91,7 +91,9 @@ class ControlServer:
 
     async def start(self) -> None:
         if self._runner is None:
-            self._runner, self._port = await serve(self.app, self.config.host, self._port, "http")
+            self._runner, self._port = await serve(
+                self.app, self.config.host, self._port, "http", self.config.limits()
+            )
             log.info("operations endpoint on %s (/healthz /readyz /metrics /streams)", self.url)
 
     async def stop(self) -> None:
@@ -189,13 +191,9 @@ class ControlServer:
         if request.content_length is not None and request.content_length > _MAX_BODY:
             raise too_large
         try:
-            data: Any = json.loads(await asyncio.wait_for(request.read(), self.config.body_timeout_s))
+            data: Any = json.loads(await read_body(request, self.config.limits(), "http"))
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
-        except TimeoutError:
-            raise _error(
-                web.HTTPRequestTimeout, f"the body did not arrive within {self.config.body_timeout_s:g} s"
-            ) from None
         except ConnectionError:
             log.info("a client hung up while sending a stream to add")
             raise _error(web.HTTPBadRequest, "the connection closed before the body ended") from None
@@ -210,8 +208,8 @@ class ControlServer:
         try:
             stream = stream_config(data, self.service.config)
             self.policy.check(stream, data)
-            runner = await self.service.add(stream)
-        except StreamExistsError as err:
+            runner = await self.service.add(self.policy.bounded(stream))
+        except (StreamExistsError, OutputTakenError) as err:
             raise _error(web.HTTPConflict, str(err)) from None
         except AccessError as err:
             raise _error(web.HTTPForbidden, str(err)) from None

@@ -34,6 +34,7 @@ __all__ = [
     "ModelMismatchError",
     "ModelUnavailableError",
     "OutOfMemoryError",
+    "OutputTakenError",
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
@@ -68,6 +69,10 @@ class BudgetError(LimitError):
 
 class StreamExistsError(ConfigError):
     """Raised when a stream is added under an id that is already running."""
+
+
+class OutputTakenError(ConfigError):
+    """Raised when a stream's output is a file, RTSP URL or WHEP stream another running stream writes."""
 
 
 class ModelError(StreamerError, ValueError):

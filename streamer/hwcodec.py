@@ -36,6 +36,7 @@ from av.video.stream import VideoStream
 from streamer.errors import ConfigError
 
 __all__ = [
+    "COMPRESSED_CODECS",
     "NVENC",
     "X264",
     "Decode",
@@ -58,6 +59,21 @@ VideoCodec = Literal["libx264", "h264_nvenc", "auto"]
 
 NVENC = "h264_nvenc"
 X264 = "libx264"
+
+COMPRESSED_CODECS = (
+    "auto",
+    X264,
+    NVENC,
+    "libopenh264",
+    "libx265",
+    "hevc_nvenc",
+    "libvpx",
+    "libvpx-vp9",
+    "libaom-av1",
+    "libsvtav1",
+    "mpeg4",
+)
+"""Encoders that compress: what an output added through the control API may name by default."""
 
 _NVENC_PRESETS = {
     "ultrafast": "p1",

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Callable
 
-__all__ = ["default_budget_bytes", "release_memory"]
+__all__ = ["default_budget_bytes", "process_rss", "release_memory"]
 
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
@@ -43,6 +43,16 @@ def release_memory() -> None:
     log.debug("released memory: %d objects collected", collected)
 
 
+def process_rss() -> int | None:
+    """This process's resident memory in bytes (``/proc/self/statm``); None where there is no procfs."""
+    try:
+        with open("/proc/self/statm") as f:
+            resident_pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def _cgroup_limit() -> int | None:
     for path in _CGROUP_LIMITS:
         try:
@@ -56,8 +66,8 @@ def _cgroup_limit() -> int | None:
 
 
 def default_budget_bytes() -> int:
-    """For streams: 80% of the container's memory limit where there is one, else half the machine's
-    memory (the rest is the process itself, the model sessions and whatever shares the machine)."""
+    """For the process: 80% of the container's memory limit where there is one, else half the machine's
+    memory (the rest for whatever shares the machine, and the allocator's slack)."""
     limit = _cgroup_limit()
     if limit is not None:
         return int(limit * 0.8)

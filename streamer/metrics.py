@@ -39,7 +39,8 @@ METRICS = {
     "streamer_frames_in_total": "counter {stream}: frames read from the source",
     "streamer_frames_out_total": "counter {stream}: frames written to the sink",
     "streamer_frames_dropped_total": "counter {stream, reason}: frames that never left (source: the live "
-    "hand-off was full; budget: latency.on_miss drop; sink: the RTSP sink was reconnecting)",
+    "hand-off was full; budget: latency.on_miss drop; sink: the RTSP sink was reconnecting; undecodable: "
+    "the decoder could not make them from damaged or missing data)",
     "streamer_frames_passed_through_total": "counter {stream, reason}: frames written unenhanced "
     "(budget, gate, stride, unavailable: a model server that could not answer, a device out of memory)",
     "streamer_frames_enhanced_total": "counter {stream}: frames written as the model enhanced them; with "
@@ -194,6 +195,7 @@ class _ServiceCollector(Collector):
             dropped.add_metric([sid, "budget"], outcomes["budget_drop"])
             sink_dropped = _sink_dropped(p.sink)
             dropped.add_metric([sid, "sink"], sink_dropped)
+            dropped.add_metric([sid, "undecodable"], counters["undecodable"])
             for reason in ("budget", "gate", "stride", "unavailable"):
                 passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
             enhanced_frames.add_metric([sid], outcomes["enhanced"])

@@ -373,6 +373,7 @@ class Pipeline:
             "passthrough": self._outcomes[Outcome.BUDGET_PASSTHROUGH]
             + self._outcomes[Outcome.UNAVAILABLE_PASSTHROUGH],
             "dropped": self._outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
+            "undecodable": self.source.undecodable,
         }
 
     def pixel_stats(self) -> tuple[int, int]:

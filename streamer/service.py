@@ -25,16 +25,23 @@ from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceCo
 from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.core.keepalive import KeepAlive
-from streamer.errors import ConfigError, LimitError, OutOfMemoryError, StreamerError, StreamExistsError
+from streamer.errors import (
+    ConfigError,
+    LimitError,
+    OutOfMemoryError,
+    OutputTakenError,
+    StreamerError,
+    StreamExistsError,
+)
 from streamer.frame import StreamInfo
-from streamer.memory import default_budget_bytes, release_memory
+from streamer.memory import default_budget_bytes, process_rss, release_memory
 from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
 from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
 from streamer.sinks.base import Sink
 from streamer.sinks.tee import TeeSink
-from streamer.sources.rtsp import RtspSource
+from streamer.sources.rtsp import RtspSource, RtspState
 from streamer.tiers import AUTO, TierChoice, TierSelector
 from streamer.webrtc.server import WebRtcServer
 
@@ -127,10 +134,21 @@ class StreamRunner:
     def state(self, now: float) -> StreamState:
         return self.health.classify(self.signals(), now)
 
+    def _error_text(self, connection: dict[str, object] | None) -> str | None:
+        """Why the stream failed; while it has not and its camera is not connected, why the camera's
+        connection last failed, so ``error`` never reads null beside a failing connection."""
+        if self.error is not None:
+            return redact_text(str(self.error))
+        if connection is not None and connection["state"] != RtspState.LIVE.value:
+            last = connection["last_error"]
+            return None if last is None else str(last)
+        return None
+
     def status(self, now: float) -> dict[str, object]:
         """What ``/streams`` shows of this stream."""
         p = self.pipeline
         gate = p.gate.stats()
+        connection = _connection(p)
         return {
             "id": self.id,
             "state": self.state(now).value,
@@ -145,8 +163,8 @@ class StreamRunner:
             "outcomes": p.outcome_counts(),
             "gate_skip_ratio": round(gate.skip_ratio, 4),
             "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in p.queue_stats()},
-            "error": None if self.error is None else redact_text(str(self.error)),
-            "connection": _connection(p),
+            "error": self._error_text(connection),
+            "connection": connection,
             "model_choice": None if self.choice is None else self.choice.as_dict(),
             "keepalive": None if p.keepalive is None else _keepalive(p.keepalive),
         }
@@ -191,8 +209,10 @@ class Service:
         """Streams whose sink never returned from a write, even cancelled: their threads are stuck."""
         self._models: dict[str, _Model] = {}
         budget_mb = config.runtime.memory_budget_mb
-        self.budget = MemoryBudget(budget_mb * 2**20 if budget_mb is not None else default_budget_bytes())
-        """What the streams may hold together, by their estimates: admission (streamer.core.admission)."""
+        self.budget = MemoryBudget(
+            budget_mb * 2**20 if budget_mb is not None else default_budget_bytes(), process_rss() or 0
+        )
+        """What the process may hold: its own, and the streams' estimates (streamer.core.admission)."""
         self._tiers = tiers if tiers is not None else TierSelector()
         """``model: auto``'s probes, kept per frame size for the process's life."""
         self._limits = HealthLimits(config.runtime.stall_after_s, config.runtime.sink_blocked_after_s)
@@ -255,8 +275,8 @@ class Service:
     # --- streams at run time ---------------------------------------------------------------------
 
     async def add(self, stream: StreamConfig) -> StreamRunner:
-        """Start one more stream. Raises StreamExistsError for a taken id, ConfigError/ModelError for a
-        stream that cannot be built."""
+        """Start one more stream. Raises StreamExistsError for a taken id, OutputTakenError for an output
+        another running stream writes, ConfigError/ModelError for a stream that cannot be built."""
         if self._stop.is_set():
             raise ConfigError(f"cannot add stream {stream.id!r}: the service is shutting down")
         if stream.uses_webrtc and self.server is None:
@@ -270,8 +290,9 @@ class Service:
                 f"{running} streams are running, http.max_streams; remove one (DELETE /streams/{{id}}) "
                 "or raise the cap"
             )
-        self._check_free(stream.id)  # before a model is loaded for it
+        self._check_free(stream)  # before a model is loaded for it
         await self._load(stream.model)
+        self.budget.settle(process_rss())  # a model loaded for it is the process's from now on
         await asyncio.to_thread(probe_engines, stream)
         runner = self._build(stream)
         self._start(runner)
@@ -290,6 +311,7 @@ class Service:
         result = StreamResult(runner.id, runner.report, runner.error)
         del runner  # the last reference to its pipeline: collected below, not at some later collection
         await asyncio.to_thread(release_memory)
+        self.budget.settle(process_rss())
         log.warning("stream %s: removed", stream_id)
         self._changed.set()
         return result
@@ -398,14 +420,23 @@ class Service:
         )
         return _Model(backend, scheduler)
 
-    def _check_free(self, stream_id: str) -> None:
-        if stream_id in self.runners:
+    def _check_free(self, stream: StreamConfig) -> None:
+        if stream.id in self.runners:
             raise StreamExistsError(
-                f"stream {stream_id!r} is already running; remove it first or pick another id"
+                f"stream {stream.id!r} is already running; remove it first or pick another id"
             )
+        targets = stream.targets()
+        for runner in self.runners.values():
+            if runner.done:
+                continue
+            for key in targets.keys() & runner.config.targets().keys():
+                raise OutputTakenError(
+                    f"{targets[key]} is written by stream {runner.id!r}; give this stream's output "
+                    "its own target, or remove that stream first"
+                )
 
     def _build(self, stream: StreamConfig) -> StreamRunner:
-        self._check_free(stream.id)
+        self._check_free(stream)
         model = self._model(stream)
         source = stream.source
         try:

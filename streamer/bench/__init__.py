@@ -634,6 +634,21 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
     whep.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     whep.set_defaults(func=_whep)
 
+    admission = kinds.add_parser(
+        "admission",
+        help="peak resident memory against runtime.memory_budget_mb: one large stream, many small ones",
+        description="Each scenario in a fresh process: a service with the budget and live synthetic streams "
+        "added through POST /streams; 'large' adds the largest size of a ladder (8K down to 360p) that "
+        "admission lets in, 'small' adds 320x180 streams until one is refused. Reports the peak resident "
+        "memory (VmHWM) against the budget.",
+    )
+    admission.add_argument("--budget-mb", type=int, default=1500, help="runtime.memory_budget_mb (1500)")
+    admission.add_argument("--seconds", type=float, default=15.0, help="how long the streams run (15)")
+    admission.add_argument("--scenario", default="large,small", help="large, small or both (large,small)")
+    admission.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    admission.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
+    admission.set_defaults(func=_admission)
+
     memory = kinds.add_parser(
         "memory",
         help="one model call's peak memory per pixel (what memory admission reads from the card)",
@@ -738,6 +753,12 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _speed(args: argparse.Namespace) -> int:
     from streamer.bench.speed import run_from_args
+
+    return run_from_args(args)
+
+
+def _admission(args: argparse.Namespace) -> int:
+    from streamer.bench.admission import run_from_args
 
     return run_from_args(args)
 

@@ -79,19 +79,37 @@ def stream_cost(
 
 
 class MemoryBudget:
-    """The streams admitted and what they cost; ``admit`` raises BudgetError for one that does not fit."""
+    """The process's memory: its own ``baseline`` (what it held before any stream: the interpreter,
+    libraries, servers), what it kept after streams left (:meth:`settle`: models loaded since, the
+    allocator's retention), and the streams admitted by their estimates; ``admit`` raises BudgetError
+    for a stream that does not fit."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, baseline: int = 0) -> None:
         self.total = total
+        self.baseline = baseline
+        self.retained = 0
+        """Resident beyond the baseline and the streams' estimates when last measured (:meth:`settle`)."""
         self._admitted: dict[str, StreamCost] = {}
 
     @property
     def used(self) -> int:
+        """The streams' estimates together."""
         return sum(c.total for c in self._admitted.values())
 
     @property
+    def held(self) -> int:
+        """What the process holds by this account: baseline, retained and the streams' estimates."""
+        return self.baseline + self.retained + self.used
+
+    @property
     def left(self) -> int:
-        return self.total - self.used
+        return self.total - self.held
+
+    def settle(self, resident: int | None) -> None:
+        """Take the process's measured ``resident`` bytes (after memory was given back) as the truth:
+        what it holds beyond the baseline and the streams' estimates is counted from now on."""
+        if resident is not None:
+            self.retained = max(0, resident - self.baseline - self.used)
 
     def admitted(self, key: str) -> StreamCost | None:
         return self._admitted.get(key)
@@ -104,7 +122,8 @@ class MemoryBudget:
                 self._admitted[key] = before
             raise BudgetError(
                 f"{cost.describe()}, but {max(0, self.left) / 2**20:.0f} MB of the "
-                f"{self.total / 2**20:.0f} MB memory budget are left (runtime.memory_budget_mb); lower its "
+                f"{self.total / 2**20:.0f} MB memory budget are left (runtime.memory_budget_mb; the "
+                f"process itself holds {(self.baseline + self.retained) / 2**20:.0f} MB); lower its "
                 "resolution, set model.tile (e.g. 1024), or raise the budget"
             )
         self._admitted[key] = cost

@@ -80,7 +80,7 @@ def _spread_mean(
     luma: Callable[[npt.NDArray[np.uint8]], npt.NDArray[Any]],
 ) -> npt.NDArray[np.float32]:
     h, w = image.shape[:2]
-    step = max(1, w // max(1, width))
+    step = max(1, min(w // max(1, width), h))  # at least one row, however wide and short the frame
     half = step // 2
     offsets = [(0, 0)] if step == 1 else [(0, 0), (0, half), (half, 0), (half, half)]
     rows, cols = h // step, w // step

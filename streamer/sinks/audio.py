@@ -54,6 +54,12 @@ class AudioWriter:
         self._last_dts: int | None = None
         self._went_back = False
 
+    @property
+    def configured_in_packets(self) -> bool:
+        """Whether the source's packets are copied and their codec's configuration is known only from
+        the packets themselves (AAC in ADTS, as in MPEG-TS), not from the stream's header."""
+        return self._decoder is None and not self.track.stream.codec_context.extradata
+
     @classmethod
     def add(cls, container: OutputContainer, track: AudioTrack, target: str) -> AudioWriter:
         """A stream for ``track`` in ``container``, before its header: the source's codec where the

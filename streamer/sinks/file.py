@@ -4,6 +4,13 @@ The container follows the path's suffix (H.264 in mp4 by default). The header is
 so an unusable path or encoder setting fails there rather than on the first frame; ``aclose`` flushes
 the encoder so the file is complete.
 
+A recording survives the process: mp4 and mov are written as fragments of at most ``fragment_s``
+(fragmented MP4, the index with each fragment rather than one at the end), each handed to the OS as it
+is made, so a process killed mid-recording leaves a file that plays to within about a fragment and the
+encoder's lookahead of where it stopped. MPEG-TS (``.ts``) and Matroska are written as they go anyway.
+An output stops with one line when its file would pass ``max_bytes`` or the disk's free space would fall
+under ``min_free_bytes``, checked about once a second; the stream's other outputs go on.
+
 Output PTS are the frames' own, in the stream's time base, as long as they increase. A live source's
 PTS restart when it reconnects (an RTSP camera's new session starts its clock again); a muxer refuses
 a timestamp that goes back, so from such a frame on the sink shifts every PTS to continue one frame
@@ -51,6 +58,9 @@ then small beside what a model gains on it (``streamer bench quality``, delivere
 NEAR_LOSSLESS_CRF = 4
 """A recording setting that keeps nearly all of the picture it is given, at several times the size."""
 
+_FRAGMENTED = frozenset({"mp4", "mov", "ipod", "ismv", "3gp", "3g2", "psp", "f4v"})
+"""FFmpeg muxers that write ISO BMFF and so can write it as fragments."""
+
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
 
 
@@ -77,8 +87,18 @@ class FileSink(PacketSink):
         bitrate: int | None = None,
         gop: int | None = None,
         options: dict[str, str] | None = None,
+        fragment_s: float | None = 1.0,
+        max_bytes: int | None = None,
+        min_free_bytes: int = 0,
     ) -> None:
+        if fragment_s is not None and not fragment_s > 0:
+            raise SinkError(f"file sink '{path}': fragment_s is {fragment_s}; give seconds above 0, or null")
         self.path = Path(path)
+        self.fragment_s = fragment_s
+        self.max_bytes = max_bytes
+        self.min_free_bytes = min_free_bytes
+        self._next_check = 0
+        """Frames written when the file's size and the disk's free space are next looked at."""
         self.codec = resolve_encoder(codec, f"file sink '{path}'")
         self.preset = preset
         self.crf = crf
@@ -201,6 +221,7 @@ class FileSink(PacketSink):
                 stream.set_display_rotation(info.rotation)
             container.metadata.update(dict(info.tags))
             audio = None if self._track is None else AudioWriter.add(container, self._track, str(self.path))
+            self._fragment(container, audio)
             container.start_encoding()
         except SinkError:
             with contextlib.suppress(av.error.FFmpegError, ValueError, OSError):
@@ -221,6 +242,27 @@ class FileSink(PacketSink):
         self._container, self._stream, self._audio = container, stream, audio
         if self._track is not None:
             self._track.take(self._spill)
+
+    def _fragment(self, container: OutputContainer, audio: AudioWriter | None) -> None:
+        """Ask an mp4 or mov muxer for fragments of ``fragment_s``, each flushed to the OS as it is made,
+        where the file's streams are all configured in its header."""
+        if self.fragment_s is None or container.format.name not in _FRAGMENTED:
+            return
+        if audio is not None and audio.configured_in_packets:
+            log.info(
+                "'%s': written with its index at the end (not fragmented: a crash loses it), since the "
+                "source's audio states its format only in its packets (ADTS); sink.audio: drop records the "
+                "video crash-safe",
+                self.path,
+            )
+            return
+        container.container_options.update(
+            {
+                "movflags": "+frag_keyframe+empty_moov+default_base_moof",
+                "frag_duration": str(round(self.fragment_s * 1e6)),
+                "flush_packets": "1",  # each fragment to the OS as it is made, not when 32 KiB are due
+            }
+        )
 
     def _add_video(self, container: OutputContainer, info: StreamInfo) -> VideoStream:
         """The file's video stream: its own encoder, or a copy of the shared encoder's."""
@@ -259,6 +301,7 @@ class FileSink(PacketSink):
                 ) from exc
             self._written += 1
             self._last_pts = av_frame.pts
+            self._check_room(info)
 
     def _write_encoded(self, encoded: EncodedFrame) -> None:
         with self._lock:
@@ -286,10 +329,35 @@ class FileSink(PacketSink):
                     + ("; check that the disk has space" if _storage_trouble(exc) else "")
                 ) from exc
             self._written += len(admitted.packets)
+            if self._info is not None:
+                self._check_room(self._info)
             if encoded.index >= 0:
                 info = self._info
                 if encoded.media is not None and info is not None and info.fps > 0:
                     self._shared_end = encoded.media + 1 / info.fps
+
+    def _check_room(self, info: StreamInfo) -> None:
+        """About once a second of video: SinkError once the file has passed ``max_bytes`` or the disk's
+        free space is under ``min_free_bytes``."""
+        if self._written < self._next_check or (self.max_bytes is None and not self.min_free_bytes):
+            return
+        self._next_check = self._written + max(1, round(info.fps))
+        try:
+            size = os.stat(self.path).st_size
+            disk = os.statvfs(self.path.parent)
+        except OSError as exc:
+            raise SinkError(f"'{self.path}' cannot be looked at ({_reason(exc)}); was it moved?") from exc
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise SinkError(
+                f"'{self.path}' reached {size / 1e6:.1f} MB, past the output's max_mb "
+                f"({self.max_bytes / 1e6:.1f} MB); the recording stops here (what was written plays)"
+            )
+        free = disk.f_bavail * disk.f_frsize
+        if free < self.min_free_bytes:
+            raise SinkError(
+                f"the disk of '{self.path}' has {free / 1e6:.0f} MB free, under the output's min_free_mb "
+                f"({self.min_free_bytes / 1e6:.0f} MB); the recording stops here (what was written plays)"
+            )
 
     def _output_pts(self, frame: Frame, info: StreamInfo) -> int:
         """The frame's PTS in the stream's time base, shifted to stay after the last one written."""
@@ -368,6 +436,15 @@ class FileSink(PacketSink):
                     f"finishing '{self.path}' failed: {_reason(failure)}; the file is incomplete"
                     + ("; check that the disk has space" if _storage_trouble(failure) else "")
                 ) from failure
+            end = self._video_end()
+            with contextlib.suppress(OSError):
+                log.info(
+                    "'%s': %d frames written (%s s), %d bytes",
+                    self.path,
+                    self._written,
+                    "?" if end is None else f"{float(end):.2f}",
+                    os.stat(self.path).st_size,
+                )
 
 
 def _period(info: StreamInfo) -> int:

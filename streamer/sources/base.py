@@ -26,12 +26,46 @@ from streamer.frame import Frame, StreamInfo
 if TYPE_CHECKING:
     from streamer.audio import AudioTrack
 
-__all__ = ["DecodeObserver", "Source", "ThreadedSource"]
+__all__ = ["DecodeLoss", "DecodeObserver", "Source", "ThreadedSource"]
 
 DecodeObserver = Callable[[float], None]
 """Told the seconds one frame took to decode and convert to RGB; may be called from a decode thread."""
 
 log = logging.getLogger(__name__)
+
+
+REORDER_FRAMES = 16
+"""The most frames an H.264 decoder holds back to reorder them: what packets in and frames out may differ
+by while a decoder is running, before a frame counts as lost."""
+
+
+class DecodeLoss:
+    """Frames a decoder could not make: video packets in against frames out. Each packet of a file's or
+    a camera's H.264 is one picture, so once the decoder has given back the frames it held (the end of
+    the input), every packet left over was lost to damaged or missing data; while it runs, only what
+    exceeds the decoder's reordering delay counts. Plain counters, fed by one decode thread."""
+
+    def __init__(self) -> None:
+        self._packets = 0
+        self._frames = 0
+        self._settled = 0
+
+    def packet(self) -> None:
+        self._packets += 1
+
+    def frame(self) -> None:
+        self._frames += 1
+
+    def settle(self, flushed: bool = True) -> None:
+        """The decoder is done with what it was given (``flushed``: its held frames came out); what is
+        left is lost, and counting starts again."""
+        self._settled += max(0, self._packets - self._frames - (0 if flushed else REORDER_FRAMES))
+        self._packets = self._frames = 0
+
+    @property
+    def lost(self) -> int:
+        """Frames lost so far."""
+        return self._settled + max(0, self._packets - self._frames - REORDER_FRAMES)
 
 
 class Source(abc.ABC):
@@ -68,6 +102,11 @@ class Source(abc.ABC):
     def stats(self) -> ChannelStats | None:
         """The hand-off's counters (frames dropped before the pipeline saw them), if it has one."""
         return None
+
+    @property
+    def undecodable(self) -> int:
+        """Frames of the input the decoder could not make (damaged or missing data), so far."""
+        return 0
 
     @property
     def audio(self) -> AudioTrack | None:

@@ -38,7 +38,7 @@ from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import Decode, decoder_hwaccel
 from streamer.metadata import kept_tags
 from streamer.quantizer import DECODER_OPTIONS, quantizer
-from streamer.sources.base import ThreadedSource
+from streamer.sources.base import DecodeLoss, ThreadedSource
 from streamer.sources.noise import GaussianNoise
 
 __all__ = ["FileSource"]
@@ -101,6 +101,7 @@ class FileSource(ThreadedSource):
         self.loop = loop
         self._noise = GaussianNoise(noise_sigma, seed)
         self._planes = planes and noise_sigma == 0
+        self._loss = DecodeLoss()
         self._container: InputContainer | None = None
         self._stream: VideoStream | None = None
         self._audio_stream: AudioStream | None = None
@@ -204,6 +205,7 @@ class FileSource(ThreadedSource):
                     pts = timeline.place(av_frame.pts, av_frame.duration)
                     if pacer is not None and not self._wait(pacer, pts, index):
                         return
+                    self._loss.frame()
                     yield Frame(
                         picture,
                         index,
@@ -219,6 +221,7 @@ class FileSource(ThreadedSource):
                         return
                 if track is not None:
                     track.reached_end()
+                self._loss.settle()
                 if not self.loop or timeline.frames == 0:
                     return
                 log.debug("'%s' ended after pass %d; starting again", self.path, timeline.passes)
@@ -229,6 +232,18 @@ class FileSource(ThreadedSource):
                 f"decoding '{self.path}' failed after {index} frames: {_reason(exc)}; "
                 "the file is truncated or corrupt"
             ) from exc
+        finally:
+            if self._loss.lost:
+                log.warning(
+                    "'%s': %d frames could not be decoded (damaged or missing data); the stream went on "
+                    "without them",
+                    self.path,
+                    self._loss.lost,
+                )
+
+    @property
+    def undecodable(self) -> int:
+        return self._loss.lost
 
     def _wait(self, pacer: Pacer, pts: int | None, index: int) -> bool:
         """Hold the frame until its time on the wall clock; False when the source is stopped meanwhile.
@@ -247,7 +262,12 @@ class FileSource(ThreadedSource):
             streams.append(self._audio_stream)
         for packet in container.demux(*streams):
             if packet.stream.index == stream.index:  # a flush packet's own stream_index is always 0
-                yield from stream.decode(packet)
+                if packet.size:
+                    self._loss.packet()
+                try:
+                    yield from stream.decode(packet)
+                except av.error.InvalidDataError:
+                    continue  # a damaged packet: its frame is counted lost, the next keyframe repairs
             elif track is not None and packet.size:  # the demuxer's empty last packet only flushes
                 track.put(packet)
 

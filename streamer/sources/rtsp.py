@@ -51,7 +51,7 @@ from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import Decode, decoder_hwaccel
 from streamer.quantizer import DECODER_OPTIONS, quantizer
 from streamer.redact import redact_url
-from streamer.sources.base import ThreadedSource
+from streamer.sources.base import DecodeLoss, ThreadedSource
 
 __all__ = [
     "RtspSource",
@@ -73,6 +73,10 @@ DEFAULT_FPS = Fraction(30)
 """Frame rate assumed when the stream states none, so sinks can still size their encoder."""
 
 
+_LOSS_REPORT_S = 60.0
+"""Frames a camera's stream lost to damage are said at most this often, with the count."""
+
+
 def check_rtsp_url(url: str, what: str) -> None:
     """Raises ConfigError unless ``url`` is an rtsp:// or rtsps:// URL with a host."""
     try:
@@ -83,8 +87,8 @@ def check_rtsp_url(url: str, what: str) -> None:
         parts = None
     if parts is None or parts.scheme not in ("rtsp", "rtsps") or not has_host:
         raise ConfigError(
-            f"{what} URL {redact_url(url)!r} is not an RTSP URL; use rtsp://host[:port]/path "
-            "(or rtsps:// for TLS)"
+            f"{what} URL {redact_url(url)!r} is not an RTSP URL; use rtsp://host/path or, with a port, "
+            "rtsp://host:8554/path (or rtsps:// for TLS)"
         )
 
 
@@ -221,6 +225,9 @@ class RtspSource(ThreadedSource):
         self._attempts = 0
         self._connects = 0
         self._frames_decoded = 0
+        self._loss = DecodeLoss()
+        self._loss_said = 0
+        self._loss_said_at = -_LOSS_REPORT_S
         self._last_error: str | None = None
         self._last_error_at: float | None = None
         self._failures = 0
@@ -297,6 +304,8 @@ class RtspSource(ThreadedSource):
                     arrival = time.monotonic()
                     with self._lock:
                         self._frames_decoded += 1
+                    self._loss.frame()
+                    self._say_loss(arrival)
                     yield Frame(
                         pixels,
                         index,
@@ -318,6 +327,7 @@ class RtspSource(ThreadedSource):
                 reason = f"no data for {self.stall_timeout_s} s"
             except av.error.FFmpegError as exc:
                 reason = ffmpeg_reason(exc)
+            self._loss.settle(flushed=ended)
             self._drop(reason)
             if self.reconnect or self._stop.is_set():
                 continue
@@ -327,6 +337,22 @@ class RtspSource(ThreadedSource):
                 f"RTSP stream {self._shown} failed after {index} frames: {reason}; check the server, "
                 "or set reconnect to keep retrying"
             )
+
+    @property
+    def undecodable(self) -> int:
+        return self._loss.lost
+
+    def _say_loss(self, now: float) -> None:
+        """One warning a minute at most while frames are being lost, with how many."""
+        lost = self._loss.lost
+        if lost > self._loss_said and now - self._loss_said_at >= _LOSS_REPORT_S:
+            log.warning(
+                "RTSP stream %s: %d frames could not be decoded (damaged or missing packets), %d in all",
+                self._shown,
+                lost - self._loss_said,
+                lost,
+            )
+            self._loss_said, self._loss_said_at = lost, now
 
     def _decode(self, container: InputContainer, track: AudioTrack | None) -> Iterator[VideoFrame]:
         stream = container.streams.video[0]
@@ -341,6 +367,8 @@ class RtspSource(ThreadedSource):
                     track.put(packet)
                 continue
             self._decode_started = time.perf_counter()
+            if packet.size:
+                self._loss.packet()
             try:
                 frames = stream.decode(packet)
             except av.error.InvalidDataError:

@@ -60,7 +60,7 @@ def _shown(text: str) -> str:
 
 
 def _origin(text: str) -> str:
-    how = "write it as scheme://host[:port], e.g. 'https://studio.example.net' or 'http://localhost:3000'"
+    how = "write it as scheme://host, with a port where it has one, e.g. 'https://studio.example.net' or 'http://localhost:3000'"
     if len(text) > _MAX_ORIGIN:
         raise ConfigError(f"webrtc.cors_origins: {_shown(text[:60])!r}... is longer than any origin; {how}")
     try:

@@ -42,7 +42,7 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSe
 from multidict import CIMultiDict
 
 from streamer.errors import ConfigError
-from streamer.httpserve import check_bearer, serve
+from streamer.httpserve import HttpLimits, check_bearer, read_body, serve
 from streamer.memory import release_memory
 from streamer.webrtc.codecs import refusal, relabel_h264, video_formats, video_section
 from streamer.webrtc.cors import CorsPolicy, check_origins
@@ -55,7 +55,7 @@ from streamer.webrtc.ice import (
     rtc_configuration,
 )
 from streamer.webrtc.lipsync import LipSync, listen
-from streamer.webrtc.playback import FrameHub, PlayerAudioTrack, PlayerTrack
+from streamer.webrtc.playback import ORIGINAL_SUFFIX, FrameHub, PlayerAudioTrack, PlayerTrack
 
 __all__ = ["Ingest", "WebRtcServer"]
 
@@ -189,6 +189,7 @@ class WebRtcServer:
         publisher_stale_s: float = 3.0,
         max_sessions: int = 64,
         max_players: int = 16,
+        limits: HttpLimits | None = None,
     ) -> None:
         if not token and not is_loopback(host):
             raise ConfigError(
@@ -224,6 +225,7 @@ class WebRtcServer:
             check_addresses(ice_addresses) if ice_addresses is not None else default_ice_addresses(host)
         )
         self._max_body = max_body_bytes
+        self._limits = limits or HttpLimits()
         self._connect_timeout = connect_timeout_s
         self._publisher_stale = publisher_stale_s
         self._max_sessions = max_sessions
@@ -264,7 +266,7 @@ class WebRtcServer:
         """Bind and serve; raises ConfigError naming the address when it cannot be bound."""
         if self._runner is not None:
             return
-        self._runner, self._port = await serve(self.app, self.host, self._port, "webrtc")
+        self._runner, self._port = await serve(self.app, self.host, self._port, "webrtc", self._limits)
         urls = [url for server in self._ice_servers for url in server.urls]  # no credentials in a URL
         log.info(
             "WHIP/WHEP server on %s (ICE addresses %s; ICE servers %s, %s; CORS origins %s)",
@@ -506,7 +508,7 @@ class WebRtcServer:
         if request.content_length is not None and request.content_length > self._max_body:
             raise too_large
         try:
-            body = await request.read()
+            body = await read_body(request, self._limits, "webrtc")
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
         except (ConnectionError, ClientPayloadError):
@@ -533,12 +535,17 @@ class WebRtcServer:
                 headers=retry,
                 text=f"{len(self._sessions)} WebRTC sessions are open (webrtc.max_sessions); retry later\n",
             )
-        players = sum(1 for s in self._sessions.values() if s.kind == "whep" and s.stream == stream)
+        played = stream.removesuffix(ORIGINAL_SUFFIX)
+        players = sum(
+            1
+            for s in self._sessions.values()
+            if s.kind == "whep" and s.stream.removesuffix(ORIGINAL_SUFFIX) == played
+        )
         if kind == "whep" and players >= self._max_players:
             raise web.HTTPServiceUnavailable(
                 headers=retry,
-                text=f"stream {stream!r} has {players} players (webrtc.max_players); retry later, or fan "
-                "out through a relay (MediaMTX, go2rtc)\n",
+                text=f"stream {played!r} has {players} players, its original's counted "
+                "(webrtc.max_players); retry later, or fan out through a relay (MediaMTX, go2rtc)\n",
             )
 
     def _open_session(self, kind: _Kind, stream: str) -> _Session:

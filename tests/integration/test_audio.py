@@ -121,6 +121,18 @@ def audio_of(path: Path) -> AudioInfo:
         )
 
 
+def copied(written: list[tuple[int | None, bytes]], source: list[tuple[int | None, bytes]]) -> bool:
+    """The same packets, each moved by one amount at most: a fragmented mp4 starts each track at 0, so
+    an AAC encoder's priming (its first 1024 samples, at a negative time in the source) moves every
+    packet alike, and the sync the tests measure holds."""
+    shifts = {(w or 0) - (s or 0) for (w, _), (s, _) in zip(written, source, strict=True)}
+    return (
+        [b for _, b in written] == [b for _, b in source]
+        and len(shifts) <= 1
+        and max(shifts, default=0) <= 1024
+    )
+
+
 def seconds(frame: av.VideoFrame | av.AudioFrame) -> float:
     assert frame.time is not None
     return frame.time
@@ -168,7 +180,7 @@ def test_aac_is_copied_packet_for_packet_and_stays_in_sync(tmp_path: Path) -> No
     report, pipeline = run(clip, out)
     source, written = audio_of(clip.path), audio_of(out)
     assert (written.codec, written.rate, written.channels) == (source.codec, source.rate, source.channels)
-    assert written.packets == source.packets
+    assert copied(written.packets, source.packets)
     assert report.frames_out == video_frames(out) == 60 * FPS
     measured = offsets(out, clip.flashes)
     assert all(abs(offset) < 1 / FPS for offset in measured), measured
@@ -227,7 +239,7 @@ def test_frames_the_budget_passes_through_or_drops_leave_every_audio_packet(
     missed = report.outcomes["budget_drop" if on_miss == "drop" else "budget_passthrough"]
     assert missed > 0
     source, written = audio_of(clip.path), audio_of(out)
-    assert written.packets == source.packets
+    assert copied(written.packets, source.packets)
     assert pipeline.queue_stats()[-1].max_depth <= AUDIO_QUEUE_PACKETS + 1
     if on_miss == "passthrough":
         measured = offsets(out, clip.flashes)
@@ -239,10 +251,12 @@ def test_a_run_cut_at_max_frames_keeps_the_audio_up_to_the_last_frame(tmp_path: 
     out = tmp_path / "out.mp4"
     run(clip, out, **{"source.max_frames": 2 * FPS})
     source, written = audio_of(clip.path), audio_of(out)
-    assert written.packets == source.packets[: len(written.packets)]
-    last = written.packets[-1][0]
+    assert copied(written.packets, source.packets[: len(written.packets)])
+    last, first, source_first = written.packets[-1][0], written.packets[0][0], source.packets[0][0]
     assert last is not None
-    assert Fraction(last, 48000) < 2
+    assert first is not None
+    assert source_first is not None
+    assert Fraction(last - (first - source_first), 48000) < 2  # in the source's time
     assert abs(offsets(out, clip.flashes[:1])[0]) < 1 / FPS
 
 
@@ -287,7 +301,7 @@ def test_a_realtime_file_keeps_every_audio_packet(tmp_path: Path) -> None:
     out = tmp_path / "out.mp4"
     report, pipeline = run(clip, out, **{"source.realtime": True})
     assert pipeline.source.info.live
-    assert audio_of(out).packets == audio_of(clip.path).packets
+    assert copied(audio_of(out).packets, audio_of(clip.path).packets)
     # A live source drops its oldest frames rather than wait, counted; the audio never moves.
     assert report.frames_in + report.source_dropped == FPS
     assert report.frames_out == video_frames(out) == report.frames_in

@@ -692,18 +692,22 @@ def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_g
     media = tmp_path / "media"
     media.mkdir()
     (media / "clip.mp4").write_bytes(real_clip.read_bytes())
-    # The running 640x360 stream is estimated at about 120 MB (two model calls at once, conv3d_t5's card:
-    # 212 bytes a pixel each): 80 MB are left, less than the 91 MB a 640x272 file needs.
-    config = config_of(
-        [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
-        **{"http.token": "t", "http.media_roots": [str(media)], "runtime.memory_budget_mb": 200},
-    )
-    auth = {"Authorization": "Bearer t"}
 
     def rss_mb() -> float:
         with open("/proc/self/status") as status:
             line = next(x for x in status if x.startswith("VmRSS"))
         return int(line.split()[1]) / 1024
+
+    # The budget counts the process itself (its resident memory when the service starts) and then the
+    # streams: the running 640x360 stream is estimated at about 120 MB (two model calls at once,
+    # conv3d_t5's card: 212 bytes a pixel each), which leaves under 80 MB, less than the 91 MB a 640x272
+    # file needs.
+    budget = round(rss_mb()) + 200
+    config = config_of(
+        [{"id": "base", "source": {"kind": "synthetic", "realtime": True, "frames": None}}],
+        **{"http.token": "t", "http.media_roots": [str(media)], "runtime.memory_budget_mb": budget},
+    )
+    auth = {"Authorization": "Bearer t"}
 
     async def scenario() -> None:
         async with serving(config) as run, aiohttp.ClientSession() as http:
@@ -715,7 +719,7 @@ def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_g
             assert status == 503
             assert len(reason.strip().splitlines()) == 1
             assert "7680x4320 needs about" in reason
-            assert "MB of the 200 MB memory budget are left" in reason
+            assert f"MB of the {budget} MB memory budget are left" in reason
             assert rss_mb() - before < 50  # refused before anything of its size was allocated
             # A file's size is known once it opens: admitted or refused then, the stream failing alone.
             clip = {"id": "clip", "source": {"kind": "file", "path": str(media / "clip.mp4")}}
@@ -736,9 +740,12 @@ def test_a_stream_whose_frames_grow_past_the_budget_ends_there_with_its_earlier_
 
     clip = change_clip(tmp_path / "grows.ts", (160, 96), (640, 360), 20)
     written: list[int] = []
+    with open("/proc/self/statm") as statm:
+        resident_mb = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     config = config_of(
         [{"id": "grows", "source": {"kind": "file", "path": str(clip)}}],
-        **{"runtime.memory_budget_mb": 16},  # the first size needs ~11 MB, the second ~160 MB
+        # The process itself, then the first size's ~11 MB fit; the second size's ~160 MB do not.
+        **{"runtime.memory_budget_mb": round(resident_mb) + 60},
     )
 
     def record(source: Frame, sent: Frame, outcome: Outcome) -> None:

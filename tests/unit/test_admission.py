@@ -56,3 +56,20 @@ def test_a_budget_admits_what_fits_refuses_the_rest_in_one_line_and_frees_on_rel
     with pytest.raises(BudgetError):
         budget.admit("b", huge)
     assert budget.admitted("b") == small
+
+
+def test_the_process_itself_and_what_it_kept_count_against_the_budget() -> None:
+    small = stream_cost(640, 360, frames_held=10)
+    budget = MemoryBudget(small.total * 5 // 2, baseline=small.total)
+    budget.admit("a", small)
+    with pytest.raises(BudgetError, match=f"the process itself holds {small.total / 2**20:.0f} MB"):
+        budget.admit("b", small)
+    budget.release("a")
+    budget.settle(resident=2 * small.total)  # one stream's worth stayed resident after it left
+    assert budget.retained == small.total
+    with pytest.raises(BudgetError):
+        budget.admit("b", small)
+    budget.settle(resident=small.total)  # given back
+    budget.admit("b", small)
+    budget.settle(resident=None)  # nothing measured: the account stands
+    assert budget.held == 2 * small.total

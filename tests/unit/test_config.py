@@ -339,13 +339,63 @@ def test_every_numeric_setting_refuses_inf_nan_and_huge_values_in_one_line(
         ({"sinks": [{"kind": "null"}] * 9}, "sinks"),
         (
             {"sinks": [{"kind": "file", "path": "out/a.mp4"}, {"kind": "file", "path": "out/a.mp4"}]},
-            "two outputs write file 'out/a.mp4'",
+            "file 'out/a.mp4' and file 'out/a.mp4' are one target",
+        ),
+        (
+            {"sinks": [{"kind": "file", "path": "out/a.mp4"}, {"kind": "file", "path": "out/sub/../a.mp4"}]},
+            "file 'out/sub/../a.mp4' and file 'out/a.mp4' are one target",
+        ),
+        (
+            {
+                "sinks": [
+                    {"kind": "rtsp", "url": "rtsp://user:secret@Relay.Example/cam"},
+                    {"kind": "rtsp", "url": "RTSP://relay.example:554/x/../cam/"},
+                ]
+            },
+            "RTSP URL 'rtsp://relay.example:554/x/../cam/' and RTSP URL 'rtsp://***@Relay.Example/cam'",
         ),
         ({"sinks": [{"kind": "whep", "stream": "x"}, {"kind": "whep", "stream": "x"}]}, "WHEP stream 'x'"),
     ],
 )
 def test_bad_sinks_are_one_line(overrides: dict[str, object], reason: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(reason)):
+        load_config(None, overrides)
+
+
+def test_a_file_reached_through_a_symlink_is_the_same_output(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    outputs = [{"kind": "file", "path": str(tmp_path / d / "a.mp4")} for d in ("real", "link")]
+    with pytest.raises(ConfigError, match="are one target"):
+        load_config(None, {"sinks": outputs})
+
+
+def test_two_streams_may_not_write_one_target() -> None:
+    streams = [
+        {"id": "a", "source": {"kind": "synthetic"}, "sink": {"kind": "rtsp", "url": "rtsp://h:554/x"}},
+        {"id": "b", "source": {"kind": "synthetic"}, "sink": {"kind": "rtsp", "url": "rtsp://H/x"}},
+    ]
+    with pytest.raises(ConfigError, match="stream 'b' writes RTSP URL 'rtsp://H/x', which stream 'a' writes"):
+        load_config(None, {"streams": streams})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("source.path", "/media/a\x00.mp4"),
+        ("sink.path", "out/x\x00.mp4"),
+        ("model.path", "/models/m\x00.onnx"),
+        ("source.url", "rtsp://h/cam\r\nX-Forged: 1"),
+        ("sink.url", "rtsp://h/cam\x1b[2J"),
+        ("http.media_roots", ["/media", "/m\x01"]),
+    ],
+)
+def test_control_characters_in_any_setting_are_refused_naming_the_key(key: str, value: object) -> None:
+    kinds = {"source.path": "file", "source.url": "rtsp", "sink.path": "file", "sink.url": "rtsp"}
+    overrides: dict[str, object] = {key: value}
+    if key in kinds:
+        overrides[key.split(".")[0] + ".kind"] = kinds[key]
+    with pytest.raises(ConfigError, match=f"^defaults: {re.escape(key)}: holds the control character"):
         load_config(None, overrides)
 
 

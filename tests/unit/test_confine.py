@@ -125,6 +125,32 @@ def test_rtsp_hosts_can_be_limited() -> None:
         _check(policy, {"sinks": push})
 
 
+def test_by_default_api_streams_reach_loopback_and_the_config_files_own_hosts_only() -> None:
+    policy = ApiPolicy.from_config(HttpConfig(), {"cam.local"})
+    _check(policy, {"source": {"kind": "rtsp", "url": "rtsp://CAM.local/x"}})
+    _check(policy, {"sink": {"kind": "rtsp", "url": "rtsp://127.0.0.1:8554/out"}})
+    _check(policy, {"sink": {"kind": "rtsp", "url": "rtsp://[::1]:8554/out"}})
+    with pytest.raises(AccessError, match=re.escape("list more there, or '*' for any")):
+        _check(policy, {"sink": {"kind": "rtsp", "url": "rtsp://203.0.113.9/push"}})
+    anywhere = ApiPolicy.from_config(HttpConfig(allowed_hosts=["*"]))
+    _check(anywhere, {"sink": {"kind": "rtsp", "url": "rtsp://203.0.113.9/push"}})
+
+
+def test_api_outputs_take_compressed_codecs_and_a_capped_size(roots: dict[str, Path]) -> None:
+    policy = _policy(roots)
+    out = str(roots["media"] / "new.mp4")
+    with pytest.raises(AccessError, match=re.escape("sink.codec 'rawvideo' is not among the encoders")):
+        _check(policy, {"sink": {"kind": "file", "path": out, "codec": "rawvideo"}})
+    _check(
+        _policy(roots, api_codecs=["rawvideo"]), {"sink": {"kind": "file", "path": out, "codec": "rawvideo"}}
+    )
+    stream = StreamConfig.model_validate({"sinks": [{"kind": "file", "path": out}, {"kind": "null"}]})
+    bounded = policy.bounded(stream)
+    assert [getattr(s, "max_mb", None) for s in bounded.outputs()] == [4096, None]
+    asked = StreamConfig.model_validate({"sink": {"kind": "file", "path": out, "max_mb": 10}})
+    assert [getattr(s, "max_mb", None) for s in policy.bounded(asked).outputs()] == [10]
+
+
 @pytest.mark.parametrize("field", ["threads", "workers"])
 def test_model_threads_or_workers_past_the_cores_are_refused(roots: dict[str, Path], field: str) -> None:
     cores = os.cpu_count() or 1

@@ -190,3 +190,13 @@ def test_the_thumbnails_luma_is_bt601_in_integers_exactly_up_to_white() -> None:
     thumb = luma_thumbnail(frame, 40)
     assert np.array_equal(thumb, expected)
     assert thumb[:3, :4].min() == 255.0
+
+
+@pytest.mark.parametrize(("height", "width"), [(16, 7680), (2, 4096), (4320, 2)])
+def test_frames_far_wider_than_tall_or_the_reverse_are_gated(height: int, width: int) -> None:
+    g = MotionGate(downscale_width=160, refresh_s=None, tile=16)
+    still = make_frame(0, pixels=np.full((height, width, 3), 90, np.uint8))
+    moved = make_frame(1, pixels=np.full((height, width, 3), 200, np.uint8))
+    first = g.decide(Hyperframe((still,), 0), now=0.0)
+    second = g.decide(Hyperframe((moved,), 0), now=0.1)
+    assert (first.reason, second.run_model) == (GateReason.FIRST, True)

@@ -137,6 +137,7 @@ def test_sessions_past_the_caps_get_503_and_free_their_place_when_they_end() -> 
         server = WebRtcServer(token=TOKEN, max_sessions=3, max_players=2)
         WhipSource(server, "cam")
         WhepSink(server, "cam")
+        WhepSink(server, "lobby")
         async with TestClient(TestServer(server.app, host="127.0.0.1", port=0)) as client:
             offers = [await make_offer("recvonly") for _ in range(2)]
             players = [await client.post("/whep/cam", data=offer, headers=SDP) for offer in offers]
@@ -145,9 +146,12 @@ def test_sessions_past_the_caps_get_503_and_free_their_place_when_they_end() -> 
             assert third.status == 503
             assert third.headers["Retry-After"] == "5"
             assert "webrtc.max_players" in await third.text()
-            other = await client.post(
+            original = await client.post(
                 f"/whep/cam{ORIGINAL_SUFFIX}", data=await make_offer("recvonly"), headers=SDP
             )
+            assert original.status == 503  # one cap for the stream and its original
+            assert "its original's counted" in await original.text()
+            other = await client.post("/whep/lobby", data=await make_offer("recvonly"), headers=SDP)
             assert other.status == 201  # another stream's players are counted apart
             full = await client.post("/whip/cam", data=await make_offer(), headers=SDP)
             assert full.status == 503
