@@ -651,11 +651,12 @@ def _register_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
     memory = kinds.add_parser(
         "memory",
-        help="one model call's peak memory per pixel (what memory admission reads from the card)",
-        description="Each model in a fresh process: peak resident memory after one call at --size against "
-        "after one at 64x48, per pixel (a window model's whole window; a streaming model's T frames "
-        "encoded and one fusion). --write-cards stores it, rounded up, as activation_bytes_per_pixel in "
-        "the model's JSON card, which memory admission reads (480 where a model has none).",
+        help="a model call's peak memory per pixel (what memory admission reads from the card)",
+        description="Each model in a fresh process: peak resident memory after four calls at --size (the "
+        "peak settles after the first few) against after one at 64x48, per pixel (a window model's whole "
+        "window; a streaming model's T frames encoded and one fusion). --write-cards stores it, rounded "
+        "up, as activation_bytes_per_pixel in the model's JSON card, which memory admission reads (480 "
+        "where a model has none).",
     )
     memory.add_argument("--size", default="1920x1080", metavar="WxH", help="frame size measured (1920x1080)")
     memory.add_argument(

@@ -3,7 +3,7 @@
 Admission estimates a stream's cost before it runs; the largest part is one model call's activations,
 which grow with the frame and differ per model (a streaming model fuses cached maps, a window model
 re-reads T frames). Each model is measured in a fresh process: the peak resident memory after a call at
-a small size (libraries and kernels loaded) against the peak after one call at ``--size`` (a window
+a small size (libraries and kernels loaded) against the peak after four calls at ``--size`` (a window
 model's whole window; a streaming model's T frames encoded and one fusion), divided by the pixels.
 ``--write-cards`` stores the figure, rounded up, as ``activation_bytes_per_pixel`` in each model's card
 (the JSON beside it), where the runtime reads it.
@@ -28,7 +28,11 @@ from streamer.errors import ConfigError
 
 __all__ = ["MemoryRow", "measure_bytes_per_pixel"]
 
-_PROBE = """
+_CALLS = 4
+"""Calls measured at the size: onnxruntime's peak grows over the first calls (a second call at 1080p took
+conv3d_t5 half as much again as the first) before it settles, and a stream makes many."""
+
+_PROBE = f"""
 import sys
 import numpy as np
 from streamer.backend.onnx import OnnxBackend
@@ -46,7 +50,8 @@ def hwm():  # this process's peak RSS in KiB (getrusage's would include the pare
     return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
 call(64, 48)
 base = hwm()
-call(width, height)
+for _ in range({_CALLS}):
+    call(width, height)
 print((hwm() - base) * 1024 / (width * height))
 """
 
@@ -108,7 +113,7 @@ def format_table(rows: list[MemoryRow], machine: Machine, wall_s: float) -> str:
         *(f"{r.model:24} {r.size:>10} {r.bytes_per_pixel:9.0f}  {r.card}" for r in rows),
         "",
         wrapped(
-            "note: peak RSS after one call at the size against after one at 64x48, in a fresh process per "
+            "note: peak RSS after four calls at the size against after one at 64x48, in a fresh process per "
             "model (one thread); memory admission reads the card's activation_bytes_per_pixel, else 480"
         ),
         f"total {wall_s:.1f} s",
