@@ -207,6 +207,7 @@ class ControlServer:
         data = await self._json_body(request, "the stream, one item of the config's streams,")
         try:
             stream = stream_config(data, self.service.config)
+            self.service.check_free(stream)
             self.policy.check(stream, data)
             runner = await self.service.add(self.policy.bounded(stream))
         except (StreamExistsError, OutputTakenError) as err:

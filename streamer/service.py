@@ -290,7 +290,7 @@ class Service:
                 f"{running} streams are running, http.max_streams; remove one (DELETE /streams/{{id}}) "
                 "or raise the cap"
             )
-        self._check_free(stream)  # before a model is loaded for it
+        self.check_free(stream)  # before a model is loaded for it
         await self._load(stream.model)
         self.budget.settle(process_rss())  # a model loaded for it is the process's from now on
         await asyncio.to_thread(probe_engines, stream)
@@ -420,7 +420,9 @@ class Service:
         )
         return _Model(backend, scheduler)
 
-    def _check_free(self, stream: StreamConfig) -> None:
+    def check_free(self, stream: StreamConfig) -> None:
+        """Raises StreamExistsError for a running id, OutputTakenError for an output another running stream
+        writes (before anything else is checked of a new stream: the clearest reason comes first)."""
         if stream.id in self.runners:
             raise StreamExistsError(
                 f"stream {stream.id!r} is already running; remove it first or pick another id"
@@ -436,7 +438,7 @@ class Service:
                 )
 
     def _build(self, stream: StreamConfig) -> StreamRunner:
-        self._check_free(stream)
+        self.check_free(stream)
         model = self._model(stream)
         source = stream.source
         try:

@@ -143,6 +143,8 @@ def test_the_control_api_survives_half_sent_requests_and_hostile_streams(
             first = {"id": "first", "source": {**synthetic, "frames": None, "realtime": True}}
             first["sink"] = {"kind": "file", "path": str(media / "d.mp4")}
             assert (await add(http, url, first))[0] == 201
+            await run.wait_states({"first": "live"})
+            assert (media / "d.mp4").exists()  # in use, not merely present: 409 naming the writer, not 403
             for spelling in (media / "sub" / ".." / "d.mp4", media / "link" / "d.mp4"):
                 second = {
                     "id": "second",
