@@ -37,11 +37,12 @@ import numpy as np
 from tqdm import tqdm
 
 from export.measured import store_measured
-from streamer.backend.onnx import BLEND, OnnxBackend
+from streamer.backend.onnx import OnnxBackend
 from streamer.bench.delivered import delivered, reencoded
 from streamer.bench.metrics import Clip, psnr
 from streamer.bench.quality import camera_stream, load_clip, parse_size
 from streamer.colour import to_rgb, yuv_of
+from streamer.contract import Key
 from streamer.core.blend import FULL, Blend
 from streamer.core.noise import noise_sigma
 from streamer.quantizer import DECODER_OPTIONS, quantizer
@@ -181,7 +182,9 @@ def _load(path: Path) -> list[Measured]:
 
 def write_blend(model: Path, blend: Blend, how: str) -> None:
     """Stores ``blend`` in the model's metadata (and its card beside it, where there is one)."""
-    store_measured(model, BLEND, blend.describe(), {"blend": {"ramps": blend.describe(), "measured": how}})
+    store_measured(
+        model, Key.BLEND, blend.describe(), {"blend": {"ramps": blend.describe(), "measured": how}}
+    )
 
 
 def _markdown(measured: Sequence[Measured], blend: Blend) -> str:
@@ -244,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"streams {', '.join(d.key for d in DAMAGES)}, tolerance {args.tolerance:g} dB"
         )
         write_blend(args.model, blend, how)
-        print(f"wrote {BLEND} {blend.describe()} into {args.model}")
+        print(f"wrote {Key.BLEND} {blend.describe()} into {args.model}")
     return 0
 
 

@@ -28,9 +28,10 @@ import numpy as np
 from tqdm import tqdm
 
 from export.measured import store_measured
-from streamer.backend.onnx import STRENGTH_CURVE, OnnxBackend, strength_curve
+from streamer.backend.onnx import OnnxBackend, strength_curve
 from streamer.bench.metrics import Clip, psnr
 from streamer.bench.quality import add_noise, load_clip, model_frames, parse_size
+from streamer.contract import Key
 from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError
 from streamer.samples import sample_clip
@@ -118,7 +119,7 @@ def write_curve(model: Path, curve: Sequence[tuple[float, float]], how: str) -> 
     text = _text(curve)
     strength_curve(text, str(model))  # what the runtime will read back
     card = {"strength_curve": {"points": [list(p) for p in curve], "measured": how}}
-    store_measured(model, STRENGTH_CURVE, text, card)
+    store_measured(model, Key.STRENGTH_CURVE, text, card)
 
 
 def _markdown(levels: Sequence[Level], curve: Sequence[tuple[float, float]]) -> str:
@@ -181,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.size}), Gaussian sigmas {args.sigmas}, strengths {args.strengths}"
         )
         write_curve(args.model, curve, how)
-        print(f"wrote {STRENGTH_CURVE} into {args.model}")
+        print(f"wrote {Key.STRENGTH_CURVE} into {args.model}")
     return 0
 
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from streamer.backend.base import ChannelOrder, Layout
+from streamer.contract import Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
 from streamer.layout import to_model_layout
@@ -113,23 +114,23 @@ def metadata_props(
     left out at their defaults, so files of the common kind stay as they were, and the value range
     where no tensor is float (uint8 in and out: the pixels themselves)."""
     meta = {
-        "streamer.name": name,
-        "streamer.t": str(t),
-        "streamer.layout": layout.value,
-        "streamer.output_position": output_position.value,
+        Key.NAME: name,
+        Key.T: str(t),
+        Key.LAYOUT: layout.value,
+        Key.OUTPUT_POSITION: output_position.value,
     }
     if not (uint8_input and uint8_output):
         lo, hi = value_range
-        meta["streamer.value_range"] = f"{lo:g},{hi:g}"
-    meta["streamer.pad_multiple"] = str(pad_multiple)
+        meta[Key.VALUE_RANGE] = f"{lo:g},{hi:g}"
+    meta[Key.PAD_MULTIPLE] = str(pad_multiple)
     if channel_order is not ChannelOrder.RGB:
-        meta["streamer.channel_order"] = channel_order.value
+        meta[Key.CHANNEL_ORDER] = channel_order.value
     if scale != 1:
-        meta["streamer.scale"] = str(scale)
+        meta[Key.SCALE] = str(scale)
     if states:
-        meta["streamer.state"] = json.dumps([state_json(s) for s in states])
+        meta[Key.STATE] = json.dumps([state_json(s) for s in states])
     if strength_default is not None:
-        meta["streamer.strength_default"] = f"{strength_default:g}"
+        meta[Key.STRENGTH_DEFAULT] = f"{strength_default:g}"
     return meta
 
 

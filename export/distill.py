@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from export.checkpoint import load_checkpoint
+from streamer.contract import Key
 from streamer.errors import ConfigError, ModelError
 
 __all__ = ["OnnxTeacher", "init_weights", "warm_start"]
@@ -45,7 +46,7 @@ class OnnxTeacher:
         if (
             len(shape) != 5
             or inputs[0].type != "tensor(float)"
-            or meta.get("streamer.layout", "NTCHW") != "NTCHW"
+            or meta.get(Key.LAYOUT, "NTCHW") != "NTCHW"
             or shape[1] != t
             or shape[2] != 3
         ):

@@ -55,8 +55,9 @@ from export.contract import (
 )
 from export.objective import count_macs
 from export.probe import check_slots
-from export.reach import CARD_REACH_KEY, module_reach
+from export.reach import module_reach
 from streamer.backend.base import ChannelOrder, Layout
+from streamer.contract import CARD_REACH_KEY, Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, SourceError
 from streamer.fold import fold_constants
@@ -700,10 +701,10 @@ def benchmark_cpu(
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
     meta = session.get_modelmeta().custom_metadata_map
-    states = json.loads(meta.get("streamer.state", "[]"))
-    t = int(meta.get("streamer.t", "1"))
-    multiple = int(meta.get("streamer.pad_multiple", "1"))
-    layout = Layout(meta.get("streamer.layout", Layout.NTCHW.value))
+    states = json.loads(meta.get(Key.STATE, "[]"))
+    t = int(meta.get(Key.T, "1"))
+    multiple = int(meta.get(Key.PAD_MULTIPLE, "1"))
+    layout = Layout(meta.get(Key.LAYOUT, Layout.NTCHW.value))
     uint8 = session.get_inputs()[0].type == "tensor(uint8)"
     result: dict[str, Any] = {}
     if not sizes:

@@ -36,6 +36,7 @@ import onnx
 import onnxruntime as ort
 
 from streamer.bench.harness import cpu_isa, cpu_name
+from streamer.contract import Key
 from streamer.errors import ConfigError, ModelError, SourceError
 from streamer.samples import resolve_sample
 from streamer.tiers import model_fps
@@ -220,7 +221,7 @@ def quantize_streaming(
             f"--int8 quantizes streaming models (their uint8 graphs); {model.name} is a window model"
         )
     meta = {p.key: p.value for p in onnx.load(str(model)).metadata_props}
-    encoder_src = model.with_name(meta["streamer.encoder"])
+    encoder_src = model.with_name(meta[Key.ENCODER])
     out = model.with_name(f"{model.stem}.int8.onnx")
     encoder_out = model.with_name(f"{model.stem}.int8.encoder.onnx")
     t = info.t
@@ -257,9 +258,9 @@ def quantize_streaming(
         quantized,
         {
             **meta,
-            "streamer.name": f"{meta.get('streamer.name', model.stem)}-int8",
-            "streamer.encoder": encoder_out.name,
-            "streamer.int8": json.dumps(
+            Key.NAME: f"{meta.get(Key.NAME, model.stem)}-int8",
+            Key.ENCODER: encoder_out.name,
+            Key.INT8: json.dumps(
                 {"activations": "QUInt8", "weights": "QInt8 per-channel", "reduce_range": reduce}
             ),
         },

@@ -26,11 +26,10 @@ import torch
 from torch import nn
 
 from streamer.backend.base import Layout
+from streamer.contract import CARD_REACH_KEY
 from streamer.errors import ConfigError, StreamerError
 
-__all__ = ["CARD_REACH_KEY", "module_reach", "receptive_reach"]
-
-CARD_REACH_KEY = "reach_px"
+__all__ = ["module_reach", "receptive_reach"]
 
 logger = logging.getLogger(__name__)
 

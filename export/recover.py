@@ -28,6 +28,7 @@ import torch
 from onnx import numpy_helper
 
 from export.contract import STRENGTH
+from streamer.contract import Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.models.conv3d import Conv3dEnhancer
@@ -50,8 +51,8 @@ def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
     meta = {p.key: p.value for p in graph.metadata_props}
     weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
     try:
-        t = int(meta["streamer.t"])
-        position = OutputPosition(meta["streamer.output_position"])
+        t = int(meta[Key.T])
+        position = OutputPosition(meta[Key.OUTPUT_POSITION])
         entry, fuse5 = _entry(graph, weights, t)
         found = [m.group(1) for name in weights if (m := _BLOCK.fullmatch(name))]
         module = Conv3dEnhancer(
@@ -116,13 +117,13 @@ def streaming_from_onnx(path: Path) -> StreamingEnhancer:
 def _streaming(path: Path, fusion: onnx.ModelProto) -> StreamingEnhancer:
     graphs = [fusion]
     meta = {p.key: p.value for p in fusion.metadata_props}
-    if "streamer.encoder" not in meta:
+    if Key.ENCODER not in meta:
         raise ModelError(f"{str(path)!r} is not a streaming model (no streamer.encoder metadata)")
-    encoder = path.with_name(Path(meta["streamer.encoder"]).name)
+    encoder = path.with_name(Path(meta[Key.ENCODER]).name)
     graphs.append(_load(encoder))
     card = path.with_suffix(".json")
-    if "streamer.architecture" in meta:
-        config = json.loads(meta["streamer.architecture"])
+    if Key.ARCHITECTURE in meta:
+        config = json.loads(meta[Key.ARCHITECTURE])
     elif card.is_file():
         config = json.loads(card.read_text()).get("parameters")
     else:
@@ -160,7 +161,7 @@ def _streaming(path: Path, fusion: onnx.ModelProto) -> StreamingEnhancer:
 def rebuild(path: Path) -> Conv3dEnhancer | StreamingEnhancer:
     """The module exported as ``path``: a streaming model's fusion graph, or a Conv3d's file."""
     graph = _load(path)
-    streaming = any(p.key == "streamer.encoder" for p in graph.metadata_props)
+    streaming = any(p.key == Key.ENCODER for p in graph.metadata_props)
     return _streaming(path, graph) if streaming else _conv3d(path, graph)
 
 

@@ -51,6 +51,7 @@ from export.onnx_export import (
 )
 from export.reach import module_reach
 from streamer.backend.base import Layout
+from streamer.contract import Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, SourceError
 
@@ -312,13 +313,13 @@ def export_streaming(
         value_range=value_range,
         pad_multiple=multiple,
     )
-    meta["streamer.encoder"] = encoder_path.name
-    meta["streamer.features"] = json.dumps(list(features))
+    meta[Key.ENCODER] = encoder_path.name
+    meta[Key.FEATURES] = json.dumps(list(features))
     if callable(getattr(module, "config", None)):  # what export.recover rebuilds the module from
-        meta["streamer.architecture"] = json.dumps(cast(Any, module).config())
+        meta[Key.ARCHITECTURE] = json.dumps(cast(Any, module).config())
     onnx.helper.set_model_props(fusion, meta)
     encoder_model = onnx.load_from_string(encoder_bytes)
-    onnx.helper.set_model_props(encoder_model, {"streamer.name": f"{name}.encoder"})
+    onnx.helper.set_model_props(encoder_model, {Key.NAME: f"{name}.encoder"})
     for graph, what in ((fusion, "fusion graph"), (encoder_model, "encoder graph")):
         try:
             onnx.checker.check_model(graph, full_check=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamer.contract import Key
 from streamer.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:  # onnx is imported where a file is read: export.cli loads this module for `streamer run`
@@ -144,9 +145,9 @@ def write_repo(
     the files written. Every target is checked before anything is written, so a refusal leaves the
     repository as it was."""
     check_target(repo, name, options, streaming=encoder is not None)
-    graphs = [(name, model, {} if encoder is None else {"streamer.encoder_model": encoder_name(name)})]
+    graphs = [(name, model, {} if encoder is None else {Key.ENCODER_MODEL: encoder_name(name)})]
     if encoder is not None:
-        graphs.append((encoder_name(name), encoder, {"streamer.fusion_model": name}))
+        graphs.append((encoder_name(name), encoder, {Key.FUSION_MODEL: name}))
     texts = [
         (graph_name, path, config_text(graph_name, _load(path), options, links))
         for graph_name, path, links in graphs
@@ -206,8 +207,8 @@ def config_text(
     inputs = [_tensor(v, where) for v in model.graph.input if v.name not in weights]
     outputs = [_tensor(v, where) for v in model.graph.output]
     lines = [f"# Written by streamer export: the Triton model {name}, version {_VERSION} is model.onnx."]
-    if "streamer.state" in meta:
-        states = json.loads(meta["streamer.state"])
+    if Key.STATE in meta:
+        states = json.loads(meta[Key.STATE])
         pairs = ", ".join(f"{s['input']} -> {s['output']}" for s in states)
         lines += [
             f"# Recurrent: the state tensors ({pairs}) are ordinary inputs and outputs. Triton runs",

@@ -372,8 +372,8 @@ def build_pipeline(
     streams = config.stream_configs()
     if len(streams) != 1:
         raise ConfigError(
-            f"build_pipeline builds one stream and the config has {len(streams)}; run them with "
-            "streamer.service.Service"
+            f"build_pipeline builds one stream and the config has {len(streams)}; run them with a "
+            "Service (streamer/service.py)"
         )
     stream = streams[0]
     backend = build_backend(stream.model)

@@ -17,6 +17,7 @@ from streamer.app import build_backend
 from streamer.backend.base import ChannelOrder, Layout, ModelInfo
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import ModelConfig, load_config
+from streamer.contract import NAMESPACE
 from streamer.errors import ConfigError
 from streamer.tiers import model_fps
 
@@ -140,7 +141,7 @@ def inspect_model(model: ModelConfig, size: tuple[int, int], probe_seconds: floa
         "scale": model.scale,
     }
     sources = {
-        key: "flag" if value is not None else "metadata" if f"streamer.{key}" in meta else "default/shape"
+        key: "flag" if value is not None else "metadata" if f"{NAMESPACE}{key}" in meta else "default/shape"
         for key, value in given.items()
     }
     try:

@@ -46,6 +46,7 @@ import onnxruntime as ort
 
 from streamer.backend.base import STRENGTH, ModelInfo
 from streamer.backend.host_buffers import BufferPool, cuda_host_memory
+from streamer.contract import NAMESPACE
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.frame import Colour
 from streamer.layout import from_model_nodes, to_model_nodes
@@ -68,14 +69,14 @@ __all__ = [
     "yuv_outputs",
 ]
 
-_PIXELS = "streamer.pixels"
-_Y = "streamer.y"
-_UV = "streamer.uv"
-_FRAME = "streamer.frame_{}"
-_ROW_FRAME = "streamer.window_{}.frame_{}"
-_HOST_RGB = "streamer.host_rgb"
-_UP_Y, _UP_UV = "streamer.up.y", "streamer.up.uv"
-_UP_RGB = "streamer.up.rgb"
+_PIXELS = NAMESPACE + "pixels"
+_Y = NAMESPACE + "y"
+_UV = NAMESPACE + "uv"
+_FRAME = NAMESPACE + "frame_{}"
+_ROW_FRAME = NAMESPACE + "window_{}.frame_{}"
+_HOST_RGB = NAMESPACE + "host_rgb"
+_UP_Y, _UP_UV = NAMESPACE + "up.y", NAMESPACE + "up.uv"
+_UP_RGB = NAMESPACE + "up.rgb"
 _UPLOAD_OPSET = 17
 DEVICE_FRAMES_KEPT = 1024
 """Device frames of one size kept for reuse: a stream's cache holds T plus the frames of its windows in
@@ -85,7 +86,7 @@ OUTPUTS_KEPT = 256
 """Host buffers of one size kept for output frames: those in flight to the encoders of every stream."""
 STAGING_KEPT = 16
 """Page-locked buffers of one size kept for frames on their way up: one per upload under way."""
-_SLOT = "streamer.slot"
+_SLOT = NAMESPACE + "slot"
 
 
 def device_of(provider: str) -> str:
@@ -213,7 +214,7 @@ def upload_graph(planes: Colour | None = None) -> onnx.ModelProto:
             helper.make_tensor_value_info(_UP_UV, TensorProto.UINT8, [1, 2, "H2", "W2"]),
         ]
     made = helper.make_tensor_value_info(_UP_RGB, TensorProto.UINT8, [1, 3, "H", "W"])
-    graph = helper.make_graph(nodes, "streamer.upload", given, [made], consts)
+    graph = helper.make_graph(nodes, NAMESPACE + "upload", given, [made], consts)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _UPLOAD_OPSET)])
     model.ir_version = 8  # opset 17's, which every onnxruntime this runs on reads
     return model

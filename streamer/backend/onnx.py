@@ -69,6 +69,7 @@ from streamer.backend.device_frames import (
     device_of,
     graph_tools_missing,
 )
+from streamer.contract import CARD_BYTES_KEY, CARD_REACH_KEY, Key
 from streamer.core.blend import FULL, Blend
 from streamer.core.features import FeatureCache
 from streamer.core.windower import OutputPosition
@@ -77,12 +78,10 @@ from streamer.frame import Colour, Frame, Hyperframe, Picture, Pixels, Yuv420
 from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
-    "BLEND",
     "CARD_BYTES_KEY",
     "CPU_PROVIDER",
     "PROVIDER_PREFERENCE",
     "STRENGTH",
-    "STRENGTH_CURVE",
     "OnnxBackend",
     "Session",
     "card_bytes_per_pixel",
@@ -125,13 +124,8 @@ PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CP
 CPU_PROVIDER = "CPUExecutionProvider"
 _EXPORT_HINT = "export.onnx_export.export_onnx writes it"
 _STREAM_HINT = "export.streaming_export.export_streaming writes streaming models"
-_ENCODER = "streamer.encoder"
-_FEATURES = "streamer.features"
 _FRAME = "frame"
 _TARGET = "target"
-STRENGTH_CURVE = "streamer.strength_curve"
-BLEND = "streamer.blend"
-"""The metadata key of a strength model's measured curve: noise estimate to strength (``auto``)."""
 
 
 def resolve_providers(providers: str | Sequence[str]) -> list[str]:
@@ -288,14 +282,14 @@ class OnnxBackend(Backend):
         self.metadata = dict(meta)
         """The model's metadata_props, as written at export."""
         declared = declared or Declared()
-        if _ENCODER in meta:
+        if Key.ENCODER in meta:
             if declared.anything:
                 raise ConfigError(
                     f"model {str(self.path)!r} is a streaming model, whose graphs fix their own layout, "
                     "colour order, range and size; remove model.layout, model.channel_order, "
                     "model.value_range and model.scale"
                 )
-            self._encoder, encoder_path = open_encoder(meta[_ENCODER])
+            self._encoder, encoder_path = open_encoder(meta[Key.ENCODER])
             self._info = _read_streaming_contract(session, self._encoder, self.path, encoder_path)
             self._input, self._output = _TARGET, session.get_outputs()[0].name
         else:
@@ -807,13 +801,6 @@ class OnnxBackend(Backend):
             )
 
 
-CARD_BYTES_KEY = "activation_bytes_per_pixel"
-"""The model card's field (``MODEL.json`` beside ``MODEL.onnx``) that memory admission reads."""
-
-CARD_REACH_KEY = "reach_px"
-"""The model card's field the tile gate's halo reads (``gate.halo: null``)."""
-
-
 def card_bytes_per_pixel(model: Path) -> int | None:
     """The measured activation bytes per pixel in the card beside ``model``, if it has a valid one; a card
     that cannot be read is ignored with a warning (admission then assumes its default)."""
@@ -914,7 +901,7 @@ def _encoder_path(model: Path, name: str) -> Path:
     """The encoder beside the fusion graph; metadata may name a file, never a path elsewhere."""
     if not name or Path(name).name != name or name in {".", ".."}:
         raise ModelError(
-            f"model {str(model)!r} has metadata {_ENCODER}={name!r}; it must be a bare file name of the "
+            f"model {str(model)!r} has metadata {Key.ENCODER}={name!r}; it must be a bare file name of the "
             f"encoder graph in the same folder"
         )
     path = model.parent / name
@@ -930,9 +917,9 @@ def _read_streaming_contract(fusion: Session, encoder: Session, path: Path, enco
     """A streaming model's ModelInfo, or a ModelError naming the graph, tensor and rule it breaks."""
     meta: Mapping[str, str] = fusion.get_modelmeta().custom_metadata_map
     where = f"model {str(path)!r}"
-    if "streamer.t" not in meta:
+    if Key.T not in meta:
         raise ModelError(f"{where} is a streaming model without metadata streamer.t; {_STREAM_HINT}")
-    t = _int(meta, "streamer.t", where)
+    t = _int(meta, Key.T, where)
     features = _features(meta, where)
 
     def check(tensor: ort.NodeArg, kind: str, rank: int, graph: str) -> None:
@@ -973,34 +960,34 @@ def _read_streaming_contract(fusion: Session, encoder: Session, path: Path, enco
         )
     check(outputs[0], "tensor(uint8)", 4, where)
     return ModelInfo(
-        name=meta.get("streamer.name", path.stem),
+        name=meta.get(Key.NAME, path.stem),
         t=t,
         layout=Layout.NTCHW,
-        output_position=_enum(meta, "streamer.output_position", OutputPosition, OutputPosition.CENTER, where),
-        pad_multiple=_int(meta, "streamer.pad_multiple", where) if "streamer.pad_multiple" in meta else 1,
+        output_position=_enum(meta, Key.OUTPUT_POSITION, OutputPosition, OutputPosition.CENTER, where),
+        pad_multiple=_int(meta, Key.PAD_MULTIPLE, where) if Key.PAD_MULTIPLE in meta else 1,
         provider=fusion.get_providers()[0],
         features=features,
         strength=strength,
         strength_default=_strength_default(meta, where),
-        strength_curve=strength_curve(meta.get(STRENGTH_CURVE), where),
+        strength_curve=strength_curve(meta.get(Key.STRENGTH_CURVE), where),
         blend=_blend(meta, where),
     )
 
 
 def _features(meta: Mapping[str, str], where: str) -> tuple[FeatureSpec, ...]:
-    raw = meta.get(_FEATURES, "")
+    raw = meta.get(Key.FEATURES, "")
     try:
         specs = tuple(
             FeatureSpec(str(d["name"]), int(d["channels"]), int(d["scale"])) for d in json.loads(raw)
         )
     except (ValueError, TypeError, KeyError) as err:
         raise ModelError(
-            f"{where} has metadata {_FEATURES}={raw!r} ({err}); it must be a JSON list of "
+            f"{where} has metadata {Key.FEATURES}={raw!r} ({err}); it must be a JSON list of "
             '{"name": name, "channels": int, "scale": int}'
         ) from None
     if not specs or any(s.channels < 1 or s.scale < 1 for s in specs):
         raise ModelError(
-            f"{where} has metadata {_FEATURES}={raw!r}; list at least one feature, channels and scale >= 1"
+            f"{where} has metadata {Key.FEATURES}={raw!r}; list at least one feature, channels and scale >= 1"
         )
     return specs
 
@@ -1013,7 +1000,7 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
     """The model's ModelInfo and its input and output names, or a ModelError saying what breaks."""
     meta: Mapping[str, str] = session.get_modelmeta().custom_metadata_map
     where = f"model {str(path)!r}"
-    position = _enum(meta, "streamer.output_position", OutputPosition, OutputPosition.CENTER, where)
+    position = _enum(meta, Key.OUTPUT_POSITION, OutputPosition, OutputPosition.CENTER, where)
     state = _state(meta, where)
     inputs = session.get_inputs()
     strength = _strength_input(inputs, where)
@@ -1032,7 +1019,7 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
     shape = list(image.shape)
     layout = (
         declared.layout
-        or _enum(meta, "streamer.layout", Layout, None, where)
+        or _enum(meta, Key.LAYOUT, Layout, None, where)
         or _infer_layout(shape, image.name, where)
     )
     t = _window_length(meta, layout, shape, image.name, where)
@@ -1056,22 +1043,22 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
         )
 
     info = ModelInfo(
-        name=meta.get("streamer.name", path.stem),
+        name=meta.get(Key.NAME, path.stem),
         t=t,
         layout=layout,
         output_position=position,
         value_range=declared.value_range or _range(meta, where),
         channel_order=declared.channel_order
-        or _enum(meta, "streamer.channel_order", ChannelOrder, ChannelOrder.RGB, where),
+        or _enum(meta, Key.CHANNEL_ORDER, ChannelOrder, ChannelOrder.RGB, where),
         uint8_input=_TENSOR_TYPES[image.type],
         uint8_output=_TENSOR_TYPES[out.type],
         scale=declared.scale or _scale(meta, shape, list(out.shape), where),
-        pad_multiple=_int(meta, "streamer.pad_multiple", where) if "streamer.pad_multiple" in meta else 1,
+        pad_multiple=_int(meta, Key.PAD_MULTIPLE, where) if Key.PAD_MULTIPLE in meta else 1,
         provider=session.get_providers()[0],
         state=state,
         strength=strength,
         strength_default=_strength_default(meta, where),
-        strength_curve=strength_curve(meta.get(STRENGTH_CURVE), where),
+        strength_curve=strength_curve(meta.get(Key.STRENGTH_CURVE), where),
         blend=_blend(meta, where),
     )
     return info, image.name, out.name
@@ -1093,17 +1080,17 @@ def _strength_input(inputs: Sequence[Any], where: str) -> bool:
 
 def _blend(meta: Mapping[str, str], where: str) -> Blend:
     """``streamer.blend`` (``Blend.parse``'s form), or the whole change for a model that states none."""
-    raw = meta.get(BLEND)
+    raw = meta.get(Key.BLEND)
     if raw is None:
         return FULL
     try:
-        return Blend.parse(raw, f"{where} ({BLEND})")
+        return Blend.parse(raw, f"{where} ({Key.BLEND})")
     except ConfigError as err:
         raise ModelError(str(err)) from None
 
 
 def _strength_default(meta: Mapping[str, str], where: str) -> float:
-    raw = meta.get("streamer.strength_default")
+    raw = meta.get(Key.STRENGTH_DEFAULT)
     if raw is None:
         return 25.0
     try:
@@ -1130,7 +1117,7 @@ def strength_curve(raw: str | None, where: str) -> tuple[tuple[float, float], ..
     rising = all(a[0] < b[0] for a, b in itertools.pairwise(points))
     if not points or not rising or not all(0 <= v <= 255 for point in points for v in point):
         raise ModelError(
-            f"{where} has {STRENGTH_CURVE}={raw!r}; write estimate:strength pairs, comma-separated, the "
+            f"{where} has {Key.STRENGTH_CURVE}={raw!r}; write estimate:strength pairs, comma-separated, the "
             "estimates rising, all in 0..255 (python -m export.calibrate_strength writes it)"
         )
     return tuple(points)
@@ -1170,7 +1157,7 @@ def _window_length(
             f"{where} input {name!r} has shape {shape} (rank {len(shape)}), but layout {layout.value} is "
             f"rank {layout.rank}; declare the layout it takes (metadata streamer.layout or model.layout)"
         )
-    declared_t = _int(meta, "streamer.t", where) if "streamer.t" in meta else None
+    declared_t = _int(meta, Key.T, where) if Key.T in meta else None
     static_t: int | None
     if layout in (Layout.NTCHW, Layout.NCTHW):
         t_axis, c_axis = (1, 2) if layout is Layout.NTCHW else (2, 1)
@@ -1179,7 +1166,7 @@ def _window_length(
             raise ModelError(
                 f"{where} input {name!r} has shape {shape}, so axis {c_axis} is not C=3 as layout "
                 f"{layout.value} needs; if the model takes {other.value}, set metadata "
-                f"streamer.layout={other.value} (or model.layout: {other.value})"
+                f"{Key.LAYOUT}={other.value} (or model.layout: {other.value})"
             )
         axis = shape[t_axis]
         static_t = axis if isinstance(axis, int) else None
@@ -1212,8 +1199,8 @@ def _scale(
     meta: Mapping[str, str], image: list[int | str | None], out: list[int | str | None], where: str
 ) -> int:
     """``streamer.scale``, else the ratio of static output and input sizes, else 1."""
-    if "streamer.scale" in meta:
-        return _int(meta, "streamer.scale", where)
+    if Key.SCALE in meta:
+        return _int(meta, Key.SCALE, where)
     sizes = (image[-2], image[-1], out[2], out[3])
     if all(isinstance(v, int) and v > 0 for v in sizes):
         h, w, oh, ow = cast(tuple[int, int, int, int], sizes)
@@ -1227,7 +1214,7 @@ def _scale(
 
 
 def _state(meta: Mapping[str, str], where: str) -> tuple[StateSpec, ...]:
-    raw = meta.get("streamer.state")
+    raw = meta.get(Key.STATE)
     if raw is None:
         return ()
     try:
@@ -1257,7 +1244,7 @@ def _int(meta: Mapping[str, str], key: str, where: str) -> int:
 
 
 def _range(meta: Mapping[str, str], where: str) -> tuple[float, float]:
-    raw = meta.get("streamer.value_range", "0,1")
+    raw = meta.get(Key.VALUE_RANGE, "0,1")
     try:
         lo, hi = (float(v) for v in raw.split(","))
     except ValueError:

@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from streamer.backend.base import Declared
 from streamer.backend.onnx import OnnxBackend, Session
+from streamer.contract import NAMESPACE, Key
 from streamer.core.breaker import CircuitBreaker
 from streamer.errors import BackendError, ConfigError, ModelError, ModelUnavailableError
 
@@ -49,7 +50,7 @@ __all__ = ["TritonBackend", "TritonConnection", "TritonSession"]
 
 log = logging.getLogger(__name__)
 
-ENCODER_MODEL = "streamer.encoder_model"
+ENCODER_MODEL = Key.ENCODER_MODEL
 """The fusion model's parameter naming its encoder's Triton model (``export.triton_repo``)."""
 
 _TYPES = {"FP32": "tensor(float)", "UINT8": "tensor(uint8)", "FP16": "tensor(float16)"}
@@ -306,7 +307,7 @@ class TritonSession:
             {
                 key: str(value.get("string_value", ""))
                 for key, value in parameters.items()
-                if key.startswith("streamer.")
+                if key.startswith(NAMESPACE)
             }
         )
 

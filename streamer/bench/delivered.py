@@ -24,6 +24,7 @@ from streamer.backend.base import Backend
 from streamer.bench.metrics import Clip
 from streamer.colour import to_rgb
 from streamer.config import WindowConfig
+from streamer.contract import Key
 from streamer.core.blend import Blend
 from streamer.errors import EndOfStream
 from streamer.pipeline import Pipeline
@@ -41,8 +42,8 @@ def identity_model(path: Path) -> Path:
     graph = helper.make_graph([helper.make_node("Identity", ["image"], ["out"])], "identity", [image], [out])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    props = {"streamer.name": "identity", "streamer.t": "1", "streamer.layout": "NCHW"}
-    helper.set_model_props(model, props | {"streamer.output_position": "last"})
+    props = {Key.NAME: "identity", Key.T: "1", Key.LAYOUT: "NCHW"}
+    helper.set_model_props(model, props | {Key.OUTPUT_POSITION: "last"})
     onnx.save(model, path)
     return path
 

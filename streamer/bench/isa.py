@@ -51,7 +51,7 @@ def _cache_dir() -> Path:
 
 def build_shim() -> Path:
     """Compiles ``cpuid_mask.c`` once per version of its source; returns the shared library."""
-    source = resources.files("streamer.bench").joinpath("cpuid_mask.c").read_bytes()
+    source = resources.files(__package__).joinpath("cpuid_mask.c").read_bytes()
     machine = os.uname().machine
     if sys.platform != "linux" or machine not in ("x86_64", "AMD64"):
         raise ConfigError(f"--isa avx2 masks x86 CPUID on Linux; this is {sys.platform} on {machine}")

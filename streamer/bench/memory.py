@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL
-from streamer.backend.onnx import CARD_BYTES_KEY
 from streamer.bench.harness import LoadWatch, Machine, emit, parse_size, wrapped
+from streamer.contract import CARD_BYTES_KEY
 from streamer.errors import ConfigError
 
 __all__ = ["MemoryRow", "measure_bytes_per_pixel"]

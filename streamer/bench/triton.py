@@ -33,6 +33,7 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.backend.triton import TritonBackend
 from streamer.bench.harness import LoadWatch, Machine
 from streamer.bench.tritonserver import TritonServer
+from streamer.contract import Key
 from streamer.errors import ConfigError, ModelUnavailableError
 from streamer.fold import fold_uint8_io
 
@@ -78,9 +79,9 @@ def _fold(name: str, folder: Path) -> tuple[Path, str]:
         raise ConfigError(f"bench triton: no shipped model {name!r} in {ASSETS}; name a window model there")
     model = onnx.load(str(source))
     meta = {p.key: p.value for p in model.metadata_props}
-    if "streamer.encoder" in meta or "streamer.state" in meta:
+    if Key.ENCODER in meta or Key.STATE in meta:
         raise ConfigError(f"bench triton times window models; {name!r} is a streaming or recurrent one")
-    lo, hi = (float(v) for v in meta.get("streamer.value_range", "0,1").split(","))
+    lo, hi = (float(v) for v in meta.get(Key.VALUE_RANGE, "0,1").split(","))
     folded = fold_uint8_io(model, (lo, hi))
     path = folder / f"{name}_u8.onnx"
     onnx.save(folded, str(path))

@@ -10,35 +10,18 @@ discontinuity (see ``state_specs``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from streamer.backend.base import Layout
+from streamer.backend.base import Layout, StateSpec
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
 from streamer.models.conv3d import ResidualBlock, activation, up_transposed
 
 __all__ = ["ConvGRUEnhancer", "StateSpec"]
-
-
-@dataclass(frozen=True, slots=True)
-class StateSpec:
-    """One recurrent state tensor: (B, channels, ceil(H / scale), ceil(W / scale)) float32, zeros at start."""
-
-    input: str
-    """ONNX input name the state is fed through."""
-    output: str
-    """ONNX output name the next state comes back through."""
-    channels: int
-    scale: int
-
-    def as_json(self) -> dict[str, str | int]:
-        """The entry written into the ``streamer.state`` metadata list."""
-        return {"input": self.input, "output": self.output, "channels": self.channels, "scale": self.scale}
 
 
 class ConvGRUEnhancer(nn.Module):

@@ -16,11 +16,12 @@ import pytest
 
 from export.calibrate_blend import Measured, blend_of
 from export.calibrate_blend import main as calibrate_main
-from streamer.backend.onnx import BLEND, OnnxBackend
+from streamer.backend.onnx import OnnxBackend
 from streamer.bench.delivered import identity_model
 from streamer.bench.quality import crf_roundtrip
 from streamer.bench.roundtrip import x264_roundtrip
 from streamer.config import ModelConfig
+from streamer.contract import Key
 from streamer.core.blend import FULL, Blend, QuantizerEstimate
 from streamer.errors import ConfigError, ModelError
 from streamer.frame import Colour, Frame, Yuv420
@@ -138,7 +139,7 @@ def test_a_model_states_its_blend_in_its_metadata_and_a_bad_one_is_refused(tmp_p
     path = identity_model(tmp_path / "identity.onnx")
     assert OnnxBackend(path, threads=1).info.blend is FULL
     model = onnx.load(str(path))
-    model.metadata_props.add(key=BLEND, value="28:33,0.5:1")
+    model.metadata_props.add(key=Key.BLEND, value="28:33,0.5:1")
     onnx.save(model, str(path))
     assert OnnxBackend(path, threads=1).info.blend == BLEND_28_33
     model.metadata_props[-1].value = "strong"

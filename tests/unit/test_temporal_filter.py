@@ -15,7 +15,8 @@ from export.build_default import export_default
 from export.onnx_export import PARITY_TOLERANCE, export_onnx
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Layout
-from streamer.backend.onnx import BLEND, OnnxBackend
+from streamer.backend.onnx import OnnxBackend
+from streamer.contract import Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
 from streamer.frame import Hyperframe
@@ -140,7 +141,7 @@ def test_shipped_asset_is_what_the_code_exports_now(tmp_path: Path) -> None:
     fresh, module = export_default(tmp_path)
     shipped = onnx.load(TEMPORAL_FILTER)
     # streamer.blend is measured on the exported file afterwards (export.calibrate_blend)
-    assert {p.key: p.value for p in shipped.metadata_props if p.key != BLEND} == fresh.metadata
+    assert {p.key: p.value for p in shipped.metadata_props if p.key != Key.BLEND} == fresh.metadata
     x = np.random.default_rng(5).uniform(0, 1, size=(2, 3, T, 40, 56)).astype(np.float32)
     runs = [
         ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"frames": x})[0]
