@@ -196,12 +196,28 @@ def check_target(repo: Path, name: str, options: TritonOptions, *, streaming: bo
             )
 
 
+def _same_sizes(model: onnx.ModelProto) -> bool:
+    """Whether the graph's one output takes its height and width from its first input's named axes."""
+    weights = {init.name for init in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in weights]
+    if not inputs or len(model.graph.output) != 1:
+        return False
+
+    def named(value: onnx.ValueInfoProto) -> list[str]:
+        return [d.dim_param for d in value.type.tensor_type.shape.dim][-2:]
+
+    sizes = named(inputs[0])
+    return len(sizes) == 2 and all(sizes) and sizes == named(model.graph.output[0])
+
+
 def config_text(
     name: str, model: onnx.ModelProto, options: TritonOptions, links: dict[str, str] | None = None
 ) -> str:
     """The config.pbtxt for ``model`` served as ``name``: its tensors, the batching, placement and
     accelerator ``options`` ask for, and its metadata_props (plus ``links``) as string parameters."""
     meta = {p.key: p.value for p in model.metadata_props} | (links or {})
+    if Key.SCALE not in meta and Key.ENCODER not in meta and _same_sizes(model):
+        meta[Key.SCALE] = "1"  # Triton shows dynamic axes unnamed: what their names said, said here
     where = f"model {name!r}"
     weights = {init.name for init in model.graph.initializer}
     inputs = [_tensor(v, where) for v in model.graph.input if v.name not in weights]

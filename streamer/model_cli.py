@@ -140,8 +140,15 @@ def inspect_model(model: ModelConfig, size: tuple[int, int], probe_seconds: floa
         "value_range": model.value_range,
         "scale": model.scale,
     }
+    inferred = backend.inferred if isinstance(backend, OnnxBackend) else frozenset()
     sources = {
-        key: "flag" if value is not None else "metadata" if f"{NAMESPACE}{key}" in meta else "default/shape"
+        key: "flag"
+        if value is not None
+        else "metadata"
+        if f"{NAMESPACE}{key}" in meta
+        else "inferred from a probe"
+        if key in inferred
+        else "default/shape"
         for key, value in given.items()
     }
     try:

@@ -180,6 +180,23 @@ def kind_model(
     return path
 
 
+def upscaler_model(path: Path, factor: tuple[float, float], meta: dict[str, str] | None = None) -> Path:
+    """A per-frame model with no metadata (unless ``meta``) and dynamic sizes that resizes its frame by
+    ``factor`` (H, W), nearest neighbour: what an upscaler exported without the contract looks like."""
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "h", "w"])
+    y = helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "H", "W"])
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, *factor])
+    node = helper.make_node("Resize", ["input", "", "scales"], ["output"], mode="nearest")
+    model = helper.make_model(
+        helper.make_graph([node], "up", [x], [y], [scales]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    if meta:
+        helper.set_model_props(model, meta)
+    onnx.save(model, path)
+    return path
+
+
 def kind_expected(frame: np.ndarray, order: str = "RGB", scale: int = 1) -> np.ndarray:
     """What :func:`kind_model` makes of one (H, W, 3) RGB frame, as RGB."""
     out = frame.astype(np.int32)

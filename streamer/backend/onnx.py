@@ -122,6 +122,9 @@ PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CP
 """What ``providers="auto"`` tries, fastest first; CPU always ends the list as the fallback."""
 
 CPU_PROVIDER = "CPUExecutionProvider"
+_PROBE_SIDE = 32
+"""The probe that tells a model's scale runs it on frames about this small (a multiple of its padding;
+one wider than tall, so a transposed output does not pass)."""
 _EXPORT_HINT = "export.onnx_export.export_onnx writes it"
 _STREAM_HINT = "export.streaming_export.export_streaming writes streaming models"
 _FRAME = "frame"
@@ -298,6 +301,11 @@ class OnnxBackend(Backend):
         self._lo = np.float32(lo)
         self._to_model = np.float32((hi - lo) / 255.0)
         self._to_pixels = np.float32(255.0 / (hi - lo))
+        self.inferred: frozenset[str] = frozenset()
+        """Parts of the contract neither declared nor read from the graph's shapes but seen in a probe."""
+        if not self._info.scale:  # dynamic sizes, no metadata, no model.scale: the output says it
+            self._info = dataclasses.replace(self._info, scale=self._probed_scale())
+            self.inferred = frozenset({"scale"})
 
     @property
     def info(self) -> ModelInfo:
@@ -315,6 +323,47 @@ class OnnxBackend(Backend):
             targets = frames[self._info.output_position.slot(t) :: t]
             return self.fuse(windows, targets, strength).transpose(0, 3, 1, 2)
         return self._run(batch, self._zero_state(b, h, w), strength)[0]
+
+    def _probed_scale(self) -> int:
+        """The model's scale, from one call on a small black window: its output's size over its input's,
+        the same whole number on both sides; a ModelError naming what to declare where it is not."""
+        info, session = self._info, self._session
+        assert session is not None
+        m = info.pad_multiple
+        side = m * -(-_PROBE_SIDE // m)
+        x = self.model_input(np.zeros((1, info.t, 3, side, side + m), np.uint8))
+        feeds = {
+            self._input: x,
+            **{
+                s.input: np.zeros((1, s.channels, -(-side // s.scale), -(-(side + m) // s.scale)), np.float32)
+                for s in info.state
+            },
+            **self._strength(1, None),
+        }
+        where = f"model {str(self.path)!r}"
+        try:
+            (y,) = session.run([self._output], feeds)
+        except Exception as err:
+            raise ModelError(
+                f"{where} failed a probe at {side + m}x{side} ({err}); declare its scale (metadata "
+                f"{Key.SCALE} or model.scale) and check its layout and input type"
+            ) from err
+        shape: tuple[int, ...] = tuple(getattr(y, "shape", ()))
+        h, w = side, side + m
+        if (
+            len(shape) == 4
+            and shape[2] % h == 0
+            and shape[3] % w == 0
+            and shape[2] // h == shape[3] // w >= 1
+        ):
+            scale = int(shape[2] // h)
+            logger.info("model %s: scale %d, seen in a probe (its metadata states none)", info.name, scale)
+            return scale
+        raise ModelError(
+            f"{where} returned {tuple(shape)} for {w}x{h} frames ({tuple(x.shape)}); the runtime takes "
+            f"(B, 3, H*scale, W*scale) with one whole-number scale: declare it (metadata {Key.SCALE} or "
+            "model.scale), or export the model so that it holds"
+        )
 
     def _strength(self, rows: int, strength: Strengths) -> dict[str, npt.NDArray[np.float32]]:
         """The ``strength`` feed of a model that takes one, (B, 1) float32; nothing for others."""
@@ -1052,7 +1101,7 @@ def _read_contract(session: Session, path: Path, declared: Declared) -> tuple[Mo
         or _enum(meta, Key.CHANNEL_ORDER, ChannelOrder, ChannelOrder.RGB, where),
         uint8_input=_TENSOR_TYPES[image.type],
         uint8_output=_TENSOR_TYPES[out.type],
-        scale=declared.scale or _scale(meta, shape, list(out.shape), where),
+        scale=declared.scale or _scale(meta, shape, list(out.shape), where) or 0,
         pad_multiple=_int(meta, Key.PAD_MULTIPLE, where) if Key.PAD_MULTIPLE in meta else 1,
         provider=session.get_providers()[0],
         state=state,
@@ -1197,11 +1246,15 @@ def _window_length(
 
 def _scale(
     meta: Mapping[str, str], image: list[int | str | None], out: list[int | str | None], where: str
-) -> int:
-    """``streamer.scale``, else the ratio of static output and input sizes, else 1."""
+) -> int | None:
+    """``streamer.scale``, else 1 where the output's sizes are the input's named axes, else the ratio of
+    static output and input sizes; None where the shapes cannot tell (a probe then does,
+    :meth:`OnnxBackend._probed_scale`)."""
     if Key.SCALE in meta:
         return _int(meta, Key.SCALE, where)
     sizes = (image[-2], image[-1], out[2], out[3])
+    if all(isinstance(v, str) and v for v in sizes) and sizes[:2] == sizes[2:]:
+        return 1  # the output's height and width are the input's own named axes
     if all(isinstance(v, int) and v > 0 for v in sizes):
         h, w, oh, ow = cast(tuple[int, int, int, int], sizes)
         if oh % h == 0 and oh // h == ow // w and ow % w == 0:
@@ -1210,7 +1263,7 @@ def _scale(
             f"{where} maps {w}x{h} frames to {ow}x{oh}; the runtime takes the same whole-number scale on "
             "both sides"
         )
-    return 1
+    return None
 
 
 def _state(meta: Mapping[str, str], where: str) -> tuple[StateSpec, ...]:

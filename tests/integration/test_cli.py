@@ -8,11 +8,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import av
 import pytest
 
 from streamer.cli import main
 from tests.integration.rtsp_fixtures import free_port
 from tests.media import probe
+from tests.onnx_models import upscaler_model
 
 pytestmark = pytest.mark.slow
 
@@ -193,3 +195,15 @@ def test_sigterm_before_any_publisher_stops_cleanly_and_prints_the_viewer_url() 
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert out.strip() == "stopped     before the source opened; nothing was written"
+
+
+def test_an_upscaler_exported_without_metadata_writes_a_video_twice_the_size(tmp_path: Path) -> None:
+    model, out = upscaler_model(tmp_path / "up.onnx", (2.0, 2.0)), tmp_path / "out.mp4"
+    command = [sys.executable, "-m", "streamer", "run", "--input", "sample:bikes", "--output", str(out)]
+    command += ["--model", str(model), "--set", "source.max_frames=6", "--no-progress"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(out)) as written:
+        stream = written.streams.video[0]
+        assert (stream.width, stream.height) == (1280, 544)  # bikes is 640x272
+        assert sum(1 for _ in written.decode(stream)) == 6

@@ -21,7 +21,7 @@ from streamer.backend.onnx import OnnxBackend, resolve_providers
 from streamer.config import ModelConfig
 from streamer.core.windower import OutputPosition
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
-from tests.onnx_models import ema_model
+from tests.onnx_models import ema_model, upscaler_model
 
 Dim = int | str
 
@@ -306,15 +306,30 @@ def test_pad_multiple_on_frames_too_small_to_reflect(tmp_path: Path, h: int, w: 
 
 
 def test_output_at_another_size_is_a_backend_error_explaining_the_contract(tmp_path: Path) -> None:
-    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", tail="halve", meta=_meta()))
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", tail="halve", meta=_meta(scale="1")))
     with pytest.raises(
         BackendError, match=r"returned \(1, 3, 12, 20\).*\(B, 3, H\*scale, W\*scale\) = \(1, 3, 24, 40\)"
     ):
         backend.infer(_batch())
 
 
+def test_an_upscaler_without_metadata_has_its_scale_seen_in_a_probe(tmp_path: Path) -> None:
+    backend = OnnxBackend(upscaler_model(tmp_path / "up.onnx", (2.0, 2.0)))
+    assert (backend.info.scale, backend.inferred) == (2, frozenset({"scale"}))
+    frames = np.random.default_rng(0).integers(0, 256, (1, 1, 3, 10, 14), dtype=np.uint8)
+    out = backend.infer(frames)
+    np.testing.assert_array_equal(out, frames[:, 0].repeat(2, axis=2).repeat(2, axis=3))
+    declared = OnnxBackend(upscaler_model(tmp_path / "declared.onnx", (2.0, 2.0), {"streamer.scale": "2"}))
+    assert (declared.info.scale, declared.inferred) == (2, frozenset())
+
+
+def test_an_output_no_whole_number_scale_explains_is_refused_naming_what_to_declare(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"one whole-number scale: declare it \(metadata streamer.scale"):
+        OnnxBackend(upscaler_model(tmp_path / "odd.onnx", (2.0, 3.0)))
+
+
 def test_runtime_failure_is_a_backend_error_with_the_reason(tmp_path: Path) -> None:
-    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", tail="reshape", meta=_meta()))
+    backend = OnnxBackend(_slot_model(tmp_path / "m.onnx", tail="reshape", meta=_meta(scale="1")))
     with pytest.raises(BackendError, match=r"onnxruntime failed running slot .*(?i:reshape)"):
         backend.infer(_batch(h=10, w=10))
 
