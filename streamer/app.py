@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from fractions import Fraction
 
-from streamer.backend.base import Backend
-from streamer.backend.onnx import CPU_PROVIDER, OnnxBackend, resolve_providers
+from streamer.backend.base import Backend, on_cpu
+from streamer.backend.onnx import OnnxBackend, resolve_providers
 from streamer.config import (
     Config,
     FileSinkConfig,
@@ -264,8 +264,8 @@ def build_backend(model: ModelConfig) -> Backend:
         threads = cores
     workers = model.workers
     if workers is None:
-        on_cpu = resolve_providers(model.providers)[0] == CPU_PROVIDER
-        workers = min(CPU_WORKERS, cores) if on_cpu and threads is None else 1
+        first = resolve_providers(model.providers)[0]
+        workers = min(CPU_WORKERS, cores) if on_cpu(first) and threads is None else 1
     if threads is None and workers > 1:
         threads = max(1, cores // workers)  # the cores split between the calls that run at once
     return OnnxBackend(

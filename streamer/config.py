@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, resolve_shipped
-from streamer.backend.base import ChannelOrder, Declared, Layout
+from streamer.backend.base import ChannelOrder, Declared, Layout, on_cpu
 from streamer.backend.cuda_runtime import GpuWait
 from streamer.core.blend import FULL, Blend
 from streamer.core.gate import MotionGate, SceneCutDetector
@@ -725,7 +725,7 @@ class RuntimeConfig(_Strict):
         """
         if self.max_batch is not None:
             return self.max_batch
-        return 1 if provider == "CPUExecutionProvider" else GPU_MAX_BATCH
+        return 1 if on_cpu(provider) else GPU_MAX_BATCH
 
 
 GPU_MAX_BATCH = 8

@@ -35,6 +35,11 @@ class Colour:
     transfer: int = 2
     """AVColorTransferCharacteristic, carried to the output's tags only; 2 unspecified."""
 
+    @property
+    def limited(self) -> bool:
+        """Whether the samples are tv range (Y 16-235, UV 16-240) as the source stated: the one test of it."""
+        return self.range == 1
+
 
 @dataclass(frozen=True, slots=True)
 class Yuv420:

@@ -46,7 +46,7 @@ def matrices(colour: Colour) -> tuple[np.ndarray, np.ndarray, float]:
         )
     kr, kb = KR_KB[colour.matrix]
     kg = 1.0 - kr - kb
-    tv = colour.range == 1
+    tv = colour.limited
     luma, chroma = (219 / 255, 224 / 255) if tv else (1.0, 1.0)
     y = np.array([kr, kg, kb]) * luma
     u = np.array([-kr, -kg, 1.0 - kb]) / (2 * (1.0 - kb)) * chroma

@@ -26,7 +26,10 @@ from streamer.errors import FrameError, ModelError
 from streamer.frame import Colour, Hyperframe, Picture, Pixels
 
 __all__ = [
+    "CPU_PROVIDER",
+    "CUDA_PROVIDER",
     "STRENGTH",
+    "TENSORRT_PROVIDER",
     "Backend",
     "CachedWindow",
     "ChannelOrder",
@@ -38,7 +41,24 @@ __all__ = [
     "State",
     "StateSpec",
     "Strengths",
+    "device_of",
+    "on_cpu",
 ]
+
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+TENSORRT_PROVIDER = "TensorrtExecutionProvider"
+
+
+def on_cpu(provider: str) -> bool:
+    """Whether ``provider`` is onnxruntime's CPU provider: the one answer to that question."""
+    return provider == CPU_PROVIDER
+
+
+def device_of(provider: str) -> str:
+    """Where a provider's tensors live, as OrtValue names it: the GPU's for CUDA and TensorRT."""
+    return "cuda" if provider in (CUDA_PROVIDER, TENSORRT_PROVIDER) else "cpu"
+
 
 STRENGTH = "strength"
 """The optional input of a model that takes a strength: (B, 1) float32, the noise sigma in 0..255."""
@@ -148,7 +168,7 @@ class ModelInfo:
     """Output frames are this many times the input's width and height (super-resolution models)."""
     pad_multiple: int = 1
     """H and W are padded up to a multiple of this before inference and cropped back after."""
-    provider: str = "CPUExecutionProvider"
+    provider: str = CPU_PROVIDER
     state: tuple[StateSpec, ...] = ()
     """Empty for stateless models; a recurrent model's windows of one stream must run in order."""
     features: tuple[FeatureSpec, ...] = ()
@@ -194,7 +214,7 @@ class ModelInfo:
 
     @property
     def on_cpu(self) -> bool:
-        return self.provider == "CPUExecutionProvider"
+        return on_cpu(self.provider)
 
 
 Strengths = Sequence[float | None] | None

@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from streamer.backend.base import STRENGTH, ModelInfo
+from streamer.backend.base import STRENGTH, ModelInfo, device_of
 from streamer.backend.host_buffers import BufferPool, cuda_host_memory
 from streamer.contract import NAMESPACE
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
@@ -59,7 +59,6 @@ __all__ = [
     "DeviceFrames",
     "Transfers",
     "batch_size",
-    "device_of",
     "frame_input",
     "frame_output",
     "graph_tools_missing",
@@ -87,11 +86,6 @@ OUTPUTS_KEPT = 256
 STAGING_KEPT = 16
 """Page-locked buffers of one size kept for frames on their way up: one per upload under way."""
 _SLOT = NAMESPACE + "slot"
-
-
-def device_of(provider: str) -> str:
-    """Where a provider's tensors live, as OrtValue names it."""
-    return "cuda" if provider in ("CUDAExecutionProvider", "TensorrtExecutionProvider") else "cpu"
 
 
 def graph_tools_missing() -> bool:

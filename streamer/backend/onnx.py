@@ -49,7 +49,10 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.backend.base import (
+    CPU_PROVIDER,
+    CUDA_PROVIDER,
     STRENGTH,
+    TENSORRT_PROVIDER,
     Backend,
     CachedWindow,
     ChannelOrder,
@@ -61,12 +64,12 @@ from streamer.backend.base import (
     State,
     StateSpec,
     Strengths,
+    device_of,
 )
 from streamer.backend.cuda_runtime import GpuWait, set_gpu_wait
 from streamer.backend.device_frames import (
     DeviceFrames,
     Transfers,
-    device_of,
     graph_tools_missing,
 )
 from streamer.contract import CARD_BYTES_KEY, CARD_REACH_KEY, Key
@@ -79,7 +82,6 @@ from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
     "CARD_BYTES_KEY",
-    "CPU_PROVIDER",
     "PROVIDER_PREFERENCE",
     "STRENGTH",
     "OnnxBackend",
@@ -118,10 +120,9 @@ class Session(Protocol):
 
 _E = TypeVar("_E", Layout, OutputPosition, ChannelOrder)
 
-PROVIDER_PREFERENCE = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+PROVIDER_PREFERENCE = (TENSORRT_PROVIDER, CUDA_PROVIDER, CPU_PROVIDER)
 """What ``providers="auto"`` tries, fastest first; CPU always ends the list as the fallback."""
 
-CPU_PROVIDER = "CPUExecutionProvider"
 _PROBE_SIDE = 32
 """The probe that tells a model's scale runs it on frames about this small (a multiple of its padding;
 one wider than tall, so a transposed output does not pass)."""

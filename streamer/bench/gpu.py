@@ -52,9 +52,9 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
-from streamer.backend.base import STRENGTH
+from streamer.backend.base import STRENGTH, device_of
 from streamer.backend.cuda_runtime import GpuWait
-from streamer.backend.device_frames import DeviceFrames, device_of
+from streamer.backend.device_frames import DeviceFrames
 from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped

@@ -68,7 +68,7 @@ def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
     if not isinstance(picture, Yuv420):
         return _spread_mean(picture, width, _luma)
     acc = _spread_mean(picture.y, width, lambda sample: sample)
-    if picture.colour.range == 1:  # tv: Y 16..235 stretched to 0..255, as luma from RGB reads
+    if picture.colour.limited:  # tv: Y 16..235 stretched to 0..255, as luma from RGB reads
         acc -= 16.0
         acc *= 255.0 / 219.0
     return acc

@@ -47,7 +47,7 @@ def noise_sigma(picture: Picture) -> float:
     crop = image[top : top + CROP, left : left + CROP].astype(np.float32)
     luma: npt.NDArray[np.float32]
     if isinstance(picture, Yuv420):
-        luma = (crop - 16.0) * (255.0 / 219.0) if picture.colour.range == 1 else crop
+        luma = (crop - 16.0) * (255.0 / 219.0) if picture.colour.limited else crop
     else:
         luma = crop @ _LUMA
     c = luma[1:-1, 1:-1]
