@@ -41,20 +41,20 @@ __all__ = [
 ]
 
 _HOME = {
-    "Config": "streamer.config",
-    "load_config": "streamer.config",
-    "build_backend": "streamer.app",
-    "build_pipeline": "streamer.app",
-    "OnnxBackend": "streamer.backend.onnx",
-    "StreamerError": "streamer.errors",
-    "Frame": "streamer.frame",
-    "Hyperframe": "streamer.frame",
-    "StreamInfo": "streamer.frame",
-    "Pipeline": "streamer.pipeline",
-    "PipelineReport": "streamer.pipeline",
-    "Service": "streamer.service",
+    "Config": ".config",
+    "load_config": ".config",
+    "build_backend": ".app",
+    "build_pipeline": ".app",
+    "OnnxBackend": ".backend.onnx",
+    "StreamerError": ".errors",
+    "Frame": ".frame",
+    "Hyperframe": ".frame",
+    "StreamInfo": ".frame",
+    "Pipeline": ".pipeline",
+    "PipelineReport": ".pipeline",
+    "Service": ".service",
 }
-"""Where each public name is defined."""
+"""Where each public name is defined, relative to this package."""
 
 
 def __getattr__(name: str) -> Any:
@@ -68,4 +68,4 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'streamer' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+    return getattr(importlib.import_module(home, __name__), name)
