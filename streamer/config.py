@@ -29,14 +29,13 @@ from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, resolve_shipped
 from streamer.backend.base import ChannelOrder, Declared, Layout, on_cpu
 from streamer.backend.cuda_runtime import GpuWait
 from streamer.core.blend import FULL, Blend
-from streamer.core.gate import MotionGate, SceneCutDetector
+from streamer.core.gate import MotionGate, SceneCutDetector, SkipAction
 from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
 from streamer.httpserve import HttpLimits
 from streamer.hwcodec import COMPRESSED_CODECS, Decode, VideoCodec
-from streamer.pipeline import SkipAction
 from streamer.redact import redact_url
 from streamer.samples import resolve_sample
 from streamer.sinks.file import DEFAULT_CRF

@@ -38,7 +38,7 @@ from streamer.colour import resolve
 from streamer.core.blend import Blend, QuantizerEstimate
 from streamer.core.card import no_signal_card
 from streamer.core.features import FeatureCache, FeatureCacheStats
-from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector
+from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector, SkipAction
 from streamer.core.keepalive import Filler, KeepAlive
 from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.misswatch import MissWatch, MissWatchStats
@@ -65,18 +65,9 @@ from streamer.telemetry import Stage, StageObserver, ignore
 if TYPE_CHECKING:
     from streamer.audio import AudioTrack
 
-__all__ = ["Outcome", "Pipeline", "PipelineReport", "SkipAction"]
+__all__ = ["Outcome", "Pipeline", "PipelineReport"]
 
 log = logging.getLogger(__name__)
-
-
-class SkipAction(enum.Enum):
-    """What a frame whose window the gate skipped becomes."""
-
-    REUSE = "reuse"
-    """The enhanced output of the gate's reference frame: right for a scene that has not changed."""
-    PASSTHROUGH = "passthrough"
-    """The original frame."""
 
 
 RECENT_FRAMES = 300

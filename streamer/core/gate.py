@@ -33,6 +33,7 @@ __all__ = [
     "MotionGate",
     "Region",
     "SceneCutDetector",
+    "SkipAction",
     "luma_thumbnail",
 ]
 
@@ -89,6 +90,15 @@ def _spread_mean(
         acc += luma(image[dy : dy + rows * step : step, dx : dx + cols * step : step])
     acc /= len(offsets)
     return acc
+
+
+class SkipAction(enum.Enum):
+    """What a frame whose window the gate skipped becomes."""
+
+    REUSE = "reuse"
+    """The enhanced output of the gate's reference frame: right for a scene that has not changed."""
+    PASSTHROUGH = "passthrough"
+    """The original frame."""
 
 
 class GateReason(enum.Enum):

@@ -23,12 +23,12 @@ import pytest
 from streamer import framecode
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
-from streamer.core.gate import MotionGate
+from streamer.core.gate import MotionGate, SkipAction
 from streamer.core.windower import Windower
 from streamer.errors import SinkError, SourceError
 from streamer.frame import StreamInfo
 from streamer.hwcodec import Decode, VideoCodec, nvdec_unavailable, nvenc_unavailable
-from streamer.pipeline import Pipeline, PipelineReport, SkipAction
+from streamer.pipeline import Pipeline, PipelineReport
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.rtsp import RtspSink, RtspSinkState
