@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.cli import register as register_export
 from streamer.bench import register as register_bench
 from streamer.config import load_config, parse_override
 from streamer.demo import run_demo
@@ -25,11 +24,17 @@ from streamer.runner import EXIT_FAILED, format_report, run_config, run_streams
 __all__ = ["main"]
 
 _RTSP = ("rtsp://", "rtsps://")
+_EXPORT_COMMANDS = {
+    "train": "train a model on the bundled clips and photographs",
+    "export": "export a trained checkpoint, a registry architecture or your own model to ONNX",
+}
+"""The export package's commands (``export.cli``), listed here so that the runtime's own commands start
+without importing it; it is imported when one of these is the command."""
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamer",
         description="Real-time temporal video enhancement: windows of frames through an ONNX model.",
@@ -91,7 +96,14 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.set_defaults(func=_cmd_demo)
     run.set_defaults(func=_cmd_run)
-    register_export(commands)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in _EXPORT_COMMANDS:
+        from export.cli import register as register_export
+
+        register_export(commands)
+    else:
+        for name, summary in _EXPORT_COMMANDS.items():
+            commands.add_parser(name, help=summary)
     register_model(commands)
     register_bench(commands)
     return parser
@@ -152,7 +164,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(given).parse_args(given)
     try:
         code: int = args.func(args)
         return code

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Iterator
 
 from streamer.cli import _parser
@@ -17,8 +19,20 @@ def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParse
 
 
 def test_every_command_and_subcommand_formats_its_help() -> None:
-    parsers = list(_parsers(_parser()))
+    # The export package's commands are built in full only when one of them is the command.
+    parsers = [*_parsers(_parser(["run"])), *_parsers(_parser(["train"])), *_parsers(_parser(["export"]))]
     progs = {p.prog for p in parsers}
-    assert {"streamer bench", "streamer bench live", "streamer bench machine"} <= progs
+    assert {"streamer bench", "streamer bench live", "streamer bench machine", "streamer train"} <= progs
     for parser in parsers:
         assert parser.format_help().startswith("usage: "), parser.prog
+
+
+def test_the_runtime_commands_start_without_the_export_package() -> None:
+    code = (
+        "import sys; from streamer.cli import _parser; _parser(['run']).parse_args(['run']); "
+        "print('export.cli' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+    train = _parser(["train"]).parse_args(["train", "--out", "runs/x"])
+    assert train.command == "train"
