@@ -6,12 +6,14 @@ unknown keys, so a typo fails loudly instead of silently running on a default.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import os
 import posixpath
 import re
 import urllib.parse
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, get_args
 
 import yaml
 from pydantic import (
@@ -1113,16 +1115,57 @@ def _describe(error: ValidationError, origin: str) -> str:
     value = first.get("input")
     if isinstance(value, dict) and loc and value.get("kind") == loc[-1]:
         loc = loc[:-1]  # a source's or sink's kind, as pydantic names the member of the union
+    elif first["type"] == "extra_forbidden" and len(loc) > 2 and loc[-2] in _KINDS:
+        del loc[-2]  # the same, above an unknown key
     kind = first["type"]
     if kind == "control_character":
         loc.append(str(first.get("ctx", {}).get("key")))
     where = ".".join(loc)
     if kind == "extra_forbidden":
-        return f"{origin}: unknown key {where!r}; check the spelling against configs/default.yaml"
+        hint = "" if (near := _nearest_key(where)) is None else f"did you mean {near!r}? "
+        return f"{origin}: unknown key {where!r}; {hint}check the spelling against configs/default.yaml"
     if kind == "missing":
         return f"{origin}: {where!r} is required"
     shown = "" if isinstance(value, dict) else f" (got {_short(repr(value))})"
     return f"{origin}: {where or 'config'}: {first['msg'].removeprefix('Value error, ')}{shown}"
+
+
+def _nearest_key(where: str) -> str | None:
+    """The known key nearest an unknown one, as the user wrote its place (a list item's index kept)."""
+    general = re.sub(r"\.\d+(?=\.|$)", "", where)
+    near = difflib.get_close_matches(general, _known_keys(), n=1, cutoff=0.75)
+    if not near:
+        return None
+    parent, _, leaf = near[0].rpartition(".")
+    written_parent, _, _ = where.rpartition(".")
+    same_place = parent == re.sub(r"\.\d+(?=\.|$)", "", written_parent)
+    return f"{written_parent}.{leaf}" if same_place and written_parent else near[0]
+
+
+_KINDS = frozenset({"file", "rtsp", "whip", "synthetic", "null", "whep"})
+"""The kinds of sources and sinks, which pydantic puts in an error's location."""
+
+
+@functools.cache
+def _known_keys() -> tuple[str, ...]:
+    """Every setting's dotted key (a list's items as its own key's children), for "did you mean"."""
+    keys: list[str] = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            keys.append(prefix + name)
+            for member in _models_in(field.annotation):
+                walk(member, f"{prefix}{name}.")
+
+    walk(Config, "")
+    return tuple(dict.fromkeys(keys))
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds: itself, a union's members, a list's items."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -459,3 +459,26 @@ def test_the_gpu_profile_decodes_and_encodes_on_the_gpu_where_it_can() -> None:
     assert config.model.providers == "auto"
     assert config.runtime.batch_for("CUDAExecutionProvider") == 8
     assert config.runtime.batch_for("CPUExecutionProvider") == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "suggested"),
+    [
+        ({"latency.budget": 100}, "latency.budget_ms"),
+        ({"modle.path": "x"}, "model"),
+        ({"sink.kind": "file", "sink.path": "a.mp4", "sink.crff": 3}, "sink.crf"),
+        ({"sinks": [{"kind": "file", "path": "a.mp4", "crf2": 3}]}, "sinks.0.crf"),
+        ({"streams": [{"id": "a", "source": {"kind": "synthetic", "widht": 3}}]}, "streams.0.source.width"),
+    ],
+)
+def test_an_unknown_key_is_answered_with_the_nearest_known_one(
+    overrides: dict[str, object], suggested: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"; did you mean {suggested!r}? check the spelling")):
+        load_config(None, overrides)
+
+
+def test_an_unknown_key_like_no_other_gets_no_guess() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, {"zzz": 1})
+    assert str(raised.value) == "defaults: unknown key 'zzz'; check the spelling against configs/default.yaml"
