@@ -1142,10 +1142,6 @@ def _nearest_key(where: str) -> str | None:
     return f"{written_parent}.{leaf}" if same_place and written_parent else near[0]
 
 
-_KINDS = frozenset({"file", "rtsp", "whip", "synthetic", "null", "whep"})
-"""The kinds of sources and sinks, which pydantic puts in an error's location."""
-
-
 @functools.cache
 def _known_keys() -> tuple[str, ...]:
     """Every setting's dotted key (a list's items as its own key's children), for "did you mean"."""
@@ -1166,6 +1162,12 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+_KINDS = frozenset(
+    str(m.model_fields["kind"].default) for m in [*_models_in(SourceConfig), *_models_in(SinkConfig)]
+)
+"""The kinds of sources and sinks, which pydantic puts in an error's location: read from their models."""
 
 
 def _short(text: str, limit: int = 80) -> str:
