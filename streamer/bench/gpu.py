@@ -30,13 +30,15 @@ so both precisions feed alike. How many 1080p30 streams one GPU holds is read of
 each path, for the model alone: decode and encode are not in it (``streamer bench codecs`` times
 them). Only numpy and onnxruntime are imported (onnx for fp16), so ``python -m streamer.bench gpu``
 runs on a GPU machine that has neither PyAV nor the service's dependencies.
+
+This module times the paths and reads the flags; which providers load and with what options is
+:mod:`streamer.bench.gpu_providers`, the records and their table :mod:`streamer.bench.gpu_report`.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import shutil
 import statistics
 import subprocess
@@ -44,7 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,91 +59,30 @@ from streamer.backend.cuda_runtime import GpuWait
 from streamer.backend.device_frames import DeviceFrames
 from streamer.backend.host_buffers import cuda_host_memory
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes, wrapped
-from streamer.errors import ConfigError, StreamerError
+from streamer.bench.gpu_providers import (
+    CPU,
+    CUDA,
+    GPU_PROVIDERS,
+    TENSORRT,
+    chain,
+    loaded_providers,
+    provider_options,
+)
+from streamer.bench.gpu_report import GpuReport, Parity, Speed, format_report, streams_1080p30
+from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
+from streamer.errors import ConfigError
 from streamer.frame import Colour
 from streamer.yuv import matrices
 
-__all__ = ["GpuReport", "Parity", "Speed", "on_device", "run_gpu_bench"]
+__all__ = ["on_device", "run_gpu_bench"]
 
-TENSORRT = "TensorrtExecutionProvider"
-CUDA = "CUDAExecutionProvider"
-CPU = "CPUExecutionProvider"
 HD_TV = Colour(1, 1)
 """BT.709 in tv range: the colour a 720p or 1080p stream that states none is encoded in."""
-GPU_PROVIDERS = (TENSORRT, CUDA)
 PRECISIONS = ("fp32", "fp16")
 IOS = ("float", "uint8")
 Variant = tuple[str, str]
-"""(precision, io): ``fp32`` or ``fp16``; ``float`` or ``uint8`` (see :attr:`Speed.io`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Speed:
-    provider: str
-    precision: str
-    io: str
-    """``float``: the model's own float32 input and output, normalised on the host; ``uint8``: the
-    same graph with the normalisation folded in (uint8 window in, uint8 frame out)."""
-    size: str
-    batch: int
-    path: str
-    """``device`` (IO binding, nothing crosses PCIe), ``host`` (``OnnxBackend.infer``), ``frames``
-    (frames uploaded once into a device-side ring, one frame down) or ``frames_fresh`` (the same
-    through fresh buffers)."""
-    fps: float | None
-    """Output frames per second at the median batch time; None where the row failed (``error``)."""
-    batch_ms: float | None
-    host_cpu_ms: float | None
-    """CPU time of this process per output frame, all threads."""
-    pcie_bytes: int
-    """Bytes up and down per output frame: the input window and the output, as the path sends them."""
-    runs: int
-    error: str | None = None
-    first_ms: float | None = None
-    """The first call at this size and batch: the lazy work (algorithm search, allocations) included."""
-
-
-@dataclass(frozen=True, slots=True)
-class Parity:
-    provider: str
-    precision: str
-    io: str
-    size: str
-    max_levels: int
-    """Largest difference from the CPU provider's fp32 output, in levels of 255."""
-    over_one: float
-    """Share of output samples more than one level from the CPU provider's."""
-    steps: int = 1
-    """Frames compared: a recurrent model's last output after this many steps, its state kept on the
-    device, against the CPU's host path, so drift in a half-precision state shows."""
-
-
-@dataclass(frozen=True, slots=True)
-class GpuReport:
-    cpu: str
-    isa: tuple[str, ...]
-    gpu: str
-    onnxruntime: str
-    available: list[str]
-    """Providers this onnxruntime build lists."""
-    loaded: list[str]
-    """Providers that loaded the model (a listed provider whose libraries are missing does not)."""
-    skipped: list[str]
-    cuda_options: dict[str, str]
-    """What ``--cuda-options`` gave the CUDA provider (prefer_nhwc, enable_cuda_graph, ...)."""
-    gpu_wait: str
-    """How the calling thread waited for the GPU (``--gpu-wait``; the log says whether CUDA took it)."""
-    model: str
-    t: int
-    parity: list[Parity]
-    speeds: list[Speed]
-    streams_1080p30: dict[str, int]
-    """By ``provider precision path``: the best 1080p fps over 30, the model alone."""
-    pinned: str
-    """Whether the frames path's host buffers were page-locked (``streamer.backend.host_buffers``):
-    what its fps rest on."""
-    wall_s: float
+"""(precision, io): ``fp32`` or ``fp16``; ``float`` or ``uint8`` (see
+:attr:`streamer.bench.gpu_report.Speed.io`)."""
 
 
 def gpu_name() -> str:
@@ -415,48 +356,6 @@ def fold_uint8_io(model: Path, folder: Path, value_range: tuple[float, float]) -
     return path
 
 
-def _provider_options(provider: str, precision: str, cache: Path) -> dict[str, dict[str, str]]:
-    """TensorRT builds fp16 engines itself from the fp32 file and caches engines and timings."""
-    if provider != TENSORRT:
-        return {}
-    trt = {
-        "trt_fp16_enable": "1" if precision == "fp16" else "0",
-        "trt_engine_cache_enable": "1",
-        "trt_engine_cache_path": str(cache / f"trt-{precision}"),
-        "trt_timing_cache_enable": "1",
-        "trt_timing_cache_path": str(cache),
-    }
-    return {provider: trt}
-
-
-def _chain(provider: str) -> list[str]:
-    if provider == CPU:
-        return [CPU]
-    if provider == TENSORRT:
-        return [provider, CUDA, CPU]
-    return [provider, CPU]
-
-
-def _loads(provider: str, model: Path, cache: Path, gpu_wait: GpuWait) -> str | None:
-    """None where ``provider`` runs ``model``; else why not (a listed provider whose libraries are
-    missing falls back to the next one, which onnxruntime only logs)."""
-    try:
-        backend = OnnxBackend(
-            model,
-            providers=_chain(provider),
-            provider_options=_provider_options(provider, "fp32", cache),
-            gpu_wait=gpu_wait,
-        )
-    except StreamerError as err:
-        return str(err)
-    if backend.info.provider != provider:
-        return (
-            f"listed by this onnxruntime build, but the session fell back to {backend.info.provider} "
-            "(its libraries did not load; onnxruntime's verbose log names which)"
-        )
-    return None
-
-
 def run_gpu_bench(
     model: Path,
     providers: Sequence[str],
@@ -478,74 +377,20 @@ def run_gpu_bench(
     if any(p in available for p in GPU_PROVIDERS) and hasattr(ort, "preload_dlls"):
         # pip's CUDA and cuDNN live in site-packages, not on the loader's path
         ort.preload_dlls()
-    skipped: list[str] = []
-    loaded: list[str] = []
-    parity: list[Parity] = []
-    speeds: list[Speed] = []
+    run = _Run(begun, budget_s, seconds, dict(cuda_options or {}), gpu_wait, progress)
     with tempfile.TemporaryDirectory(prefix="streamer-gpu-") as folder:
         cache = Path(folder)
-        for provider in providers:
-            if provider not in available:
-                skipped.append(f"{provider}: not in this onnxruntime build (pip install onnxruntime-gpu)")
-                continue
-            why = _loads(provider, model, cache, gpu_wait)
-            if why is None:
-                loaded.append(provider)
-            else:
-                skipped.append(f"{provider}: {why}")
+        loaded = loaded_providers(providers, available, model, cache, gpu_wait, run.skipped)
         any_gpu = any(p in GPU_PROVIDERS for p in loaded)
         reference = OnnxBackend(model, providers=[CPU])
-        files = _variant_files(model, reference.info.value_range, variants, cache, skipped)
-        kept = not reference.info.streaming  # frames (and a recurrent state) kept on the device
+        files = _variant_files(model, reference.info.value_range, variants, cache, run.skipped)
         for provider in loaded:
             chosen = variants
             rows = [(s, b) for s in sizes for b in batches]
             if provider == CPU and any_gpu:
                 chosen, rows = [("fp32", "float")], [(sizes[0], 1)]
             for variant in chosen:
-                precision = variant[0]
-                if precision == "fp16" and provider == CPU:
-                    note = "fp16 on the CPU provider: not measured (no fp16 Conv kernels on the CPU)"
-                    skipped.extend([note] if note not in skipped else [])
-                    continue
-                # TensorRT builds its own fp16 engine from the fp32 graph
-                file = files.get(("fp32", variant[1]) if provider == TENSORRT else variant)
-                if file is None:
-                    continue
-                options = _provider_options(provider, precision, cache)
-                if provider == CUDA and cuda_options:
-                    options[CUDA] = dict(cuda_options)
-                backend = OnnxBackend(
-                    file,
-                    providers=_chain(provider),
-                    provider_options=options,
-                    device_frames=kept,
-                    gpu_wait=gpu_wait,
-                )
-                if provider != CPU:
-                    parity.append(_parity(backend, reference, provider, variant))
-                    if reference.info.state:
-                        parity.append(recurrent_parity(backend, reference, provider, variant))
-                    progress(f"parity {provider} {variant}: {parity[-1].max_levels} levels at most")
-                paths = ["device", "host", "frames", "frames_fresh", "frames_yuv"]
-                if provider == CUDA and (cuda_options or {}).get("enable_cuda_graph") == "1":
-                    paths = ["device"]
-                    note = "host path with enable_cuda_graph=1: not run (CUDA graphs need IO binding)"
-                    skipped.extend([note] if note not in skipped else [])
-                for size, batch in rows:
-                    for path in paths:
-                        if path.startswith("frames") and backend.device_frames is None:
-                            continue
-                        if time.perf_counter() - begun > budget_s:
-                            speeds.append(
-                                _failed(provider, variant, size, batch, path, "skipped: time budget spent")
-                            )
-                            continue
-                        row = _speed_row(backend, provider, variant, size, batch, path, seconds)
-                        speeds.append(row)
-                        done = f"{row.fps:.1f} fps" if row.fps else f"failed: {row.error}"
-                        progress(f"{provider} {variant} {row.size} b{batch} {path}: {done}")
-                backend.close()
+                _measure_variant(run, provider, variant, files, reference, rows, cache)
     return GpuReport(
         cpu=cpu_name(),
         isa=cpu_isa(),
@@ -553,17 +398,88 @@ def run_gpu_bench(
         onnxruntime=ort.__version__,
         available=available,
         loaded=loaded,
-        skipped=skipped,
-        cuda_options=dict(cuda_options or {}),
+        skipped=run.skipped,
+        cuda_options=dict(run.cuda_options),
         gpu_wait=str(gpu_wait) if any_gpu else "no GPU provider ran",
         model=model.name,
         t=reference.info.t,
-        parity=parity,
-        speeds=speeds,
-        streams_1080p30=_streams(speeds),
+        parity=run.parity,
+        speeds=run.speeds,
+        streams_1080p30=streams_1080p30(run.speeds),
         pinned=_pinned(any_gpu),
         wall_s=time.perf_counter() - begun,
     )
+
+
+@dataclass(slots=True)
+class _Run:
+    """One run's time budget and settings, and what it has measured and skipped so far."""
+
+    begun: float
+    budget_s: float
+    seconds: float
+    cuda_options: dict[str, str]
+    gpu_wait: GpuWait
+    progress: Callable[[str], None]
+    skipped: list[str] = field(default_factory=list)
+    parity: list[Parity] = field(default_factory=list)
+    speeds: list[Speed] = field(default_factory=list)
+
+    def note(self, line: str) -> None:
+        """``line`` among the skipped, once however often it comes."""
+        self.skipped.extend([line] if line not in self.skipped else [])
+
+
+def _measure_variant(
+    run: _Run,
+    provider: str,
+    variant: Variant,
+    files: Mapping[Variant, Path],
+    reference: OnnxBackend,
+    rows: Sequence[tuple[tuple[int, int], int]],
+    cache: Path,
+) -> None:
+    """Parity with ``reference`` and a row per size, batch and path of ``provider`` in ``variant``;
+    nothing where the variant cannot run on the provider or its file could not be made."""
+    precision = variant[0]
+    if precision == "fp16" and provider == CPU:
+        run.note("fp16 on the CPU provider: not measured (no fp16 Conv kernels on the CPU)")
+        return
+    # TensorRT builds its own fp16 engine from the fp32 graph
+    file = files.get(("fp32", variant[1]) if provider == TENSORRT else variant)
+    if file is None:
+        return
+    options = provider_options(provider, precision, cache)
+    if provider == CUDA and run.cuda_options:
+        options[CUDA] = dict(run.cuda_options)
+    backend = OnnxBackend(
+        file,
+        providers=chain(provider),
+        provider_options=options,
+        device_frames=not reference.info.streaming,  # frames (and a recurrent state) kept on the device
+        gpu_wait=run.gpu_wait,
+    )
+    if provider != CPU:
+        run.parity.append(_parity(backend, reference, provider, variant))
+        if reference.info.state:
+            run.parity.append(recurrent_parity(backend, reference, provider, variant))
+        run.progress(f"parity {provider} {variant}: {run.parity[-1].max_levels} levels at most")
+    paths = ["device", "host", "frames", "frames_fresh", "frames_yuv"]
+    if provider == CUDA and run.cuda_options.get("enable_cuda_graph") == "1":
+        paths = ["device"]
+        run.note("host path with enable_cuda_graph=1: not run (CUDA graphs need IO binding)")
+    for size, batch in rows:
+        for path in paths:
+            if path.startswith("frames") and backend.device_frames is None:
+                continue
+            if time.perf_counter() - run.begun > run.budget_s:
+                run.speeds.append(_failed(provider, variant, size, batch, path, "skipped: time budget spent"))
+                continue
+            row = _speed_row(backend, provider, variant, size, batch, path, run.seconds)
+            run.speeds.append(row)
+            done = f"{row.fps:.1f} fps" if row.fps else f"failed: {row.error}"
+            run.progress(f"{provider} {variant} {row.size} b{batch} {path}: {done}")
+    backend.close()
 
 
 def _pinned(any_gpu: bool) -> str:
@@ -596,85 +512,6 @@ def _variant_files(
             continue
         files[(precision, io)] = file
     return files
-
-
-def _streams(speeds: Sequence[Speed]) -> dict[str, int]:
-    best: dict[str, float] = {}
-    for s in speeds:
-        if s.fps is not None and s.size.endswith("x1080"):
-            key = f"{s.provider} {s.precision} {s.io} {s.path}"
-            best[key] = max(best.get(key, 0.0), s.fps)
-    return {key: math.floor(fps / 30) for key, fps in best.items()}
-
-
-def _cell(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def format_report(report: GpuReport) -> tuple[str, str]:
-    """The printed table and its markdown twin."""
-    head = [
-        f"GPU: {report.gpu}",
-        f"host: {report.cpu} ({', '.join(report.isa) or 'no listed ISA flags'}), {os.cpu_count()} cores; "
-        f"onnxruntime {report.onnxruntime}",
-        f"providers listed: {', '.join(report.available)}; "
-        f"loaded the model: {', '.join(report.loaded) or 'none'}",
-        f"model: {report.model} (T={report.t}); CUDA provider options: {report.cuda_options or 'defaults'}; "
-        f"waits for the GPU: {report.gpu_wait}",
-        f"frames path host buffers: {report.pinned}",
-    ]
-    parity = [
-        f"parity vs CPU fp32, {p.size}{f' after {p.steps} steps' if p.steps > 1 else ''}: {p.provider} "
-        f"{p.precision} {p.io}: at most {p.max_levels} levels of 255, {100 * p.over_one:.3f}% of samples "
-        "more than 1 level apart"
-        for p in report.parity
-    ]
-    columns = (
-        "provider",
-        "prec",
-        "io",
-        "size",
-        "batch",
-        "path",
-        "fps",
-        "ms/batch",
-        "CPU ms/frame",
-        "PCIe MB/frame",
-        "runs",
-        "first call ms",
-    )
-    lines = [" | ".join(columns)]
-    md = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for s in report.speeds:
-        provider = s.provider.removesuffix("ExecutionProvider")
-        cells = [
-            provider,
-            s.precision,
-            s.io,
-            s.size,
-            str(s.batch),
-            s.path,
-            _cell(s.fps),
-            _cell(s.batch_ms),
-            _cell(s.host_cpu_ms, 2),
-            f"{s.pcie_bytes / 1e6:.1f}",
-            str(s.runs),
-            _cell(s.first_ms, 0),
-        ]
-        if s.error:
-            cells[6] = f"({s.error})"
-        lines.append(" | ".join(cells))
-        md.append("| " + " | ".join(cells) + " |")
-    streams = [f"1080p30 streams per GPU, model alone ({k}): {v}" for k, v in report.streams_1080p30.items()]
-    notes = [*(f"skipped: {s}" for s in report.skipped), *streams, f"total {report.wall_s:.1f} s"]
-    table = "\n".join([*head, *parity, "", *lines, "", *(wrapped(n) for n in notes)])
-    markdown = (
-        "\n".join(
-            [*(f"- {h}" for h in head), *(f"- {p}" for p in parity), "", *md, "", *(f"- {n}" for n in notes)]
-        )
-        + "\n"
-    )
-    return table, markdown
 
 
 def _ints(text: str, flag: str) -> list[int]:

@@ -31,7 +31,8 @@ from streamer.app import build_pipeline
 from streamer.assets import STREAMING_LITE_MODEL
 from streamer.bench import rtsp_relay
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, markdown_targets, table_footer
-from streamer.bench.latency import Camera, Relay, RtspCamera, Settings, parse_size
+from streamer.bench.latency_measure import Camera, Settings, parse_size
+from streamer.bench.latency_rtsp import Relay, RtspCamera
 from streamer.config import (
     Config,
     GateConfig,

@@ -4,7 +4,7 @@ For each frame size and each model (tier), a camera paced at its frame rate publ
 GStreamer RTSP relay (its frames encoded before the run by default, as an IP camera encodes on its own
 chip, so the cores measured are the sidecar's; ``--camera live`` encodes on them during the run);
 streamer reads it, enhances with a latency budget and pushes it back; a player
-reads the result (the RTSP path of :mod:`streamer.bench.latency`, whose frame numbers in pixels give
+reads the result (the RTSP path of :mod:`streamer.bench.latency_rtsp`, whose frame numbers in pixels give
 glass-to-glass latency). Per run: the share of measured frames enhanced, passed through unenhanced and
 lost, p50/p99 latency, the model's own frames per second on that size (timed alone just before, in the
 stream's steady state), and the CPU this process used over the run (camera, relay client, streamer and
@@ -24,7 +24,8 @@ from typing import Any
 from streamer.app import build_backend
 from streamer.assets import AUTO_TIERS
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, parse_sizes, table_footer
-from streamer.bench.latency import Settings, parse_size, run_latency
+from streamer.bench.latency import run_latency
+from streamer.bench.latency_measure import Settings, parse_size
 from streamer.config import ModelConfig
 from streamer.errors import ConfigError
 from streamer.tiers import AUTO, model_fps

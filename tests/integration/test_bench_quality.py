@@ -15,17 +15,9 @@ import pytest
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.metrics import psnr
-from streamer.bench.quality import (
-    CAMERA_PROFILE,
-    DEFAULT_MODELS,
-    Row,
-    Section,
-    add_noise,
-    check_targets,
-    default_models,
-    h264_roundtrip,
-    model_frames,
-)
+from streamer.bench.quality import DEFAULT_MODELS, add_noise, default_models, h264_roundtrip, model_frames
+from streamer.bench.quality_report import CAMERA_PROFILE, Row, Section
+from streamer.bench.quality_targets import check_targets
 from streamer.errors import ConfigError, SourceNotFoundError
 from tests.bench_cli import run_bench
 from tests.onnx_models import ema_model, strength_model

@@ -1,0 +1,251 @@
+"""The RTSP path of ``streamer bench latency``: PyAV camera -> GStreamer relay ``/cam`` -> RtspSource
+-> Pipeline -> RtspSink -> relay ``/out`` -> PyAV reader. The relay is :mod:`streamer.bench.rtsp_relay`,
+a process of Debian's python3; the path is skipped, saying why, when that interpreter cannot import
+GstRtspServer. ``streamer bench keepalive`` publishes through the same relay and camera."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import subprocess
+import threading
+import time
+from fractions import Fraction
+
+import av
+import av.error
+import numpy as np
+from av.packet import Packet
+from av.stream import Stream
+from av.video.stream import VideoStream
+
+from streamer import framecode
+from streamer.app import build_pipeline
+from streamer.bench import rtsp_relay
+from streamer.bench.latency_measure import (
+    CAMERA_X264,
+    SETUP_S,
+    Camera,
+    PathResult,
+    Recorder,
+    Settings,
+    Skipped,
+    abandon,
+    finish,
+    join_threads,
+    path_result,
+)
+from streamer.config import RtspSinkConfig, RtspSourceConfig
+from streamer.errors import SourceError, StreamerError
+from streamer.nodelay import disable_nagle, rtsp_peer
+from streamer.pipeline import PipelineReport
+
+__all__ = ["Relay", "RtspCamera", "run_rtsp"]
+
+_READER_OPTIONS = {"rtsp_transport": "tcp", "analyzeduration": "100000", "timeout": "10000000"}
+"""The player's socket timeout (10 s) outlasts model auto's probe, during which the output is silent."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Relay:
+    """The relay process on a free loopback port, and the event lines it prints (``play cam`` ...)."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self._process: subprocess.Popen[str] | None = None
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._last: collections.deque[str] = collections.deque(maxlen=30)
+        self._changed = threading.Condition()
+
+    def url(self, name: str) -> str:
+        return f"rtsp://127.0.0.1:{self.port}/{name}"
+
+    def publish_url(self, name: str) -> str:
+        return f"rtsp://127.0.0.1:{self.port}/{name}/publish"
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            rtsp_relay.command(self.port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        threading.Thread(target=self._collect, args=(self._process,), daemon=True).start()
+        self.wait_for("ready")
+
+    def wait_for(self, line: str, timeout: float = 10.0) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._counts[line] >= 1, timeout):
+                output = "\n".join(self._last) or "nothing"
+                raise SourceError(
+                    f"the RTSP relay did not print {line!r} within {timeout} s; it printed:\n{output}"
+                )
+
+    def kill(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait(timeout=10)
+
+    def _collect(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            with self._changed:
+                self._counts[raw.strip()] += 1
+                self._last.append(raw.strip())
+                self._changed.notify_all()
+
+
+class RtspCamera(threading.Thread):
+    """Publishes the camera's frames to the relay in real time (libx264 ultrafast, zerolatency), then
+    leaves (TEARDOWN), which ends the relay's stream for its players."""
+
+    def __init__(self, url: str, camera: Camera, ahead: list[Packet[Stream]] | None = None) -> None:
+        """``ahead``: the frames already encoded (:meth:`Camera.encode_all`), sent at the frame rate."""
+        super().__init__(name="bench-rtsp-camera", daemon=True)
+        self.url = url
+        self.camera = camera
+        self.ahead = ahead
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def halt(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        try:
+            self._publish()
+        except BaseException as exc:
+            self.error = exc
+
+    def _publish(self) -> None:
+        s = self.camera.settings
+        container = av.open(
+            self.url, "w", format="rtsp", options={"rtsp_transport": "tcp", "timeout": "5000000"}
+        )
+        try:
+            encoder: VideoStream | None = None
+            stream: Stream
+            if self.ahead is None:
+                encoder = container.add_stream("libx264", rate=s.fps, options=CAMERA_X264 | {"g": str(s.fps)})
+                assert isinstance(encoder, VideoStream)
+                encoder.width, encoder.height, encoder.pix_fmt = s.width, s.height, "yuv420p"
+                stream = encoder
+            else:
+                stream = container.add_mux_stream("h264", rate=s.fps, width=s.width, height=s.height)
+            container.start_encoding()
+            peer = rtsp_peer(self.url)
+            if peer is not None:
+                disable_nagle(*peer)  # as a camera's RTSP stack does; see streamer.nodelay
+            pending = collections.deque(self.ahead or ())
+            start = time.monotonic()
+            for index in range(s.total):
+                if self._halt.wait(max(0.0, start + index / s.fps - time.monotonic())):
+                    return
+                if encoder is not None:
+                    frame = self.camera.frame(index)
+                    frame.pts, frame.time_base = index, Fraction(1, s.fps)
+                    self.camera.capture(index)
+                    container.mux(encoder.encode(frame))
+                    continue
+                self.camera.capture(index)
+                while pending and (pending[0].pts or 0) <= index:  # pts counts frames
+                    packet = pending.popleft()
+                    packet.stream = stream
+                    container.mux(packet)
+            if encoder is not None:
+                container.mux(encoder.encode(None))
+        finally:
+            container.close()
+
+
+class _RtspPlayer(threading.Thread):
+    """An independent viewer: plays the relay's ``/out`` once, notes each frame's number and decode time."""
+
+    def __init__(self, url: str, limit: int, open_timeout_s: float) -> None:
+        super().__init__(name="bench-rtsp-player", daemon=True)
+        self.url = url
+        self.limit = limit
+        self.open_timeout_s = open_timeout_s
+        self.arrivals: list[tuple[int | None, float]] = []
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def halt(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        try:
+            # Reads may wait as long as opening: model auto times its tiers (seconds at 720p) with the
+            # sink already announced, before the first frame.
+            timeouts = (self.open_timeout_s, self.open_timeout_s)
+            with av.open(self.url, options=_READER_OPTIONS, timeout=timeouts) as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "SLICE"  # frame threads would hold frames back, as in RtspSource
+                for packet in container.demux(stream):
+                    try:
+                        frames = packet.decode()
+                    except av.error.InvalidDataError:
+                        frames = []  # a damaged packet: the next keyframe repairs the picture
+                    for frame in frames:
+                        at = time.monotonic()
+                        pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                        self.arrivals.append((framecode.read(pixels), at))
+                    if self._halt.is_set() or len(self.arrivals) >= self.limit:
+                        return
+        except av.error.FFmpegError as exc:
+            if not self._halt.is_set():
+                self.error = exc
+
+
+async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
+    missing = await asyncio.to_thread(rtsp_relay.unavailable)
+    if missing is not None:
+        return Skipped("rtsp", f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
+    camera = Camera(settings)
+    ahead = await asyncio.to_thread(camera.encode_all) if settings.camera_ahead else None
+    deadline = time.monotonic() + settings.cap_s
+    relay = Relay()
+    sender = RtspCamera(relay.publish_url("cam"), camera, ahead)
+    player = _RtspPlayer(relay.url("out"), settings.total * 2, open_timeout_s=SETUP_S)
+    recorder = Recorder(measured)
+    config = settings.config(
+        source=RtspSourceConfig(url=relay.url("cam"), reconnect=False),
+        sink=RtspSinkConfig(url=relay.publish_url("out"), reconnect=False, threads=settings.encoder_threads),
+    )
+    pipeline = build_pipeline(config, on_output=recorder)
+    running: asyncio.Task[PipelineReport] | None = None
+    failure: StreamerError | None = None
+    try:
+        await asyncio.to_thread(relay.start)
+        # Player, streamer, camera, each waiting at the relay for the one before: a player that comes
+        # first gets the stream from its first frame, one that comes later waits for a keyframe.
+        player.start()
+        await asyncio.to_thread(relay.wait_for, "play out")
+        running = asyncio.create_task(pipeline.run())
+        await asyncio.to_thread(relay.wait_for, "play cam")
+        sender.start()
+        timed_out = await finish(pipeline, running, deadline)  # the camera leaving ends the source
+        report = running.result()
+        # The sink's TEARDOWN ends /out: the player has seen everything once its session ends.
+        await asyncio.to_thread(player.join, max(1.0, deadline - time.monotonic()))
+        timed_out = timed_out or player.is_alive()
+    except StreamerError as exc:  # a peer's failure, if any, is the cause: it is raised instead
+        failure = exc
+    finally:
+        await abandon(pipeline, running)
+        sender.halt()
+        player.halt()
+        await asyncio.to_thread(join_threads, sender, player)
+        relay.kill()
+        camera.close()
+    for peer, what in ((sender, "camera"), (player, "player")):
+        if peer.error is not None:
+            raise SourceError(f"the benchmark's RTSP {what} failed: {peer.error}") from failure
+    if failure is not None:
+        raise failure
+    route = "PyAV camera -> GStreamer relay -> RtspSource | RtspSink -> relay -> PyAV reader"
+    return path_result("rtsp", route, "H.264", settings, camera, player.arrivals, recorder, report, timed_out)
