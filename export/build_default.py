@@ -11,7 +11,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from export.onnx_export import ExportReport, export_onnx, export_with_card
+from export.card import export_with_card
+from export.onnx_export import ExportReport, export_onnx
 from streamer.assets import TEMPORAL_FILTER
 from streamer.core.windower import OutputPosition
 from streamer.models import MotionAdaptiveTemporalFilter

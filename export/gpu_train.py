@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from export.checkpoint import CHECKPOINT, FORMAT, save_checkpoint
-from export.cli import parse_model_args
+from export.cli_args import parse_model_args
 from export.datapack import DataPack, load_pack
 from export.objective import (
     LOSSES,

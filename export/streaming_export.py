@@ -37,18 +37,11 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from export.onnx_export import (
-    MIN_OPSET,
-    PARITY_TOLERANCE,
-    UINT8_TOLERANCE_LEVELS,
-    ExportReport,
-    bench_summary,
-    card_header,
-    count_macs,
-    metadata_props,
-    record_reach,
-    write_card,
-)
+from export.card import bench_summary, card_header, record_reach, write_card
+from export.contract import metadata_props
+from export.objective import count_macs
+from export.onnx_export import MIN_OPSET, ExportReport
+from export.parity import PARITY_TOLERANCE, UINT8_TOLERANCE_LEVELS
 from export.reach import module_reach
 from streamer.backend.base import Layout
 from streamer.contract import Key
@@ -261,6 +254,38 @@ class _Checker:
         self.worst_levels = max(self.worst_levels, int(np.max(np.abs(pixels.astype(np.int16) - rounded))))
 
 
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    """What a streaming module declares of itself: its window, output slot, value range, pad multiple and
+    feature maps."""
+
+    t: int
+    position: OutputPosition
+    value_range: tuple[float, float]
+    multiple: int
+    features: tuple[dict[str, Any], ...]
+
+    @property
+    def slot(self) -> int:
+        return self.position.slot(self.t)
+
+    @property
+    def names(self) -> list[str]:
+        return [f["name"] for f in self.features]
+
+
+@dataclass(frozen=True, slots=True)
+class _Graphs:
+    """The three graphs of an export, serialised, and the fusion graph's metadata."""
+
+    encoder: bytes
+    fusion: bytes
+    """The shipped fusion graph: uint8 NHWC out."""
+    fusion_float: bytes
+    """Its twin with the float NCHW output, for the fp32 parity check."""
+    meta: dict[str, str]
+
+
 def export_streaming(
     module: nn.Module,
     path: str | os.PathLike[str],
@@ -270,6 +295,56 @@ def export_streaming(
     real_frames: bool = True,
 ) -> StreamingGraphs:
     """Writes ``path`` (fusion) and ``<stem>.encoder.onnx``; raises ModelError unless both checks pass."""
+    spec = _declared(module, name)
+    module = module.eval()
+    out = Path(path)
+    encoder_path = out.with_name(f"{out.stem}.encoder.onnx")
+
+    h, w = (-(-v // spec.multiple) * spec.multiple for v in example_hw)
+    rng = np.random.default_rng(0)
+    frame = torch.from_numpy(rng.integers(0, 256, (1, h, w, 3), dtype=np.uint8))
+    graphs = _export_graphs(module, spec, name, frame, encoder_path.name)
+
+    checker = _Checker(
+        module,
+        _session(graphs.encoder, f"encoder of {name!r}"),
+        _session(graphs.fusion_float, f"float fusion graph of {name!r}"),
+        _session(graphs.fusion, f"fusion graph of {name!r}"),
+        spec.features,
+        spec.t,
+        spec.slot,
+        spec.value_range,
+    )
+    shapes, random_error = _check_random(checker, rng, spec, (h, w))
+    real = _real_frames(spec.multiple) if real_frames else None
+    real_error = None if real is None else _check_real(checker, real, spec.slot)
+    _check_errors(name, random_error, real_error, checker.worst_levels)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    encoder_path.write_bytes(graphs.encoder)
+    out.write_bytes(graphs.fusion)
+    report = ExportReport(
+        path=out,
+        name=name,
+        opset=MIN_OPSET,
+        t=spec.t,
+        layout=Layout.NTCHW,
+        output_position=spec.position,
+        value_range=spec.value_range,
+        pad_multiple=spec.multiple,
+        metadata=graphs.meta,
+        parity_max_abs_error=random_error,
+        parity_shapes=shapes,
+        size_bytes=len(graphs.fusion),
+        parity_real_max_abs_error=real_error,
+        parity_real_frames=None if real is None else _REAL_FRAMES,
+    )
+    return StreamingGraphs(report, encoder_path, len(graphs.encoder), spec.features, checker.worst_levels)
+
+
+def _declared(module: nn.Module, name: str) -> _Declared:
+    """The module's streaming declarations, read and checked; ConfigError where it is not a streaming
+    module."""
     if not is_streaming(module):
         raise ConfigError(
             f"cannot export {name!r} as a streaming model: {type(module).__name__} lacks encode, fuse, "
@@ -279,19 +354,18 @@ def export_streaming(
     t, position = int(spec.t), OutputPosition(spec.output_position)
     value_range = (float(spec.value_range[0]), float(spec.value_range[1]))
     multiple = int(spec.pad_multiple)
-    features = _feature_specs(module)
-    slot = position.slot(t)
-    module = module.eval()
-    out = Path(path)
-    encoder_path = out.with_name(f"{out.stem}.encoder.onnx")
+    return _Declared(t, position, value_range, multiple, _feature_specs(module))
 
-    h, w = (-(-v // multiple) * multiple for v in example_hw)
-    rng = np.random.default_rng(0)
-    frame = torch.from_numpy(rng.integers(0, 256, (1, h, w, 3), dtype=np.uint8))
+
+def _export_graphs(
+    module: nn.Module, spec: _Declared, name: str, frame: torch.Tensor, encoder_file: str
+) -> _Graphs:
+    """The encoder and fusion graphs traced on ``frame`` (1, H, W, 3), each with its metadata and through
+    ``onnx.checker``; the fusion graph's metadata names the encoder file ``encoder_file``."""
+    t, value_range, features, names = spec.t, spec.value_range, spec.features, spec.names
     encoder = _Encoder(module, value_range)
     with torch.no_grad():
         maps = encoder(frame)
-    names = [f["name"] for f in features]
     if len(maps) != len(names):
         raise ModelError(
             f"{type(module).__name__}.encode returns {len(maps)} maps; feature_names lists {names}"
@@ -309,11 +383,11 @@ def export_streaming(
         name=name,
         t=t,
         layout=Layout.NTCHW,
-        output_position=position,
+        output_position=spec.position,
         value_range=value_range,
-        pad_multiple=multiple,
+        pad_multiple=spec.multiple,
     )
-    meta[Key.ENCODER] = encoder_path.name
+    meta[Key.ENCODER] = encoder_file
     meta[Key.FEATURES] = json.dumps(list(features))
     if callable(getattr(module, "config", None)):  # what export.recover rebuilds the module from
         meta[Key.ARCHITECTURE] = json.dumps(cast(Any, module).config())
@@ -325,65 +399,47 @@ def export_streaming(
             onnx.checker.check_model(graph, full_check=True)
         except onnx.checker.ValidationError as err:
             raise ModelError(f"the {what} of {name!r} fails onnx.checker: {err}") from err
-    fusion_bytes = fusion.SerializeToString()
-    encoder_bytes = encoder_model.SerializeToString()
+    return _Graphs(encoder_model.SerializeToString(), fusion.SerializeToString(), fusion_float, meta)
 
-    checker = _Checker(
-        module,
-        _session(encoder_bytes, f"encoder of {name!r}"),
-        _session(fusion_float, f"float fusion graph of {name!r}"),
-        _session(fusion_bytes, f"fusion graph of {name!r}"),
-        features,
-        t,
-        slot,
-        value_range,
-    )
+
+def _check_random(
+    checker: _Checker, rng: np.random.Generator, spec: _Declared, hw: tuple[int, int]
+) -> tuple[tuple[tuple[int, ...], ...], float]:
+    """Random frames at batch 1 of size ``hw`` and batch 2 of a larger size: the shapes checked, in the
+    model's layout, and the worst fp32 difference."""
+    t, multiple = spec.t, spec.multiple
+    h, w = hw
     shapes: list[tuple[int, ...]] = []
     for b, (hh, ww) in ((1, (h, w)), (2, (h + 2 * multiple, w + 3 * multiple))):
         frames = rng.integers(0, 256, (b * t, hh, ww, 3), dtype=np.uint8)
         checker.windows(frames, [list(range(i * t, (i + 1) * t)) for i in range(b)])
         shapes.append((b, t, 3, hh, ww))
-    random_error = checker.worst
-    real = _real_frames(multiple) if real_frames else None
-    real_error: float | None = None
-    if real is not None:
-        checker.worst = 0.0
-        n = real.shape[0]
-        # Sliding windows over one encoding per frame, edges replicated as the windower does.
-        checker.windows(real, [[min(max(i - slot + k, 0), n - 1) for k in range(t)] for i in range(n)])
-        real_error = checker.worst
+    return tuple(shapes), checker.worst
+
+
+def _check_real(checker: _Checker, real: npt.NDArray[np.uint8], slot: int) -> float:
+    """The worst fp32 difference over a real clip's sliding windows, each frame encoded once."""
+    checker.worst = 0.0
+    n = real.shape[0]
+    t = checker.t
+    # Sliding windows over one encoding per frame, edges replicated as the windower does.
+    checker.windows(real, [[min(max(i - slot + k, 0), n - 1) for k in range(t)] for i in range(n)])
+    return checker.worst
+
+
+def _check_errors(name: str, random_error: float, real_error: float | None, worst_levels: int) -> None:
+    """Raises ModelError where the streaming path or the uint8 graph is off PyTorch by more than allowed."""
     for what, error in (("random frames", random_error), ("real frames", real_error)):
         if error is not None and error > PARITY_TOLERANCE:
             raise ModelError(
                 f"the streaming graphs of {name!r} differ from PyTorch's full-window forward by {error:.3g} "
                 f"(> {PARITY_TOLERANCE}) on {what}; encode() must see one frame and fuse() only its maps"
             )
-    if checker.worst_levels > UINT8_TOLERANCE_LEVELS:
+    if worst_levels > UINT8_TOLERANCE_LEVELS:
         raise ModelError(
-            f"the uint8 fusion graph of {name!r} is {checker.worst_levels} levels off PyTorch's rounded "
+            f"the uint8 fusion graph of {name!r} is {worst_levels} levels off PyTorch's rounded "
             f"output (> {UINT8_TOLERANCE_LEVELS})"
         )
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    encoder_path.write_bytes(encoder_bytes)
-    out.write_bytes(fusion_bytes)
-    report = ExportReport(
-        path=out,
-        name=name,
-        opset=MIN_OPSET,
-        t=t,
-        layout=Layout.NTCHW,
-        output_position=position,
-        value_range=value_range,
-        pad_multiple=multiple,
-        metadata=meta,
-        parity_max_abs_error=random_error,
-        parity_shapes=tuple(shapes),
-        size_bytes=len(fusion_bytes),
-        parity_real_max_abs_error=real_error,
-        parity_real_frames=None if real is None else _REAL_FRAMES,
-    )
-    return StreamingGraphs(report, encoder_path, len(encoder_bytes), features, checker.worst_levels)
 
 
 def benchmark_streaming_cpu(

@@ -1,4 +1,4 @@
-"""Trains a registry architecture on ``export.data``; ``streamer train`` (``export.cli``) runs it.
+"""Trains a registry architecture on ``export.data``; ``streamer train`` (``export.cli_train``) runs it.
 
 Adam with a cosine schedule on a Charbonnier (or L1) loss. Window models (``conv3d``,
 ``temporal_filter``) learn the output slot's frame from T-frame windows; the recurrent ``convgru`` is
@@ -31,6 +31,7 @@ from export.checkpoint import CHECKPOINT, FORMAT, load_checkpoint, save_checkpoi
 from export.data import (
     CAMERA_DRAWS,
     MAX_CAMERA_DRAWS,
+    Batch,
     Degradation,
     TrainingData,
     add_gaussian_noise,
@@ -118,6 +119,17 @@ class TrainResult:
     seconds: float
 
 
+@dataclass(slots=True)
+class _Run:
+    """Where a run stands besides its weights and optimizer: the step, the latest validation, the history
+    of validations and the seconds spent training."""
+
+    step: int = 0
+    validation: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
 def build_model(arch: str, model: dict[str, Any]) -> nn.Module:
     """The architecture ``arch`` built from its config; a recurrent model must declare its state."""
     module = build(arch, **model)
@@ -199,42 +211,11 @@ def train(
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
     module = build_model(config.arch, dict(config.model))
-    copied: set[str] = set()
-    for source in config.init:
-        # Also on resume, where the checkpoint then overwrites the weights: the names set the rates.
-        names = warm_start(module, init_weights(source, module))
-        copied.update(names)
-        if payload is None:
-            logger.info("warm start from %s: %d of %d tensors", source, len(names), len(module.state_dict()))
-    named = dict(module.named_parameters())
-    groups = [{"params": [p for name, p in named.items() if name not in copied], "lr": config.lr}]
-    given = [p for name, p in named.items() if name in copied]
-    if given:
-        groups.append({"params": given, "lr": config.lr * config.init_lr_scale})
-    optimizer = torch.optim.Adam(groups, lr=config.lr)
-    # Cosine from each group's rate down to min_lr_ratio of it: the --init tensors keep their share.
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, partial(_cosine, config.steps, config.min_lr_ratio)
-    )
-    step = 0
-    validation: dict[str, float] = {}
-    history: list[dict[str, Any]] = []
-    teacher = None
-    if config.teacher is not None:
-        if is_recurrent(module):
-            raise ConfigError(
-                "a teacher distils into window models only; drop --teacher for a recurrent model"
-            )
-        teacher = OnnxTeacher(config.teacher, _sequence_length(module, config), threads)
-    if payload is not None:
-        module.load_state_dict(payload["model"])
-        optimizer.load_state_dict(payload["optimizer"])
-        scheduler.load_state_dict(payload["scheduler"])
-        step = int(payload["step"])
-        torch.set_rng_state(payload["rng"]["torch"])
-        np.random.set_state(payload["rng"]["numpy"])
-        validation = dict(payload.get("validation", {}))
-        history = list(payload.get("history", []))
+    # Also on resume, where the checkpoint then overwrites the weights: the names set the rates.
+    copied = _warm_start(module, config, announce=payload is None)
+    optimizer, scheduler = _optimizer(module, config, copied)
+    teacher = _teacher(module, config, threads)
+    run = _Run() if payload is None else _resume(payload, module, optimizer, scheduler)
     end = config.steps if stop_after is None else min(stop_after, config.steps)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = TrainingData(
@@ -247,53 +228,135 @@ def train(
     )
     length = _sequence_length(module, config)
     module.train()
-    bar = tqdm(total=config.steps, initial=step, disable=not progress, unit="step", dynamic_ncols=True)
-    seconds = float(payload.get("seconds", 0.0)) if payload is not None else 0.0
-    while step < end:
+    bar = tqdm(total=config.steps, initial=run.step, disable=not progress, unit="step", dynamic_ncols=True)
+    while run.step < end:
         started = time.perf_counter()
-        batch = data.batch(step, config.batch, length, config.crop)
-        noisy, clean = torch.from_numpy(batch.noisy), torch.from_numpy(batch.clean)
-        output, index = _forward(module, noisy)
-        target = clean[:, index]
-        loss = training_loss(config.loss, output, target)
-        if teacher is not None:
-            guide = teacher(noisy)  # a window model's batch is one window of T frames
-            loss = loss + config.distill * training_loss(config.loss, output[:, 0], guide)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        if config.grad_clip > 0:
-            nn.utils.clip_grad_norm_(module.parameters(), config.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        step += 1
+        batch = data.batch(run.step, config.batch, length, config.crop)
+        loss, output, target = _step(module, teacher, optimizer, scheduler, config, batch)
+        run.step += 1
         bar.update(1)
-        seconds += time.perf_counter() - started
+        run.seconds += time.perf_counter() - started
         loss_value = float(loss.detach())
         bar.set_postfix(loss=f"{loss_value:.4f}", psnr=f"{psnr(output.detach(), target):.2f}")
-        if step % config.checkpoint_every == 0 or step == end:
-            validation = validate(module, config)
-            history.append({"step": step, "loss": loss_value, **validation})
-            bar.write(f"step {step}/{config.steps} loss {loss_value:.4f} validation {json.dumps(validation)}")
-            save_checkpoint(
-                path,
-                {
-                    "format": FORMAT,
-                    "architecture": config.arch,
-                    "model_config": module.config(),  # type: ignore[operator]
-                    "model": module.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "step": step,
-                    "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
-                    "train_config": dataclasses.asdict(config),
-                    "validation": validation,
-                    "history": history,
-                    "seconds": round(seconds, 1),
-                    "threads": torch.get_num_threads(),
-                },
-            )
+        if run.step % config.checkpoint_every == 0 or run.step == end:
+            run.validation = validate(module, config)
+            run.history.append({"step": run.step, "loss": loss_value, **run.validation})
+            scores = json.dumps(run.validation)
+            bar.write(f"step {run.step}/{config.steps} loss {loss_value:.4f} validation {scores}")
+            _save(path, config, module, optimizer, scheduler, run)
     bar.close()
-    return TrainResult(checkpoint=path, step=step, validation=validation, seconds=seconds)
+    return TrainResult(checkpoint=path, step=run.step, validation=run.validation, seconds=run.seconds)
+
+
+def _warm_start(module: nn.Module, config: TrainConfig, *, announce: bool) -> set[str]:
+    """Copies each ``config.init`` source into the module in turn; the names of the tensors they gave."""
+    copied: set[str] = set()
+    for source in config.init:
+        names = warm_start(module, init_weights(source, module))
+        copied.update(names)
+        if announce:
+            logger.info("warm start from %s: %d of %d tensors", source, len(names), len(module.state_dict()))
+    return copied
+
+
+def _optimizer(
+    module: nn.Module, config: TrainConfig, copied: set[str]
+) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam at ``config.lr``, the ``copied`` tensors at ``init_lr_scale`` of it, and its cosine schedule."""
+    named = dict(module.named_parameters())
+    groups = [{"params": [p for name, p in named.items() if name not in copied], "lr": config.lr}]
+    given = [p for name, p in named.items() if name in copied]
+    if given:
+        groups.append({"params": given, "lr": config.lr * config.init_lr_scale})
+    optimizer = torch.optim.Adam(groups, lr=config.lr)
+    # Cosine from each group's rate down to min_lr_ratio of it: the --init tensors keep their share.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(_cosine, config.steps, config.min_lr_ratio)
+    )
+    return optimizer, scheduler
+
+
+def _teacher(module: nn.Module, config: TrainConfig, threads: int | None) -> OnnxTeacher | None:
+    """The ``config.teacher`` model loaded for distillation, None without one."""
+    if config.teacher is None:
+        return None
+    if is_recurrent(module):
+        raise ConfigError("a teacher distils into window models only; drop --teacher for a recurrent model")
+    return OnnxTeacher(config.teacher, _sequence_length(module, config), threads)
+
+
+def _resume(
+    payload: dict[str, Any],
+    module: nn.Module,
+    optimizer: torch.optim.Adam,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+) -> _Run:
+    """Loads a checkpoint's weights, optimizer, schedule and RNG states; where its run stood."""
+    module.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    scheduler.load_state_dict(payload["scheduler"])
+    torch.set_rng_state(payload["rng"]["torch"])
+    np.random.set_state(payload["rng"]["numpy"])
+    return _Run(
+        step=int(payload["step"]),
+        validation=dict(payload.get("validation", {})),
+        history=list(payload.get("history", [])),
+        seconds=float(payload.get("seconds", 0.0)),
+    )
+
+
+def _step(
+    module: nn.Module,
+    teacher: OnnxTeacher | None,
+    optimizer: torch.optim.Adam,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    config: TrainConfig,
+    batch: Batch,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One optimizer step on ``batch``: the loss, the model's output and the clean frames it was scored on."""
+    noisy, clean = torch.from_numpy(batch.noisy), torch.from_numpy(batch.clean)
+    output, index = _forward(module, noisy)
+    target = clean[:, index]
+    loss = training_loss(config.loss, output, target)
+    if teacher is not None:
+        guide = teacher(noisy)  # a window model's batch is one window of T frames
+        loss = loss + config.distill * training_loss(config.loss, output[:, 0], guide)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()  # type: ignore[no-untyped-call]
+    if config.grad_clip > 0:
+        nn.utils.clip_grad_norm_(module.parameters(), config.grad_clip)
+    optimizer.step()
+    scheduler.step()
+    return loss, output, target
+
+
+def _save(
+    path: Path,
+    config: TrainConfig,
+    module: nn.Module,
+    optimizer: torch.optim.Adam,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    run: _Run,
+) -> None:
+    """Writes the checkpoint ``--resume`` continues from."""
+    save_checkpoint(
+        path,
+        {
+            "format": FORMAT,
+            "architecture": config.arch,
+            "model_config": module.config(),  # type: ignore[operator]
+            "model": module.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "step": run.step,
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
+            "train_config": dataclasses.asdict(config),
+            "validation": run.validation,
+            "history": run.history,
+            "seconds": round(run.seconds, 1),
+            "threads": torch.get_num_threads(),
+        },
+    )
 
 
 def _cosine(steps: int, floor: float, step: int) -> float:

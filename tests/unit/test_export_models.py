@@ -13,9 +13,12 @@ import torch
 from torch import nn
 
 from examples.mymodels import make_recurrent_denoiser
-from export.cli import _ARCHS, main
+from export.card import benchmark_cpu
+from export.cli import main
+from export.cli_args import ARCH_NAMES as _ARCHS
 from export.objective import zero_states
-from export.onnx_export import PARITY_TOLERANCE, SEQUENCE_STEPS, benchmark_cpu, export_onnx
+from export.onnx_export import export_onnx
+from export.parity import PARITY_TOLERANCE, SEQUENCE_STEPS
 from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import OutputPosition

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from export.onnx_export import PARITY_TOLERANCE
+from export.parity import PARITY_TOLERANCE
 from export.streaming_export import UINT8_TOLERANCE_LEVELS, StreamingGraphs, export_streaming
 from streamer.assets import STREAMING_MODEL
 from streamer.backend.base import FrameFeatures

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from export.build_default import export_default
-from export.onnx_export import PARITY_TOLERANCE, export_onnx
+from export.onnx_export import export_onnx
+from export.parity import PARITY_TOLERANCE
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend
