@@ -22,7 +22,7 @@ from av.video.frame import VideoFrame
 from av.video.reformatter import ColorRange
 
 from streamer.frame import Colour, Frame, Pixels, Yuv420
-from streamer.planes import SWSCALE, frame_planes, planes_frame, rgb_frame
+from streamer.planes import SWSCALE, convert, frame_planes, planes_frame, rgb_frame
 
 __all__ = [
     "BT601",
@@ -69,12 +69,13 @@ def resolve(colour: Colour, height: int, unstated: int | None = None) -> Colour:
 def to_rgb(frame: VideoFrame, unstated: int | None = None) -> Pixels:
     """A decoded frame as rgb24, read with its own matrix and range (:func:`resolve`d)."""
     colour = resolve(colour_of(frame), frame.height, unstated)
-    rgb = frame.to_ndarray(
+    rgb = convert(
+        frame,
         format="rgb24",
         src_colorspace=SWSCALE[colour.matrix],
         src_color_range=colour.range,
         dst_color_range=ColorRange.JPEG,
-    )
+    ).to_ndarray()
     pixels: Pixels = np.ascontiguousarray(rgb, dtype=np.uint8)
     return pixels
 
@@ -83,8 +84,11 @@ def from_rgb(pixels: Pixels, codec: VideoCodecContext) -> VideoFrame:
     """rgb24 pixels as a frame in the encoder's pixel format, made with the matrix and range it is
     tagged with (:func:`tag`), so players read back the RGB that went in."""
     colour = resolve(colour_of(codec), codec.height)
-    return rgb_frame(pixels).reformat(
-        format=codec.pix_fmt, dst_colorspace=SWSCALE[colour.matrix], dst_color_range=colour.range
+    return convert(
+        rgb_frame(pixels),
+        format=codec.pix_fmt,
+        dst_colorspace=SWSCALE[colour.matrix],
+        dst_color_range=colour.range,
     )
 
 

@@ -7,14 +7,19 @@ its RGB on first use without the two modules importing each other: nothing here 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 from av.video.frame import VideoFrame
-from av.video.reformatter import ColorRange, Colorspace
+from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
 
 __all__ = [
     "SWSCALE",
     "changed_planes",
+    "convert",
     "frame_planes",
     "planes_frame",
     "planes_rgb",
@@ -34,6 +39,35 @@ SWSCALE: dict[int, Colorspace] = {
 
 Plane = npt.NDArray[np.uint8]
 
+KEPT_CONVERSIONS = 8
+"""How many conversions (sizes, formats, colours) each thread keeps a swscale context for."""
+
+
+class _Reformatters(threading.local):
+    """Each thread's swscale reformatters, one per conversion, the least recently used dropped first."""
+
+    def __init__(self) -> None:
+        self.by_conversion: OrderedDict[tuple[Any, ...], VideoReformatter] = OrderedDict()
+
+
+_REFORMATTERS = _Reformatters()
+
+
+def convert(frame: VideoFrame, **settings: Any) -> VideoFrame:
+    """``frame.reformat(**settings)`` through this thread's reformatter for the conversion, which keeps
+    its swscale context (filters and tables) from frame to frame. A frame's own reformatter is new with
+    each frame, so it builds the context again every time, at a cost beside the conversion's own; one
+    reformatter asked for conversions in turn builds it again each turn. The conversion runs on the
+    calling thread alone: a kept context with slice threads would keep them too, in every thread that
+    converts, where the streams' own threads already share the cores."""
+    key = (frame.format.name, frame.width, frame.height, *sorted(settings.items()))
+    kept = _REFORMATTERS.by_conversion
+    reformatter = kept.pop(key, None) or VideoReformatter()
+    kept[key] = reformatter
+    if len(kept) > KEPT_CONVERSIONS:
+        kept.popitem(last=False)
+    return reformatter.reformat(frame, threads=1, **settings)
+
 
 def planes_frame(y: Plane, u: Plane, v: Plane, matrix: int, colour_range: int) -> VideoFrame:
     """4:2:0 planes as a yuv420p frame tagged with their AVColorSpace ``matrix`` and AVColorRange, each
@@ -51,12 +85,13 @@ def planes_frame(y: Plane, u: Plane, v: Plane, matrix: int, colour_range: int) -
 
 def planes_rgb(y: Plane, u: Plane, v: Plane, matrix: int, colour_range: int) -> Plane:
     """4:2:0 planes as (H, W, 3) rgb24, read with their own matrix and range."""
-    rgb = planes_frame(y, u, v, matrix, colour_range).to_ndarray(
+    rgb = convert(
+        planes_frame(y, u, v, matrix, colour_range),
         format="rgb24",
         src_colorspace=SWSCALE[matrix],
         src_color_range=colour_range,
         dst_color_range=ColorRange.JPEG,
-    )
+    ).to_ndarray()
     pixels: Plane = np.ascontiguousarray(rgb, dtype=np.uint8)
     return pixels
 
@@ -84,8 +119,8 @@ def rgb_frame(pixels: Plane) -> VideoFrame:
 def rgb_planes(rgb: Plane, matrix: int, colour_range: int) -> tuple[Plane, Plane, Plane]:
     """(H, W, 3) rgb24 pixels, H and W even, as 4:2:0 planes in the AVColorSpace ``matrix`` and
     AVColorRange: views of a new frame's planes."""
-    frame = rgb_frame(rgb).reformat(
-        format="yuv420p", dst_colorspace=SWSCALE[matrix], dst_color_range=colour_range
+    frame = convert(
+        rgb_frame(rgb), format="yuv420p", dst_colorspace=SWSCALE[matrix], dst_color_range=colour_range
     )
     return frame_planes(frame)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamer.colour import rgb_frame
 from streamer.errors import FrameError
 from streamer.frame import Pixels
+from streamer.planes import convert, rgb_frame
 
 __all__ = ["upscale"]
 
@@ -23,6 +23,6 @@ def upscale(pixels: Pixels, factor: int) -> Pixels:
     if factor == 1:
         return pixels
     h, w = pixels.shape[:2]
-    scaled = rgb_frame(pixels).reformat(width=w * factor, height=h * factor, interpolation="BICUBIC")
-    out: Pixels = np.ascontiguousarray(scaled.to_ndarray(format="rgb24"), dtype=np.uint8)
+    scaled = convert(rgb_frame(pixels), width=w * factor, height=h * factor, interpolation="BICUBIC")
+    out: Pixels = np.ascontiguousarray(scaled.to_ndarray(), dtype=np.uint8)
     return out

@@ -20,6 +20,7 @@ from av.video.stream import VideoStream
 from streamer.channel import DropPolicy
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, Pixels, StreamInfo
+from streamer.planes import convert
 from streamer.sources.base import ThreadedSource
 from streamer.sources.noise import GaussianNoise
 
@@ -103,7 +104,8 @@ class SyntheticSource(ThreadedSource):
             av_frame = next(decoded, None)
             if av_frame is None:
                 return
-            pixels: Pixels = np.ascontiguousarray(av_frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+            rgb = convert(av_frame, format="rgb24").to_ndarray()
+            pixels: Pixels = np.ascontiguousarray(rgb, dtype=np.uint8)
             self._decoded(time.perf_counter() - started)
             pixels = self._noise(pixels)
             if self.realtime:

@@ -27,9 +27,10 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.colour import rgb_frame, yuv_frame
+from streamer.colour import yuv_frame
 from streamer.errors import EndOfStream
 from streamer.frame import Frame
+from streamer.planes import convert, rgb_frame
 
 __all__ = [
     "AUDIO_CHUNKS",
@@ -93,7 +94,7 @@ def _video_frame(frame: Frame) -> av.VideoFrame:
         planes = frame.planes
         assert planes is not None
         return yuv_frame(planes)
-    return rgb_frame(frame.pixels).reformat(format="yuv420p")
+    return convert(rgb_frame(frame.pixels), format="yuv420p")
 
 
 class PlayerTrack(MediaStreamTrack):
