@@ -28,10 +28,10 @@ import numpy as np
 from tqdm import tqdm
 
 from export.measured import store_measured
-from streamer.backend.onnx import OnnxBackend, strength_curve
+from streamer.backend.onnx import OnnxBackend
 from streamer.bench.metrics import Clip, psnr
 from streamer.bench.quality import add_noise, load_clip, model_frames, parse_size
-from streamer.contract import Key
+from streamer.contract import Key, strength_curve
 from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError
 from streamer.samples import sample_clip

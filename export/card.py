@@ -22,13 +22,13 @@ import numpy as np
 import onnxruntime as ort
 from torch import nn
 
-from export.contract import INPUT, STRENGTH, Contract, random_pixels
+from export.contract import INPUT, Contract, random_pixels
 from export.objective import count_macs
 from export.onnx_export import ExportReport, export_onnx
 from export.parity import module_inputs, parity_sizes
 from export.reach import module_reach
 from streamer.backend.base import Layout
-from streamer.contract import CARD_REACH_KEY, Key
+from streamer.contract import CARD_REACH_KEY, STRENGTH, Key
 from streamer.errors import ConfigError
 from streamer.layout import to_model_layout
 

@@ -13,11 +13,9 @@ way the runtime will.
 
 from __future__ import annotations
 
-import json
 import numbers
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +23,7 @@ import torch
 from torch import nn
 
 from streamer.backend.base import ChannelOrder, Layout
-from streamer.contract import Key
+from streamer.contract import StateLike, state_json
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
 from streamer.layout import to_model_layout
@@ -34,31 +32,15 @@ __all__ = [
     "INPUT",
     "OUTPUT",
     "Contract",
-    "StateLike",
     "describe",
-    "metadata_props",
     "model_input",
     "random_pixels",
-    "state_json",
     "state_shape",
 ]
 
 INPUT = "frames"
 OUTPUT = "enhanced"
 _RGB = ChannelOrder.RGB
-
-
-class StateLike(Protocol):
-    """What a recurrent model's ``state_specs`` entries carry (``streamer.models.StateSpec`` does)."""
-
-    @property
-    def input(self) -> str: ...
-    @property
-    def output(self) -> str: ...
-    @property
-    def channels(self) -> int: ...
-    @property
-    def scale(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,57 +77,10 @@ class Contract:
         return self.position.slot(self.t)
 
 
-def metadata_props(
-    *,
-    name: str,
-    t: int,
-    layout: Layout,
-    output_position: OutputPosition,
-    value_range: tuple[float, float],
-    pad_multiple: int,
-    states: Sequence[StateLike] = (),
-    channel_order: ChannelOrder = ChannelOrder.RGB,
-    uint8_input: bool = False,
-    uint8_output: bool = False,
-    scale: int = 1,
-    strength_default: float | None = None,
-) -> dict[str, str]:
-    """The ``streamer.*`` metadata_props the runtime reads, as strings. The channel order and scale are
-    left out at their defaults, so files of the common kind stay as they were, and the value range
-    where no tensor is float (uint8 in and out: the pixels themselves)."""
-    meta = {
-        Key.NAME: name,
-        Key.T: str(t),
-        Key.LAYOUT: layout.value,
-        Key.OUTPUT_POSITION: output_position.value,
-    }
-    if not (uint8_input and uint8_output):
-        lo, hi = value_range
-        meta[Key.VALUE_RANGE] = f"{lo:g},{hi:g}"
-    meta[Key.PAD_MULTIPLE] = str(pad_multiple)
-    if channel_order is not ChannelOrder.RGB:
-        meta[Key.CHANNEL_ORDER] = channel_order.value
-    if scale != 1:
-        meta[Key.SCALE] = str(scale)
-    if states:
-        meta[Key.STATE] = json.dumps([state_json(s) for s in states])
-    if strength_default is not None:
-        meta[Key.STRENGTH_DEFAULT] = f"{strength_default:g}"
-    return meta
-
-
-STRENGTH = "strength"
-"""The input of a model that takes a strength (``streamer.backend.onnx.STRENGTH``)."""
-
-
 def strength_tensor(b: int, seed: int) -> torch.Tensor:
     """(B, 1) noise sigmas in 0..50 levels, as the runtime feeds a model that takes a strength."""
     rng = np.random.default_rng(seed + 2000)
     return torch.from_numpy(rng.uniform(0.0, 50.0, size=(b, 1)).astype(np.float32))
-
-
-def state_json(spec: StateLike) -> dict[str, str | int]:
-    return {"input": spec.input, "output": spec.output, "channels": spec.channels, "scale": spec.scale}
 
 
 _FLAGS = {

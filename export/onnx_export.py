@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from export.contract import INPUT, OUTPUT, STRENGTH, Contract, StateLike, describe, metadata_props, state_json
+from export.contract import INPUT, OUTPUT, Contract, describe
 from export.parity import (
     FP16_TOLERANCE,
     SEQUENCE_STEPS,
@@ -54,6 +54,7 @@ from export.parity import (
 )
 from export.probe import check_slots
 from streamer.backend.base import ChannelOrder, Layout
+from streamer.contract import STRENGTH, StateLike, metadata_props, state_json
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
 from streamer.fold import fold_constants

@@ -21,16 +21,9 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from export.contract import (
-    INPUT,
-    STRENGTH,
-    Contract,
-    model_input,
-    random_pixels,
-    state_shape,
-    strength_tensor,
-)
+from export.contract import INPUT, Contract, model_input, random_pixels, state_shape, strength_tensor
 from streamer.backend.base import Layout
+from streamer.contract import STRENGTH
 from streamer.errors import ConfigError, ModelError, SourceError
 
 __all__ = [

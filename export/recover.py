@@ -27,8 +27,7 @@ import onnxruntime as ort
 import torch
 from onnx import numpy_helper
 
-from export.contract import STRENGTH
-from streamer.contract import Key
+from streamer.contract import STRENGTH, Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
 from streamer.models.conv3d import Conv3dEnhancer

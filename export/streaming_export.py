@@ -38,13 +38,12 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from export.card import bench_summary, card_header, record_reach, write_card
-from export.contract import metadata_props
 from export.objective import count_macs
 from export.onnx_export import MIN_OPSET, ExportReport
 from export.parity import PARITY_TOLERANCE, UINT8_TOLERANCE_LEVELS
 from export.reach import module_reach
 from streamer.backend.base import Layout
-from streamer.contract import Key
+from streamer.contract import Key, metadata_props
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, SourceError
 

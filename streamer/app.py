@@ -357,9 +357,8 @@ def _figures_of(stream_id: str, pipeline: Pipeline) -> Callable[[], dict[str, ob
     """The viewer's live line: the stream's name, the model running and its live figures."""
 
     def figures() -> dict[str, object]:
-        info = pipeline.backend.info
-        live = pipeline.live_figures(time.monotonic())
-        return {"stream": stream_id, "model": info.name, "provider": info.provider, **live}
+        snap = pipeline.snapshot(time.monotonic())
+        return {"stream": stream_id, "model": snap.model, "provider": snap.provider, **snap.live}
 
     return figures
 

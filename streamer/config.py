@@ -12,6 +12,7 @@ import os
 import posixpath
 import re
 import urllib.parse
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, get_args
 
@@ -325,6 +326,10 @@ class _ServerLimits(_Strict):
         )
 
 
+PLACEHOLDER_TOKEN = "change-me-to-a-long-random-token"
+"""The token the compose recipe ships with: refused off loopback, where anyone could use it."""
+
+
 class WebRtcConfig(_ServerLimits):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
@@ -364,6 +369,15 @@ class WebRtcConfig(_ServerLimits):
     @classmethod
     def _origins(cls, origins: list[str]) -> list[str]:
         return list(check_origins(origins))  # as browsers write them, so they compare exactly
+
+    @model_validator(mode="after")
+    def _no_placeholder_token(self) -> Self:
+        if self.token == PLACEHOLDER_TOKEN and not is_loopback(self.host):
+            raise ValueError(
+                f"token is the recipe's placeholder {PLACEHOLDER_TOKEN!r}, and host {self.host} is reachable "
+                "from other machines: set a long random token of your own (openssl rand -hex 24)"
+            )
+        return self
 
 
 _MAX_PAD_MULTIPLE = 16
@@ -446,9 +460,10 @@ Strength = Annotated[float, Field(ge=0.0, le=255.0, allow_inf_nan=False)] | Lite
 
 class ModelConfig(_Strict):
     path: Literal["auto"] | Path | None = None
-    """None: the model shipped inside the package. ``auto``: once the source has opened, the shipped
-    tier of best quality that runs ``headroom`` times the source's frame rate on its frame size
-    (``streamer.tiers``)."""
+    """``auto``: once the source has opened, the shipped tier of best quality that runs ``headroom``
+    times the source's frame rate on its frame size (``streamer.tiers``). None: ``auto`` for a live
+    source (RTSP, WHIP, or paced with ``realtime``), the shipped best-quality model (conv3d_t5) for a
+    file read as fast as it can be."""
     providers: Literal["auto"] | list[str] = "auto"
     threads: int | None = Field(None, ge=1, le=1024)
     """onnxruntime intra-op threads; None: its default. More than the machine's cores only contend: a
@@ -872,6 +887,26 @@ class _Stream(_Strict):
 
     @model_validator(mode="before")
     @classmethod
+    def _live_takes_auto(cls, data: Any) -> Any:
+        """A live source (an RTSP camera, a WHIP publisher, a file or pattern paced to its timestamps)
+        without a model named runs ``auto``, the best shipped tier that keeps up with it; a file read as
+        fast as it can be keeps the best-quality model (the shipped default)."""
+        if not isinstance(data, dict):
+            return data
+        source, model = data.get("source"), data.get("model")
+        kind = source.get("kind") if isinstance(source, dict) else getattr(source, "kind", None)
+        paced = source.get("realtime") if isinstance(source, dict) else getattr(source, "realtime", False)
+        live = kind in ("rtsp", "whip") or paced is True
+        if isinstance(model, ModelConfig):
+            model = model.model_dump()
+        if live and model is None:
+            return {**data, "model": {"path": "auto"}}
+        if live and isinstance(model, dict) and model.get("path") is None and model.get("triton") is None:
+            return {**data, "model": {**model, "path": "auto"}}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _kinds(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("sinks") is not None and "sink" in data:
             raise ValueError("give 'sink' (one output) or 'sinks' (several), not both")
@@ -1080,7 +1115,7 @@ def stream_config(data: Any, config: Config) -> StreamConfig:
     try:
         return StreamConfig.model_validate(_inherit(data, top))
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, "stream")) from None
+        raise ConfigError(_describe(exc, lambda _: "stream")) from None
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -1109,7 +1144,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def _describe(error: ValidationError, origin: str) -> str:
+def _describe(error: ValidationError, origin: Callable[[str], str]) -> str:
+    """The first error in one line, led by where the bad value came from (``origin`` of its key)."""
     first = error.errors()[0]
     loc = [str(p) for p in first["loc"] if not str(p).startswith(("function-after", "tagged-union"))]
     value = first.get("input")
@@ -1123,11 +1159,28 @@ def _describe(error: ValidationError, origin: str) -> str:
     where = ".".join(loc)
     if kind == "extra_forbidden":
         hint = "" if (near := _nearest_key(where)) is None else f"did you mean {near!r}? "
-        return f"{origin}: unknown key {where!r}; {hint}check the spelling against configs/default.yaml"
+        return (
+            f"{origin(where)}: unknown key {where!r}; {hint}check the spelling against configs/default.yaml"
+        )
     if kind == "missing":
-        return f"{origin}: {where!r} is required"
+        return f"{origin(where)}: {where!r} is required"
     shown = "" if isinstance(value, dict) else f" (got {_short(repr(value))})"
-    return f"{origin}: {where or 'config'}: {first['msg'].removeprefix('Value error, ')}{shown}"
+    return f"{origin(where)}: {where or 'config'}: {first['msg'].removeprefix('Value error, ')}{shown}"
+
+
+def _origin(path: Path | None, overrides: Iterable[str]) -> Callable[[str], str]:
+    """Where a key's value came from: ``--set`` for a dotted override (or one above or below it), else
+    the config file."""
+    given = list(overrides)
+
+    def origin(where: str) -> str:
+        if path is None or any(
+            where == k or where.startswith(f"{k}.") or k.startswith(f"{where}.") for k in given
+        ):
+            return "--set"
+        return str(path)
+
+    return origin
 
 
 def _nearest_key(where: str) -> str | None:
@@ -1179,9 +1232,7 @@ def _short(text: str, limit: int = 80) -> str:
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Read YAML (or start from defaults), apply dotted overrides, validate. Raises ConfigError."""
     tree: dict[str, Any] = {}
-    origin = "defaults"
     if path is not None:
-        origin = str(path)
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -1211,4 +1262,4 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
     try:
         return Config.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, origin)) from None
+        raise ConfigError(_describe(exc, _origin(path, overrides or {}))) from None

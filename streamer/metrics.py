@@ -3,7 +3,7 @@
 Durations are histograms fed as they happen (stage times per stream, model-call times and batch sizes
 per model). Everything the pipelines already count (frames, outcomes, gate decisions, reconnects,
 queue depths, states) is read from them at scrape time by a collector, so nothing is counted twice.
-Every metric is listed, with its labels, in :data:`METRICS` and in the README.
+Every metric is listed, with its labels, in :data:`METRICS` and in docs/operations.md.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from prometheus_client.registry import Collector
 from streamer.core.health import StreamState
 from streamer.pipeline import Pipeline
 from streamer.scheduler import CallObserver, InferenceScheduler
-from streamer.sinks.base import Sink
-from streamer.sinks.rtsp import RtspSink
-from streamer.sinks.tee import TeeSink, sinks_of
-from streamer.sources.rtsp import RtspSource
 from streamer.telemetry import Stage, StageObserver
 
 __all__ = ["METRICS", "ServiceMetrics", "ServiceView", "StreamView"]
@@ -186,43 +182,38 @@ class _ServiceCollector(Collector):
         now = time.monotonic()
         runners = list(self._service.runners.values())
         for runner in runners:
-            sid, p = runner.id, runner.pipeline
-            counters, outcomes, gate = p.counters(), p.outcome_counts(), p.gate.stats()
-            source = p.source.stats()
+            sid, snap = runner.id, runner.pipeline.snapshot(now)
+            counters, outcomes, gate = snap.counters, snap.outcomes, snap.gate
             frames_in.add_metric([sid], counters["in"])
             frames_out.add_metric([sid], counters["out"])
-            dropped.add_metric([sid, "source"], source.dropped if source is not None else 0)
+            dropped.add_metric([sid, "source"], snap.source_dropped)
             dropped.add_metric([sid, "budget"], outcomes["budget_drop"])
-            sink_dropped = _sink_dropped(p.sink)
-            dropped.add_metric([sid, "sink"], sink_dropped)
+            dropped.add_metric([sid, "sink"], snap.sink_dropped)
             dropped.add_metric([sid, "undecodable"], counters["undecodable"])
             for reason in ("budget", "gate", "stride", "unavailable"):
                 passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
             enhanced_frames.add_metric([sid], outcomes["enhanced"])
             reused.add_metric([sid], outcomes["reused"])
-            features = p.feature_stats()
-            encoded.add_metric([sid], features.encoded)
-            resets.add_metric([sid], features.resets)
-            misses.add_metric([sid], p.miss_stats().warnings)
+            encoded.add_metric([sid], snap.features.encoded)
+            resets.add_metric([sid], snap.features.resets)
+            misses.add_metric([sid], snap.misses.warnings)
             windows.add_metric([sid], gate.windows)
             skipped.add_metric([sid], gate.skipped)
             ratio.add_metric([sid], gate.skip_ratio)
-            if p.noise.sigma is not None:
-                noise.add_metric([sid], p.noise.sigma)
-            if p.quantizer.quantizer is not None:
-                quantizer.add_metric([sid], p.quantizer.quantizer)
-            weight.add_metric([sid], p.weight_now())
-            rtsp = p.source.rtsp_stats() if isinstance(p.source, RtspSource) else None
-            outputs = sinks_of(p.sink)
-            sink_reconnects = sum(s.rtsp_stats().reconnects for s in outputs if isinstance(s, RtspSink))
-            reconnects.add_metric([sid, "source"], rtsp.reconnects if rtsp is not None else 0)
-            reconnects.add_metric([sid, "sink"], sink_reconnects)
-            failures.add_metric([sid], rtsp.failures if rtsp is not None else 0)
-            for queue in p.queue_stats():
+            if snap.noise_sigma is not None:
+                noise.add_metric([sid], snap.noise_sigma)
+            if snap.quantizer is not None:
+                quantizer.add_metric([sid], snap.quantizer)
+            weight.add_metric([sid], snap.weight)
+            connection = snap.connection
+            reconnects.add_metric([sid, "source"], connection.reconnects if connection is not None else 0)
+            reconnects.add_metric([sid, "sink"], snap.sink_reconnects)
+            failures.add_metric([sid], connection.failures if connection is not None else 0)
+            for queue in snap.queues:
                 kind = queue.name.split(":", 1)[0]
                 depth.add_metric([sid, kind], queue.depth)
                 capacity.add_metric([sid, kind], queue.capacity)
-            for output in p.sink.outputs() if isinstance(p.sink, TeeSink) else ():
+            for output in snap.outputs or ():
                 depth.add_metric([sid, f"output:{output.name}"], output.depth)
                 capacity.add_metric([sid, f"output:{output.name}"], output.capacity)
             current = runner.state(now)
@@ -246,12 +237,6 @@ class _ServiceCollector(Collector):
         streams = _gauge("streamer_streams", [])
         streams.add_metric([], len(runners))
         yield from (calls, enhanced, pending, provider, streams, _BUILD)
-
-
-def _sink_dropped(sink: Sink) -> int:
-    """Frames an RTSP output could not send (reconnecting), or a tee's outputs let go (full queues,
-    their own sinks' drops included)."""
-    return sum(o.dropped for o in sink.outputs()) if isinstance(sink, TeeSink) else sink.frames_dropped
 
 
 def _build_info() -> InfoMetricFamily:

@@ -23,29 +23,23 @@ import contextlib
 import dataclasses
 import enum
 import logging
-import threading
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-
-from streamer.backend.base import Backend, CachedWindow, FrameFeatures, State
+from streamer.backend.base import Backend
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.colour import resolve
 from streamer.core.blend import Blend, QuantizerEstimate
 from streamer.core.card import no_signal_card
-from streamer.core.features import FeatureCache, FeatureCacheStats
+from streamer.core.features import FeatureCacheStats
 from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector, SkipAction
 from streamer.core.keepalive import Filler, KeepAlive
 from streamer.core.latency import Admission, LatencyBudget, MissAction
 from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.noise import NoiseEstimator
 from streamer.core.ring import RingBuffer
-from streamer.core.stats import DurationRecorder, RateMeter
-from streamer.core.tiling import plan_tiles
 from streamer.core.windower import Windower, WindowTask
 from streamer.errors import (
     ConfigError,
@@ -57,10 +51,14 @@ from streamer.errors import (
 )
 from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo, Yuv420
 from streamer.resize import upscale
+from streamer.runners import Runner, Runners, Stream, Window, choose_runner, runner_kind
 from streamer.scheduler import BatchResult, InferenceScheduler, Late
 from streamer.sinks.base import Sink
+from streamer.snapshot import StreamSnapshot
 from streamer.sources.base import Source
+from streamer.tally import Outcome, PipelineReport, Tally
 from streamer.telemetry import Stage, StageObserver, ignore
+from streamer.tiers import remedy
 
 if TYPE_CHECKING:
     from streamer.audio import AudioTrack
@@ -68,23 +66,6 @@ if TYPE_CHECKING:
 __all__ = ["Outcome", "Pipeline", "PipelineReport"]
 
 log = logging.getLogger(__name__)
-
-
-RECENT_FRAMES = 300
-"""Frames the live latency figures cover: 10 s at 30 fps."""
-
-
-class Outcome(enum.Enum):
-    """How one input frame left the pipeline."""
-
-    ENHANCED = "enhanced"
-    REUSED = "reused"
-    GATE_PASSTHROUGH = "gate_passthrough"
-    STRIDE_PASSTHROUGH = "stride_passthrough"
-    BUDGET_PASSTHROUGH = "budget_passthrough"
-    BUDGET_DROP = "budget_drop"
-    UNAVAILABLE_PASSTHROUGH = "unavailable_passthrough"
-    """The model server could not answer (down, slow, refusing): the frame went out unenhanced."""
 
 
 class _Plan(enum.Enum):
@@ -112,36 +93,6 @@ class _Output:
     outcome: Outcome
     handed_on: float = field(default_factory=time.monotonic)
     """When the frame left the model's stage: the budget learns the time from here to written."""
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineReport:
-    """What a run did; the CLI prints it and tests assert on it."""
-
-    stream_id: str
-    info: StreamInfo
-    model: str
-    """The model the stream ran on (with ``model: auto``, the tier chosen)."""
-    provider: str
-    frames_in: int
-    frames_out: int
-    source_dropped: int
-    outcomes: dict[str, int]
-    model_calls: int
-    windows_enhanced: int
-    windows_skipped: int
-    discontinuities: int
-    wall_s: float
-    latency_p50_ms: float | None
-    latency_p95_ms: float | None
-    latency_p99_ms: float | None
-    inference_p50_ms: float | None
-    lookahead_frames: int
-    batch_sizes: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def fps(self) -> float:
-        return self.frames_out / self.wall_s if self.wall_s > 0 else 0.0
 
 
 _Enhanced = tuple[dict[int, Frame], set[int], bool]
@@ -257,43 +208,25 @@ class Pipeline:
         self.last_sent_at: float | None = None
         self.sending_since: float | None = None
         """When the sink write under way started (None: none is): how the service sees a blocked sink."""
-        self._frames_in = 0
-        self._frames_out = 0
-        self._rate_in = RateMeter()
-        self._rate_out = RateMeter()
-        self._rate_missed = RateMeter()
-        """Frames the latency budget passed through or dropped: the viewer's badge while it does."""
+        self.tally = Tally()
+        """What the stream has done so far (``streamer.tally``)."""
         self.frame_size: tuple[int, int] | None = None
         """(width, height) of the source's latest frame."""
-        self._pixels_due = 0
-        self._pixels_enhanced = 0
-        """Pixels of the windows due, and pixels the model ran on for them (a region run: its crop)."""
         self._source_error: StreamerError | None = None
         """What ended the source (or refused its new frame size), kept until the frames it had delivered
         are written."""
-        self._model_calls = 0
-        self._outcomes: Counter[Outcome] = Counter()
-        self._batches: Counter[int] = Counter()
-        self._last_call = 0
         self._probing: asyncio.Task[None] | None = None
-        self._latency = DurationRecorder()
-        self._inference = DurationRecorder()
         self._run = -1
-        self._state: tuple[int, State] | None = None
-        """A recurrent model's state and the run it belongs to; steps run one at a time."""
         self._model_down = False
         """The last model call found the model unavailable (a server's outage): logged once."""
         self._misses = misses if misses is not None else MissWatch()
         """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
-        self._features = self._feature_cache()
-        """A streaming model's per-frame features, one run at a time, shared by the windows in flight."""
+        self._runners = self._choose_runners()
+        """How the stream's windows run on its model (``streamer.runners``), chosen once per model."""
         self.noise = NoiseEstimator()
         """How noisy the source is (``streamer.core.noise``): about 1 ms of numpy a second."""
         self.quantizer = QuantizerEstimate()
         """How hard the camera's encoder quantized it (``streamer.core.blend``)."""
-        self._features_lock = threading.Lock()
-        self._step_lock = asyncio.Lock()
-        """A recurrent step reads and writes ``_state``: a budget probe's step must not run beside one."""
 
     def _fit(self, backend: Backend) -> None:
         """Refuse a model whose T or output slot differs from the windower's; drop gate.tile for a
@@ -316,7 +249,7 @@ class Pipeline:
                 f"model {model.name!r} scales frames {model.scale}x, but stream {self.source.stream_id!r}'s "
                 f"output was opened for {self.scale}x; a stream keeps one output size"
             )
-        region_ok = not model.state and self.on_skip is SkipAction.REUSE and model.scale == 1
+        region_ok = runner_kind(model).local and self.on_skip is SkipAction.REUSE and model.scale == 1
         self.gate.fit_reach(model.reach_px)
         if self.gate.tile is not None and not region_ok:
             # A region pasted over the last output needs a model whose output is a function of the
@@ -336,13 +269,15 @@ class Pipeline:
             await self.scheduler.aclose()
         self.scheduler, self.backend, self._own_scheduler = scheduler, scheduler.backend, owned
         self.scheduler.attach(self._key)
-        self._features = self._feature_cache()
+        self._runners = self._choose_runners()
 
-    def _feature_cache(self) -> FeatureCache[FrameFeatures]:
-        """Room for the frames of every window that may be in flight at once (a batch of up to
-        ``max_batch`` windows on each of the model's workers, and a budget probe), so one window's new
-        frame never evicts a frame another still needs."""
-        return FeatureCache(self.windower.t + self.scheduler.workers * self.max_batch, self.source.stream_id)
+    def _choose_runners(self) -> Runners:
+        """The stream's runners on its scheduler's model; a feature cache holds the frames of every
+        window that may be in flight at once (a batch of up to ``max_batch`` windows on each of the
+        model's workers, and a budget probe)."""
+        features = self.windower.t + self.scheduler.workers * self.max_batch
+        stream = Stream(self.source.stream_id, self._key, features, self.tile, self.tile_overlap)
+        return choose_runner(self.scheduler, stream)
 
     @property
     def stopping(self) -> bool:
@@ -357,42 +292,33 @@ class Pipeline:
         """A cheap snapshot for live displays."""
         src = self.source.stats()
         return {
-            "in": self._frames_in,
-            "out": self._frames_out,
-            "calls": self._model_calls,
+            "in": self.tally.frames_in,
+            "out": self.tally.frames_out,
+            "calls": self.tally.model_calls,
             "skipped": self.gate.stats().skipped,
-            "passthrough": self._outcomes[Outcome.BUDGET_PASSTHROUGH]
-            + self._outcomes[Outcome.UNAVAILABLE_PASSTHROUGH],
-            "dropped": self._outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
+            "passthrough": self.tally.outcomes[Outcome.BUDGET_PASSTHROUGH]
+            + self.tally.outcomes[Outcome.UNAVAILABLE_PASSTHROUGH],
+            "dropped": self.tally.outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
             "undecodable": self.source.undecodable,
         }
 
     def pixel_stats(self) -> tuple[int, int]:
         """(pixels of the windows due, pixels the model ran on for them): what the gate saved, tiles
         included (a region run counts its crop)."""
-        return self._pixels_due, self._pixels_enhanced
+        return self.tally.pixels_due, self.tally.pixels_enhanced
 
     def outcome_counts(self) -> dict[str, int]:
         """Frames by how they left (or were dropped), so far."""
-        return {o.value: self._outcomes[o] for o in Outcome}
+        return self.tally.outcome_counts()
 
     def live_figures(self, now: float) -> dict[str, object]:
         """What a live display shows: frames per second in and out over the last seconds, latency
         (source arrival to written) over the last :data:`RECENT_FRAMES`, the frame size, the share of
         the frames written so far that the model enhanced (the rest reused, or passed through), and how
         many frames a second the latency budget is passing through or dropping now."""
-        fps_in, fps_out = self._rate_in.rate(now), self._rate_out.rate(now)
-        p50 = self._latency.recent_percentile_ms(50, RECENT_FRAMES)
-        p95 = self._latency.recent_percentile_ms(95, RECENT_FRAMES)
-        out = self._frames_out
         return {
-            "fps_in": None if fps_in is None else round(fps_in, 2),
-            "fps_out": None if fps_out is None else round(fps_out, 2),
-            "latency_p50_ms": None if p50 is None else round(p50, 1),
-            "latency_p95_ms": None if p95 is None else round(p95, 1),
+            **self.tally.live(now),
             "size": None if self.frame_size is None else f"{self.frame_size[0]}x{self.frame_size[1]}",
-            "enhanced_share": round(self._outcomes[Outcome.ENHANCED] / out, 4) if out else None,
-            "missed_fps": round(self._rate_missed.rate(now) or 0.0, 2),
             "noise_sigma": None if self.noise.sigma is None else round(self.noise.sigma, 1),
             "quantizer": None if self.quantizer.quantizer is None else round(self.quantizer.quantizer, 1),
             "blend": round(self.weight_now(), 2),
@@ -426,11 +352,37 @@ class Pipeline:
 
     def feature_stats(self) -> FeatureCacheStats:
         """Frames encoded, reused and cache resets of a streaming model (all zero for other models)."""
-        return self._features.stats()
+        return self._runners.fits.feature_stats()
+
+    def snapshot(self, now: float) -> StreamSnapshot:
+        """The stream's figures now, for ``/streams``, ``/metrics`` and the viewer."""
+        info, source = self.backend.info, self.source.stats()
+        keepalive = self.keepalive
+        return StreamSnapshot(
+            model=info.name,
+            provider=info.provider,
+            counters=self.counters(),
+            outcomes=self.outcome_counts(),
+            live=self.live_figures(now),
+            gate=self.gate.stats(),
+            features=self.feature_stats(),
+            misses=self.miss_stats(),
+            queues=self.queue_stats(),
+            source_dropped=0 if source is None else source.dropped,
+            sink_dropped=self.sink.frames_dropped,
+            sink_reconnects=self.sink.reconnects,
+            connection=self.source.connection(),
+            outputs=self.sink.outputs(),
+            noise_sigma=self.noise.sigma,
+            quantizer=self.quantizer.quantizer,
+            weight=self.weight_now(),
+            keepalive=None if keepalive is None else keepalive.stats(),
+            in_gap=keepalive is not None and keepalive.in_gap,
+        )
 
     def recorder_bytes(self) -> int:
         """Memory of the latency and inference samples kept for the report: bounded by construction."""
-        return self._latency.nbytes + self._inference.nbytes
+        return self.tally.nbytes
 
     def queue_stats(self) -> list[ChannelStats]:
         """The bounded hand-offs of this stream: the source's (if it has one), work, output, and the
@@ -503,7 +455,7 @@ class Pipeline:
         failed = self._source_error
         if failed is not None:
             raise type(failed)(
-                f"{failed} ({self._frames_out} frames delivered before it were written)"
+                f"{failed} ({self.tally.frames_out} frames delivered before it were written)"
             ) from failed
 
     async def _warmed(self, info: StreamInfo) -> None:
@@ -514,8 +466,9 @@ class Pipeline:
         if not wanted:
             return
         width, height = info.width, info.height
-        if self.tile is not None and max(width, height) > self.tile and not backend.info.state:
-            width, height = min(width, self.tile), min(height, self.tile)
+        tiled = self._runners.tiled
+        if tiled is not None and max(width, height) > tiled.tile:
+            width, height = min(width, tiled.tile), min(height, tiled.tile)
         started = time.monotonic()
         colour = planes_in = None
         if backend.info.yuv420:  # the encoder's planes, and the decoder's where the source hands them on
@@ -551,9 +504,8 @@ class Pipeline:
                         self._source_error = err
                         break
                 size = self.frame_size = (frame.width, frame.height)
-                self._frames_in += 1
                 self.last_frame_at = time.monotonic()
-                self._rate_in.add(self.last_frame_at)
+                self.tally.received(self.last_frame_at)
                 if self.keepalive is not None:
                     self.keepalive.received(self.last_frame_at)
                 self.ring.push(frame)
@@ -589,9 +541,10 @@ class Pipeline:
         self._observe(Stage.GATE, time.monotonic() - started)
         if decision.reason is GateReason.FIRST and task.run > 0:
             log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
-        region = decision.region if not self._needs_tiles(frame) else None
-        self._pixels_due += frame.width * frame.height
-        if region is not None and (self.backend.info.streaming or self.backend.info.device_frames):
+        runner = self._runners.of(frame.width, frame.height)
+        region = decision.region if not runner.exclusive else None
+        self.tally.pixels_due += frame.width * frame.height
+        if region is not None and runner.regions_on_grid:
             # Its cached maps are of whole frames: the crop is cut from them, on the model's grid.
             region = region.aligned(self.backend.info.pad_multiple, frame.height, frame.width)
         elif region is not None:
@@ -603,7 +556,8 @@ class Pipeline:
                 window.strength,
             )
         if decision.run_model:
-            self._pixels_enhanced += region.crop_pixels if region is not None else frame.width * frame.height
+            whole = frame.width * frame.height
+            self.tally.pixels_enhanced += region.crop_pixels if region is not None else whole
         plan = _Plan.ENHANCE if decision.run_model else _Plan.SKIP
         return _Work(frame, plan, task.run, window, region, self.weight_now())
 
@@ -611,7 +565,7 @@ class Pipeline:
         """Starts the model on windows, up to the model's ``workers`` at once (one for a recurrent model,
         whose steps chain; a frame larger than ``tile`` alone, as tiles are there to bound memory), and
         hands their frames on in order."""
-        limit = 1 if self.backend.info.state else self.scheduler.workers
+        limit = self._runners.fits.concurrency
         slots = asyncio.Semaphore(limit)
         started: asyncio.Queue[_Started | None] = asyncio.Queue()
 
@@ -634,7 +588,7 @@ class Pipeline:
                     cut = next(i for i, work in enumerate(batch) if work is admitted[0])
                     if cut:
                         started.put_nowait((batch[:cut], 0, _decided(dropped)))
-                    held = limit if self._needs_tiles(admitted[0].frame) else 1
+                    held = limit if self._runner(admitted[0]).exclusive else 1
                     for _ in range(held - 1):
                         await slots.acquire()
                     call = group.create_task(self._enhance(admitted, dropped))
@@ -698,46 +652,31 @@ class Pipeline:
         """
         t0 = time.monotonic()
         try:
-            if self._one_at_a_time(admitted[0].frame):
-                frames = await self.scheduler.call(lambda: [self._one(w) for w in admitted])
-                self._model_calls += len(admitted)
-                self._batches[1] += len(admitted)
-            else:
-                results: list[BatchResult | Late]
-                if self.backend.info.state:
-                    results = [await self._step(w, self._key) for w in admitted]
-                elif self._through_cache(admitted[0].frame):
-                    cached = [self._cached(w) for w in admitted]
-                    results = await self.scheduler.infer_cached(self._key, cached, self._deadlines(admitted))
-                else:
-                    windows = [w.window for w in admitted if w.window is not None]
-                    results = await self.scheduler.infer(self._key, windows, self._deadlines(admitted))
-                frames = []
-                for work, result in zip(admitted, results, strict=True):
-                    if isinstance(result, BatchResult):
-                        frames.append(work.frame.enhanced(result.pixels, work.weight))
-                        continue
-                    self.budget.late()
-                    if self.budget.on_miss is MissAction.DROP:
-                        dropped.add(work.frame.index)
-                ran = [r for r in results if isinstance(r, BatchResult)]
-                if not ran:
-                    # What a call would have taken after this wait: the estimate the scheduler refused
-                    # on, so this stream stops sending windows that cannot make it, and probes instead.
-                    waited = time.monotonic() - t0
-                    self.budget.observe(waited + max(r.expected_s for r in results if isinstance(r, Late)))
-                    return {}, dropped, False
-                for result in ran:
-                    if result.call != self._last_call:
-                        self._last_call = result.call
-                        self._model_calls += 1
-                        self._batches[result.batch_size] += 1
+            windows = [self._window(w) for w in admitted]
+            results = await self._runner(admitted[0]).run(windows, self._deadlines(admitted))
+            frames = []
+            for work, result in zip(admitted, results, strict=True):
+                if isinstance(result, BatchResult):
+                    frames.append(work.frame.enhanced(result.pixels, work.weight))
+                    continue
+                self.budget.late()
+                if self.budget.on_miss is MissAction.DROP:
+                    dropped.add(work.frame.index)
+            ran = [r for r in results if isinstance(r, BatchResult)]
+            if not ran:
+                # What a call would have taken after this wait: the estimate the scheduler refused
+                # on, so this stream stops sending windows that cannot make it, and probes instead.
+                waited = time.monotonic() - t0
+                self.budget.observe(waited + max(r.expected_s for r in results if isinstance(r, Late)))
+                return {}, dropped, False
+            for result in ran:
+                self.tally.called(result.call, result.batch_size)
         except ModelUnavailableError as err:
             self._unavailable(err)
             return {}, dropped, True
         elapsed = time.monotonic() - t0
         self.budget.observe(elapsed)
-        self._inference.record(elapsed)
+        self.tally.inference.record(elapsed)
         for _ in frames:
             self._observe(Stage.INFERENCE, elapsed)
         return {f.index: f for f in frames}, dropped, False
@@ -760,114 +699,33 @@ class Pipeline:
 
     def _probe(self, work: _Work) -> None:
         """Time the model on a window whose frame has left unenhanced, so a stale estimate can recover;
-        the result is thrown away, and one probe at a time is enough. A streaming model's probe goes
-        through the feature cache, as its windows do: what it encodes, later windows reuse."""
-        window = work.window
-        if window is None or (self._probing is not None and not self._probing.done()):
+        the result is thrown away, and one probe at a time is enough. It runs as the stream's windows
+        do (a streaming model's through its feature cache: what it encodes, later windows reuse)."""
+        if work.window is None or (self._probing is not None and not self._probing.done()):
             return
-        # Under a key of its own: the stream's own windows may be queued beside it.
-        key = f"{self._key}~probe"
+        runner, window = self._runner(work), self._window(work)
 
         async def measure() -> None:
-            self.scheduler.attach(key)
             started = time.monotonic()
             try:
-                if self.backend.info.state:
-                    await self._step(work, key)
-                elif self._one_at_a_time(work.frame):
-                    await self.scheduler.call(lambda: self._one(work))
-                elif self._through_cache(work.frame):
-                    await self.scheduler.infer_cached(key, [self._cached(work)])
-                else:
-                    await self.scheduler.infer(key, [window])
+                await runner.probe(window)
             except StreamerError as err:
                 log.info("stream %s: a budget probe failed: %s", self.source.stream_id, err)
                 return
-            finally:
-                self.scheduler.detach(key)
             self.budget.observe(time.monotonic() - started)
 
         self._probing = asyncio.create_task(measure(), name=f"probe-{self.source.stream_id}")
 
-    def _needs_tiles(self, frame: Frame) -> bool:
-        """A frame larger than ``tile`` on a side, for a model that can run on parts of it."""
-        return (
-            self.tile is not None
-            and max(frame.width, frame.height) > self.tile
-            and not self.backend.info.state
-        )
+    def _runner(self, work: _Work) -> Runner:
+        """The runner for the work's frame size (tiles for frames larger than ``tile``)."""
+        return self._runners.of(work.frame.width, work.frame.height)
 
-    def _one_at_a_time(self, frame: Frame) -> bool:
-        """Windows that run one by one on the model's thread rather than batched through the scheduler:
-        a streaming model's cached features, tiled frames (a recurrent model's steps are batched)."""
-        return self.backend.info.streaming or self._needs_tiles(frame)
-
-    def _through_cache(self, frame: Frame) -> bool:
-        """Windows batched with other streams' through the stream's cache: frames kept on the device."""
-        return self.backend.info.device_frames and not self._needs_tiles(frame)
-
-    def _cached(self, work: _Work) -> CachedWindow:
+    @staticmethod
+    def _window(work: _Work) -> Window:
         window = work.window
         assert window is not None
         crop = None if work.region is None else work.region.crop
-        return CachedWindow(window, work.run, self._features, crop, self._features_lock)
-
-    def _one(self, work: _Work) -> Frame:
-        """One window on the model's thread."""
-        if self._needs_tiles(work.frame):
-            return self._tiled(work)
-        return self._fuse(work)
-
-    def _tiled(self, work: _Work) -> Frame:
-        """A window whose frames exceed ``tile``: the model runs on overlapping tiles (a streaming model
-        on its cached maps of the whole frames, cut per tile) and each tile's middle is kept."""
-        window = work.window
-        assert window is not None
-        target = window.target_frame
-        info = self.backend.info
-        s = info.scale
-        out = np.empty((target.height * s, target.width * s, 3), dtype=np.uint8)
-        assert self.tile is not None
-        tiles = (self.tile, self.tile_overlap)
-        for tile in plan_tiles(target.height, target.width, self.tile, self.tile_overlap, info.pad_multiple):
-            top, bottom, left, right = tile.crop
-            if info.streaming:
-                pixels = self.backend.enhance_cached(
-                    window, work.run, self._features, tile.crop, self._features_lock, tiles
-                )
-            else:
-                crops = np.stack([f.pixels[top:bottom, left:right] for f in window.frames])
-                pixels = self.backend.infer(crops.transpose(0, 3, 1, 2)[None], [window.strength])[
-                    0
-                ].transpose(1, 2, 0)
-            pt, pb, pl, pr = tile.paste
-            out[pt * s : pb * s, pl * s : pr * s] = pixels[
-                (pt - top) * s : (pb - top) * s, (pl - left) * s : (pr - left) * s
-            ]
-        return work.frame.enhanced(out, work.weight)
-
-    def _fuse(self, work: _Work) -> Frame:
-        """One streaming-model window, on the model's thread: its frames are encoded once per run."""
-        window = work.window
-        assert window is not None
-        crop = None if work.region is None else work.region.crop
-        pixels = self.backend.enhance_cached(window, work.run, self._features, crop, self._features_lock)
-        return work.frame.enhanced(pixels, work.weight)
-
-    async def _step(self, work: _Work, key: str) -> BatchResult:
-        """One recurrent step, batched with other streams' through the scheduler under ``key``; a new run
-        (after a discontinuity) starts again from the zero state."""
-        window = work.window
-        assert window is not None
-        async with self._step_lock:
-            state = self._state[1] if self._state is not None and self._state[0] == work.run else None
-            try:
-                result = await self.scheduler.step(key, window, state)
-            except ModelUnavailableError:
-                self._state = None  # the frames it missed break the recurrence: start again from zeros
-                raise
-            self._state = (work.run, result.state)
-        return result
+        return Window(window, work.run, crop, work.frame)
 
     def _resolve(
         self,
@@ -894,7 +752,7 @@ class Pipeline:
             if done is not None:
                 return self._count(_Output(frame, done, Outcome.ENHANCED))
             if frame.index in dropped:
-                self._outcomes[Outcome.BUDGET_DROP] += 1
+                self.tally.left(Outcome.BUDGET_DROP, time.monotonic())
                 return None
             return self._count(_Output(frame, frame, Outcome.BUDGET_PASSTHROUGH))
         if self.on_skip is SkipAction.REUSE and last is not None and last[0] == work.run:
@@ -922,21 +780,18 @@ class Pipeline:
         model = self.backend.info
         log.warning(
             "stream %s: %.0f%% of the frames due for enhancement left unenhanced over the last minute "
-            "(model %s at %dx%d, latency.budget_ms %g): this machine cannot keep that up; choose a faster "
-            "model tier (stream_t5_lite, or model.path auto to take the best that keeps up), a smaller "
-            "resolution, window.stride 2, or a larger budget",
+            "(model %s at %dx%d, latency.budget_ms %g): this machine cannot keep that up; %s",
             frame.stream_id,
             100 * self._misses.share(),
             model.name,
             frame.width,
             frame.height,
             self.budget.budget_ms,
+            remedy(model.name),
         )
 
     def _count(self, out: _Output) -> _Output:
-        self._outcomes[out.outcome] += 1
-        if out.outcome in (Outcome.BUDGET_PASSTHROUGH, Outcome.BUDGET_DROP):
-            self._rate_missed.add(time.monotonic())
+        self.tally.left(out.outcome, time.monotonic())
         return out
 
     async def _output(self) -> None:
@@ -973,9 +828,7 @@ class Pipeline:
                 done_at = self.last_sent_at or time.monotonic()
                 self.budget.observe_tail(done_at - out.handed_on)
                 self._observe(Stage.END_TO_END, done_at - out.source.arrival)
-                self._latency.record(done_at - out.source.arrival)
-                self._frames_out += 1
-                self._rate_out.add(done_at)
+                self.tally.written(done_at - out.source.arrival, done_at)
                 if self._on_output is not None:
                     self._on_output(out.source, out.frame, out.outcome)
         finally:
@@ -1018,19 +871,19 @@ class Pipeline:
             info=info,
             model=self.backend.info.name,
             provider=self.backend.info.provider,
-            frames_in=self._frames_in,
-            frames_out=self._frames_out,
+            frames_in=self.tally.frames_in,
+            frames_out=self.tally.frames_out,
             source_dropped=src.dropped if src else 0,
             outcomes=self.outcome_counts(),
-            model_calls=self._model_calls,
-            windows_enhanced=self._outcomes[Outcome.ENHANCED],
+            model_calls=self.tally.model_calls,
+            windows_enhanced=self.tally.outcomes[Outcome.ENHANCED],
             windows_skipped=gate.skipped,
             discontinuities=self.windower.discontinuities,
             wall_s=wall,
-            latency_p50_ms=self._latency.percentile_ms(50),
-            latency_p95_ms=self._latency.percentile_ms(95),
-            latency_p99_ms=self._latency.percentile_ms(99),
-            inference_p50_ms=self._inference.percentile_ms(50),
+            latency_p50_ms=self.tally.latency.percentile_ms(50),
+            latency_p95_ms=self.tally.latency.percentile_ms(95),
+            latency_p99_ms=self.tally.latency.percentile_ms(99),
+            inference_p50_ms=self.tally.inference.percentile_ms(50),
             lookahead_frames=self.windower.lookahead,
-            batch_sizes=dict(sorted(self._batches.items())),
+            batch_sizes=dict(sorted(self.tally.batches.items())),
         )

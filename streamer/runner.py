@@ -8,9 +8,11 @@ other.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,9 @@ from streamer.errors import StreamerError
 from streamer.frame import Frame
 from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.service import Service, StreamResult
+
+START = logging.getLogger(f"{__name__}.start")
+"""The start-up lines in JSON logs: at info level, shown whatever ``runtime.log_level`` says."""
 
 __all__ = ["EXIT_FAILED", "format_report", "run_config", "run_streams"]
 
@@ -60,22 +65,18 @@ async def _serve(service: Service, control: ControlServer | None) -> list[Stream
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, service.request_stop)
     try:
-        text = service.config.runtime.log_format == "text"
+        say = _say(service.config.runtime.log_format == "text")
         if service.server is not None:
             await service.server.start()
-            if text:
-                url = service.server.url
-                print(f"streamer: WHIP/WHEP on {url}", file=sys.stderr)
-                for stream in service.config.stream_configs():
-                    wheps = (webrtc_name(sink, "whep") for sink in stream.outputs())
-                    name = webrtc_name(stream.source, "whip") or next((n for n in wheps if n), None)
-                    if name is not None:
-                        print(f"streamer: stream {stream.id}: viewer {url}/view/{name}", file=sys.stderr)
+            say(f"WHIP/WHEP on {service.server.url}")
+            for stream in service.config.stream_configs():
+                wheps = (webrtc_name(sink, "whep") for sink in stream.outputs())
+                name = webrtc_name(stream.source, "whip") or next((n for n in wheps if n), None)
+                if name is not None:
+                    say(f"stream {stream.id}: viewer {service.server.viewer_url}/view/{name}")
         if control is not None:
             await control.start()
-            if text:
-                where = f"{control.url} (/healthz /readyz /metrics /streams)"
-                print(f"streamer: operations endpoint {where}", file=sys.stderr)
+            say(f"operations endpoint {control.url} (/healthz /readyz /metrics /streams)")
         try:
             results = await service.run()
         finally:
@@ -92,6 +93,15 @@ async def _serve(service: Service, control: ControlServer | None) -> list[Stream
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _say(text: bool) -> Callable[[str], None]:
+    """Where the start-up lines go: stderr beside the progress bar in text logs; a log record each in
+    JSON logs, so a log collector (the compose recipe's) shows the viewer's address too."""
+    if text:
+        return lambda line: print(f"streamer: {line}", file=sys.stderr)
+    START.setLevel(logging.INFO)
+    return lambda line: START.info("%s", line)
 
 
 def run_streams(config: Config, progress: bool, log_failures: bool = True) -> list[StreamResult]:

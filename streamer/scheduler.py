@@ -35,7 +35,7 @@ from streamer.core.stats import DurationRecorder
 from streamer.errors import ConfigError, ModelUnavailableError
 from streamer.frame import Hyperframe, Picture
 
-__all__ = ["BatchResult", "CallObserver", "InferenceScheduler", "Late", "SchedulerStats"]
+__all__ = ["BatchResult", "CallObserver", "InferenceScheduler", "Job", "Late", "SchedulerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +85,22 @@ class SchedulerStats:
 
 
 @dataclass(frozen=True, slots=True)
-class _Request:
+class Job:
+    """One window for the model and how it runs: as it is, through its stream's cache (``cached``),
+    or as a recurrent ``step`` from ``state``."""
+
     window: Hyperframe
-    future: asyncio.Future[BatchResult | Late]
-    key: Hashable
     cached: CachedWindow | None = None
-    stepping: bool = False
+    step: bool = False
     state: State | None = None
     """A step's state; None: the run's first, from the zero state (made on the worker thread)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    job: Job
+    future: asyncio.Future[BatchResult | Late]
+    key: Hashable
 
 
 class InferenceScheduler:
@@ -140,65 +148,44 @@ class InferenceScheduler:
         if self._wake is not None:
             self._wake.set()  # a batch may have been waiting for this stream's windows
 
-    async def infer(
-        self, stream: str, windows: Sequence[Hyperframe], deadlines: Sequence[float | None] | None = None
+    async def submit(
+        self, stream: str, jobs: Sequence[Job], deadlines: Sequence[float | None] | None = None
     ) -> list[BatchResult | Late]:
-        """The enhanced target frame of each window, in order; raises what the model raised on them.
+        """Each job's enhanced target frame, in order, batched with other streams' jobs of the same shape
+        and kind; raises what the model raised on them.
 
-        ``deadlines``: per window, the monotonic time its call must have ended by (None: none); a window
-        that cannot make it is not run, and its result is :class:`Late`."""
-        return await self._submit(stream, [(window, None) for window in windows], deadlines)
-
-    async def infer_cached(
-        self, stream: str, windows: Sequence[CachedWindow], deadlines: Sequence[float | None] | None = None
-    ) -> list[BatchResult | Late]:
-        """As ``infer``, for windows that go through their stream's cache (``enhance_cached_batch``)."""
-        return await self._submit(stream, [(cached.window, cached) for cached in windows], deadlines)
-
-    async def step(self, stream: str, window: Hyperframe, state: State | None) -> BatchResult:
-        """A recurrent model's step of ``window`` from ``state`` (None: from the zero state), batched with
-        other streams' steps; the result carries the next state. Await it before the stream's next step."""
-        (result,) = await self._submit(stream, [(window, None)], stepping=True, state=state)
-        assert isinstance(result, BatchResult)  # a step has no deadline
-        return result
-
-    async def _submit(
-        self,
-        stream: str,
-        windows: Sequence[tuple[Hyperframe, CachedWindow | None]],
-        deadlines: Sequence[float | None] | None = None,
-        stepping: bool = False,
-        state: State | None = None,
-    ) -> list[BatchResult | Late]:
+        ``deadlines``: per job, the monotonic time its call must have ended by (None: none); a job that
+        cannot make it is not run, and its result is :class:`Late`. A step's result carries the next
+        state: await it before the stream's next step."""
         if self._closed:
             raise RuntimeError(f"the scheduler of model {self.backend.info.name!r} is closed")
         loop = asyncio.get_running_loop()
         self._start(loop)
         now = time.monotonic()
         if deadlines is None:
-            deadlines = [None] * len(windows)
+            deadlines = [None] * len(jobs)
         futures = []
-        for (window, cached), deadline in zip(windows, deadlines, strict=True):
+        for job, deadline in zip(jobs, deadlines, strict=True):
             future: asyncio.Future[BatchResult | Late] = loop.create_future()
-            # only windows of one shape, and of one kind, share a call
-            kind = "step" if stepping else "cached" if cached is not None else "window"
-            target = window.target_frame
-            key = (window.t, target.height, target.width, kind, target.planes_colour)
-            request = _Request(window, future, key, cached, stepping, state)
-            self._batcher.submit(stream, request, key, now, deadline)
+            # only jobs of one shape, and of one kind, share a call
+            kind = "step" if job.step else "cached" if job.cached is not None else "window"
+            target = job.window.target_frame
+            key = (job.window.t, target.height, target.width, kind, target.planes_colour)
+            self._batcher.submit(stream, _Request(job, future, key), key, now, deadline)
             futures.append(future)
         assert self._wake is not None
         self._wake.set()
         return list(await asyncio.gather(*futures))
 
-    async def call(self, fn: Callable[[], R]) -> R:
-        """Run ``fn`` on one of the model's worker threads: windows a pipeline runs one by one (a
-        streaming model's cached features, tiled frames); it orders them."""
+    async def call(self, fn: Callable[[], R]) -> tuple[R, int]:
+        """Run ``fn``, one window, on one of the model's worker threads: windows a stream runs one by one
+        (a streaming model's cached features, tiled frames); the caller orders them. Returns what it
+        returned and the number of this call, as a :class:`BatchResult` carries."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         result = await loop.run_in_executor(self._executor, fn)
         self._record(1, time.monotonic() - started)
-        return result
+        return result, self._calls
 
     def stats(self) -> SchedulerStats:
         batcher = self._batcher.stats()
@@ -320,20 +307,21 @@ class InferenceScheduler:
             self._on_call(size, seconds)
 
     def _infer_blocking(self, requests: list[_Request]) -> list[tuple[Picture, State]]:
-        cached = [r.cached for r in requests if r.cached is not None]
+        jobs = [r.job for r in requests]
+        cached = [j.cached for j in jobs if j.cached is not None]
         if cached:
             return [(pixels, ()) for pixels in self.backend.enhance_cached_batch(cached)]
-        if requests[0].stepping:
-            target = requests[0].window.target_frame
+        if jobs[0].step:
+            target = jobs[0].window.target_frame
             h, w = target.height, target.width
-            states = [self.backend.initial_state(1, h, w) if r.state is None else r.state for r in requests]
-            colour = requests[0].window.colour
-            if any(r.window.colour != colour for r in requests):
+            states = [self.backend.initial_state(1, h, w) if j.state is None else j.state for j in jobs]
+            colour = jobs[0].window.colour
+            if any(j.window.colour != colour for j in jobs):
                 colour = None  # one call makes planes in one colour: RGB, which each sink converts
-            pictures, made = self.backend.step_windows([r.window for r in requests], states, colour)
+            pictures, made = self.backend.step_windows([j.window for j in jobs], states, colour)
             return list(zip(pictures, made, strict=True))
-        batch = np.stack([r.window.pixels() for r in requests])
-        out = self.backend.infer(batch, [r.window.strength for r in requests])
+        batch = np.stack([j.window.pixels() for j in jobs])
+        out = self.backend.infer(batch, [j.window.strength for j in jobs])
         return [(np.ascontiguousarray(o.transpose(1, 2, 0)), ()) for o in out]
 
 

@@ -24,7 +24,6 @@ from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
 from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
-from streamer.core.keepalive import KeepAlive
 from streamer.errors import (
     ConfigError,
     LimitError,
@@ -39,9 +38,8 @@ from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
 from streamer.redact import redact_text
 from streamer.scheduler import InferenceScheduler
-from streamer.sinks.base import Sink
-from streamer.sinks.tee import TeeSink
-from streamer.sources.rtsp import RtspSource, RtspState
+from streamer.sinks.base import OutputStats
+from streamer.sources.base import Connection
 from streamer.tiers import AUTO, TierChoice, TierSelector
 from streamer.webrtc.server import WebRtcServer
 
@@ -69,16 +67,15 @@ class _Model:
     scheduler: InferenceScheduler
 
 
-def _connection(pipeline: Pipeline) -> dict[str, object] | None:
-    """An RTSP source's connection, so a dead camera reads as one: attempts, the last error, the retry."""
-    source = pipeline.source
-    if not isinstance(source, RtspSource):
+def _connection(stats: Connection | None) -> dict[str, object] | None:
+    """A source's connection to its camera, so a dead camera reads as one: attempts, the last error,
+    the retry."""
+    if stats is None:
         return None
-    stats = source.rtsp_stats()
     when = stats.last_error_at
     stamp = None if when is None else datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds")
     return {
-        "state": stats.state.value,
+        "state": stats.state,
         "attempts": stats.attempts,
         "failures": stats.failures,
         "reconnects": stats.reconnects,
@@ -139,50 +136,45 @@ class StreamRunner:
         connection last failed, so ``error`` never reads null beside a failing connection."""
         if self.error is not None:
             return redact_text(str(self.error))
-        if connection is not None and connection["state"] != RtspState.LIVE.value:
+        if connection is not None and connection["state"] != "live":
             last = connection["last_error"]
             return None if last is None else str(last)
         return None
 
     def status(self, now: float) -> dict[str, object]:
         """What ``/streams`` shows of this stream."""
-        p = self.pipeline
-        gate = p.gate.stats()
-        connection = _connection(p)
+        snap = self.pipeline.snapshot(now)
+        connection = _connection(snap.connection)
         return {
             "id": self.id,
             "state": self.state(now).value,
             "source": self.config.source.kind,
             "sink": ",".join(s.kind for s in self.config.outputs()),
-            "outputs": _outputs(p.sink),
-            "model": p.backend.info.name,
-            "provider": p.backend.info.provider,
+            "outputs": _outputs(snap.outputs),
+            "model": snap.model,
+            "provider": snap.provider,
             "uptime_s": round(now - self.started, 3),
-            **p.live_figures(now),
-            "counters": p.counters(),
-            "outcomes": p.outcome_counts(),
-            "gate_skip_ratio": round(gate.skip_ratio, 4),
-            "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in p.queue_stats()},
+            **snap.live,
+            "counters": snap.counters,
+            "outcomes": snap.outcomes,
+            "gate_skip_ratio": round(snap.gate.skip_ratio, 4),
+            "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in snap.queues},
             "error": self._error_text(connection),
             "connection": connection,
             "model_choice": None if self.choice is None else self.choice.as_dict(),
-            "keepalive": None if p.keepalive is None else _keepalive(p.keepalive),
+            "keepalive": None
+            if snap.keepalive is None
+            else {"in_gap": snap.in_gap, **dataclasses.asdict(snap.keepalive)},
         }
 
 
-def _outputs(sink: Sink) -> list[dict[str, object]] | None:
+def _outputs(outputs: list[OutputStats] | None) -> list[dict[str, object]] | None:
     """Each output of a stream with several: frames written and let go, its queue, its error."""
-    if not isinstance(sink, TeeSink):
+    if outputs is None:
         return None
     return [
-        {**dataclasses.asdict(o), "error": None if o.error is None else redact_text(o.error)}
-        for o in sink.outputs()
+        {**dataclasses.asdict(o), "error": None if o.error is None else redact_text(o.error)} for o in outputs
     ]
-
-
-def _keepalive(keepalive: KeepAlive) -> dict[str, object]:
-    """A live output's fillers while its source was silent: gaps, frames repeated, cards shown."""
-    return {"in_gap": keepalive.in_gap, **dataclasses.asdict(keepalive.stats())}
 
 
 class Service:

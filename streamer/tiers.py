@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ import numpy as np
 from streamer.assets import AUTO_TIERS
 from streamer.backend.base import Backend
 
-__all__ = ["AUTO", "Rate", "TierChoice", "TierProbe", "TierSelector", "model_fps"]
+__all__ = ["AUTO", "Rate", "TierChoice", "TierProbe", "TierSelector", "model_fps", "remedy"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,21 @@ SLOW: Final = 2.0
 """A tier's probe stops once the tier plainly runs under 1/SLOW of what the stream needs. Tiers that
 run under the need but not that far under are timed in full, so that where none keeps up the fastest
 is known; the plainly slow ones are slower than any of those."""
+
+
+def remedy(model: str) -> str:
+    """What to do for a stream on ``model`` that cannot keep up, as the budget warning says it: the
+    next faster shipped tier; on the fastest, fewer pixels or streams; on any other model, ``auto``."""
+    names = [path.name.removesuffix(".onnx") for path in AUTO_TIERS]
+    spelt = [re.sub(r"[-.]", "_", name) for name in names]  # stream_t5.int8 names itself stream_t5-int8
+    general = "a smaller resolution, fewer streams on this host, window.stride 2, or a larger budget"
+    mine = re.sub(r"[-.]", "_", model)
+    if mine not in spelt:
+        return f"set model.path: auto (the best shipped tier that keeps up at this size), {general}"
+    at = spelt.index(mine)
+    if at + 1 == len(names):
+        return f"{model} is the fastest shipped tier: {general}"
+    return f"set model.path: shipped:{names[at + 1]} (the next faster tier), or {general}"
 
 
 def model_fps(

@@ -41,8 +41,8 @@ import numpy as np
 import numpy.typing as npt
 
 from streamer.backend.base import Declared
-from streamer.backend.onnx import OnnxBackend, Session
-from streamer.contract import NAMESPACE, Key
+from streamer.backend.onnx import OnnxBackend
+from streamer.contract import NAMESPACE, Key, Session
 from streamer.core.breaker import CircuitBreaker
 from streamer.errors import BackendError, ConfigError, ModelError, ModelUnavailableError
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from streamer.assets import DEFAULT_MODEL
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, markdown_targets, table_footer
 from streamer.errors import ConfigError
 
@@ -60,7 +61,14 @@ async def _scenario(name: str, budget_mb: int, seconds: float) -> AdmissionRow:
     from streamer.service import Service
 
     config = load_config(
-        None, {"streams": [], "http.port": 0, "runtime.memory_budget_mb": budget_mb, "http.max_streams": 64}
+        None,
+        {
+            "streams": [],
+            "http.port": 0,
+            "runtime.memory_budget_mb": budget_mb,
+            "http.max_streams": 64,
+            "model.path": str(DEFAULT_MODEL),  # named: a live source would otherwise take auto's tier
+        },
     )
     service = Service(config)
     service.prepare()

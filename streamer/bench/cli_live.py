@@ -102,8 +102,8 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--model",
         action="append",
         metavar="ONNX",
-        help="a model tier to run, or auto (the tier model.path auto chooses), repeatable (default: "
-        "stream_t5, its INT8 pair, stream_t5_lite, stream_t5_lite_sep, stream_t5_quarter_sep, then auto)",
+        help="a model tier to run, or auto (the tier model.path auto chooses), repeatable (default: auto, "
+        "what a live stream runs when no model is named)",
     )
     live.add_argument(
         "--workers",

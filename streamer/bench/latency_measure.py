@@ -23,6 +23,7 @@ from av.packet import Packet
 from av.stream import Stream
 
 from streamer import framecode
+from streamer.assets import DEFAULT_MODEL
 from streamer.config import Config, GateConfig, KeepAliveConfig, LatencyConfig, ModelConfig
 from streamer.errors import ConfigError
 from streamer.frame import Frame
@@ -62,7 +63,8 @@ class Settings:
     gate: bool = True
     paths: tuple[str, ...] = PATHS
     model: Path | Literal["auto"] | None = None
-    """The ONNX model; None is the shipped default, ``auto`` the tier ``model: auto`` chooses."""
+    """The ONNX model; None is the shipped default (named, where a live source would otherwise take
+    ``auto``), ``auto`` the tier ``model: auto`` chooses."""
     budget_ms: float | None = None
     """latency.budget_ms of the pipeline; None enhances every frame however late."""
     threads: int | None = None
@@ -80,7 +82,9 @@ class Settings:
         No keep-alive: a repeated frame would be counted as received and measure nothing; no blend: the
         model runs on every frame, whatever the camera's quantizer, which is what is measured."""
         return Config(
-            model=ModelConfig(path=self.model, threads=self.threads, workers=self.workers, blend="off"),
+            model=ModelConfig(
+                path=self.model or DEFAULT_MODEL, threads=self.threads, workers=self.workers, blend="off"
+            ),
             gate=GateConfig(enabled=self.gate),
             latency=LatencyConfig(budget_ms=self.budget_ms),
             keepalive=KeepAliveConfig(enabled=False),

@@ -302,9 +302,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             f"--seconds and --budget-ms must be positive and --fps in 1..120; got {args.seconds}, "
             f"{args.budget_ms}, {args.fps}"
         )
-    models: list[Path | str] = (
-        [m if m == AUTO else Path(m) for m in args.model] if args.model else [*AUTO_TIERS, AUTO]
-    )
+    models: list[Path | str] = [m if m == AUTO else Path(m) for m in args.model] if args.model else [AUTO]
     for model in models:
         if model != AUTO and not Path(model).is_file():
             raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model or auto")

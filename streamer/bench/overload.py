@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamer.app import build_backend
+from streamer.assets import DEFAULT_MODEL
 from streamer.bench.harness import (
     LiveResult,
     LoadWatch,
@@ -153,6 +154,7 @@ def run_overload(
         "source.realtime": True,
         "sink.kind": "null",
         "gate.enabled": False,
+        "model.path": str(DEFAULT_MODEL),  # named: a live source would otherwise take auto's tier
         **extra,
     }
     runs = []

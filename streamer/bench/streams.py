@@ -40,6 +40,7 @@ from typing import Any
 import av
 import numpy as np
 
+from streamer.assets import DEFAULT_MODEL
 from streamer.bench.harness import (
     LoadWatch,
     Machine,
@@ -526,9 +527,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         counts = [int(n) for n in args.streams.split(",")]
     except ValueError:
         raise ConfigError(f"--streams {args.streams!r}: give comma-separated counts, e.g. 16,32,64") from None
-    model: dict[str, Any] = {}
-    if args.model is not None:
-        model["path"] = str(args.model)
+    model: dict[str, Any] = {"path": str(args.model or DEFAULT_MODEL)}
     if args.providers != "auto":
         model["providers"] = [p.strip() for p in args.providers.split(",") if p.strip()]
     report = run_streams(

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamer.core.luma import full_scale, luma_int
 from streamer.core.tiling import on_grid
 from streamer.errors import ConfigError
 from streamer.frame import Frame, Hyperframe, Picture, Yuv420
@@ -40,24 +41,6 @@ __all__ = [
 _THUMBS_KEPT = 32
 """Thumbnails kept for the tile gate: more than any window's frames."""
 
-_LUMA = (77, 150, 29)
-"""BT.601 luma weights scaled by 256: Y = (77 R + 150 G + 29 B) >> 8."""
-
-
-def _luma(sample: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint16]:
-    """Y of strided RGB samples, channel by channel: numpy's integer matmul (``sample @ weights``) has
-    no fast kernel and took 4.6x as long on a 1080p frame's samples (0.25 against 0.05 ms each). The sum
-    is at most 255 * 256, so uint16 holds it."""
-    r, g, b = (sample[..., k].astype(np.uint16) for k in range(3))
-    r *= _LUMA[0]
-    g *= _LUMA[1]
-    b *= _LUMA[2]
-    r += g
-    r += b
-    r >>= 8
-    return r
-
-
 def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
     """Luma at about ``width`` columns, each sample the mean of a 2x2 spread inside its block.
 
@@ -67,12 +50,8 @@ def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
     4:2:0 planes give their Y plane, on the same 0..255 scale (tv range stretched), not converted.
     """
     if not isinstance(picture, Yuv420):
-        return _spread_mean(picture, width, _luma)
-    acc = _spread_mean(picture.y, width, lambda sample: sample)
-    if picture.colour.limited:  # tv: Y 16..235 stretched to 0..255, as luma from RGB reads
-        acc -= 16.0
-        acc *= 255.0 / 219.0
-    return acc
+        return _spread_mean(picture, width, luma_int)
+    return full_scale(_spread_mean(picture.y, width, lambda sample: sample), picture.colour.limited)
 
 
 def _spread_mean(

@@ -20,8 +20,8 @@ import math
 from collections import deque
 
 import numpy as np
-import numpy.typing as npt
 
+from streamer.core.luma import WEIGHTS, full_scale, luma_float
 from streamer.errors import ConfigError
 from streamer.frame import Picture, Yuv420
 
@@ -31,8 +31,7 @@ CROP = 256
 """Side of the centred crop each estimate reads: about 1 ms of numpy per estimate."""
 _EDGE_SHARE = 0.1
 """The share of pixels with the strongest gradient left out: edges, not noise."""
-_LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
-_LUMA_GAIN = float(np.sqrt(np.sum(_LUMA.astype(np.float64) ** 2)))
+_LUMA_GAIN = float(np.sqrt(np.sum(np.square(WEIGHTS))))
 """How much of independent per-channel noise's sigma survives in luma."""
 
 
@@ -45,11 +44,7 @@ def noise_sigma(picture: Picture) -> float:
         raise ConfigError(f"a noise estimate needs a frame of at least 3x3 pixels, got {w}x{h}")
     top, left = max(0, (h - CROP) // 2), max(0, (w - CROP) // 2)
     crop = image[top : top + CROP, left : left + CROP].astype(np.float32)
-    luma: npt.NDArray[np.float32]
-    if isinstance(picture, Yuv420):
-        luma = (crop - 16.0) * (255.0 / 219.0) if picture.colour.limited else crop
-    else:
-        luma = crop @ _LUMA
+    luma = full_scale(crop, picture.colour.limited) if isinstance(picture, Yuv420) else luma_float(crop)
     c = luma[1:-1, 1:-1]
     n, s = luma[:-2, 1:-1], luma[2:, 1:-1]
     west, east = luma[1:-1, :-2], luma[1:-1, 2:]

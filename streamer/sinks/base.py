@@ -7,6 +7,7 @@ frame is written, which is when the pipeline stamps its end-to-end latency.
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streamer.frame import Frame, StreamInfo
@@ -15,7 +16,23 @@ if TYPE_CHECKING:
     from streamer.audio import AudioTrack
     from streamer.sinks.encoder import EncodedFrame, Encoding, SharedEncoder
 
-__all__ = ["PacketSink", "Sink"]
+__all__ = ["OutputStats", "PacketSink", "Sink"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputStats:
+    """One output of a stream that writes to several (``TeeSink``)."""
+
+    name: str
+    written: int
+    dropped: int
+    """Frames this output did not write: let go by a full queue (live streams only), sent while an RTSP
+    output reconnected, or skipped while a shared encode's output waited for a keyframe."""
+    depth: int
+    capacity: int
+    error: str | None
+    shared: bool = False
+    """Writes the packets of an encode shared with another output of the stream."""
 
 
 class Sink(abc.ABC):
@@ -49,6 +66,15 @@ class Sink(abc.ABC):
         """Frames sent to this sink that it did not write: an RTSP sink's while it reconnects, a shared
         encode's while an output waits for a keyframe."""
         return 0
+
+    @property
+    def reconnects(self) -> int:
+        """Connections to its server opened after the first (an RTSP sink's; 0 for others)."""
+        return 0
+
+    def outputs(self) -> list[OutputStats] | None:
+        """Each output's figures, for a sink that writes to several; None for one output."""
+        return None
 
 
 class PacketSink(Sink):

@@ -25,6 +25,7 @@ import enum
 import logging
 import random
 import threading
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -36,6 +37,7 @@ from av.stream import Stream
 from av.video.stream import VideoStream
 
 from streamer.colour import encoder_frame
+from streamer.core.retries import RetryReport
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import encoder_options, resolve_encoder
@@ -59,6 +61,9 @@ if TYPE_CHECKING:
 __all__ = ["MAX_STEP_S", "TIME_BASE", "OutputClock", "RtspSink", "RtspSinkState", "RtspSinkStats"]
 
 log = logging.getLogger(__name__)
+
+_STOPS = "the output's max_attempts, or reconnect: false, stops retrying"
+"""What a reconnecting output's log lines say ends the retries."""
 
 
 class RtspSinkState(enum.Enum):
@@ -175,6 +180,10 @@ class RtspSink(PacketSink):
     def frames_dropped(self) -> int:
         return self._dropped
 
+    @property
+    def reconnects(self) -> int:
+        return max(0, self._connects - 1)
+
     def rtsp_stats(self) -> RtspSinkStats:
         """Read without the lock, which an encode may hold: each field is current, together they may be
         a frame apart. Safe to call from the event loop."""
@@ -210,8 +219,8 @@ class RtspSink(PacketSink):
             if not self.reconnect:
                 if self._track is not None:
                     self._track.decline()
-                raise
-            log.warning("RTSP sink %s: %s; retrying in the background", self._shown, exc)
+                raise SinkError(f"{exc}, or set reconnect to keep retrying") from None
+            log.warning("RTSP sink %s: %s; retrying in the background (%s)", self._shown, exc, _STOPS)
             with self._lock:
                 self._last_error = str(exc)
                 self._start_reconnecting()
@@ -376,7 +385,7 @@ class RtspSink(PacketSink):
         reason = ffmpeg_reason(exc) if isinstance(exc, av.error.FFmpegError) else str(exc)
         return (
             f"cannot publish to RTSP server {self._shown}: {reason}; check that the server is running "
-            "and accepts RECORD on this path, or set reconnect to keep retrying"
+            "and accepts RECORD on this path"
         )
 
     def _install(self, conn: _Connection) -> None:
@@ -417,6 +426,7 @@ class RtspSink(PacketSink):
         info = self._info
         assert info is not None
         failures = 0
+        report = RetryReport()
         for delay in backoff_delays(self.backoff_initial_s, self.backoff_max_s, self.jitter, self._rng):
             if self._closing.wait(delay):
                 return
@@ -433,7 +443,14 @@ class RtspSink(PacketSink):
                         if self._track is not None:
                             self._track.discard()
                         return
-                log.warning("RTSP sink %s: reconnect attempt %d failed: %s", self._shown, failures, exc)
+                if report.due(failures, time.monotonic()):
+                    log.warning(
+                        "RTSP sink %s: reconnect attempt %d failed: %s; retrying (%s)",
+                        self._shown,
+                        failures,
+                        exc,
+                        _STOPS,
+                    )
                 continue
             with self._lock:
                 if self._closing.is_set():

@@ -21,13 +21,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streamer.channel import Channel, DropPolicy
 from streamer.errors import ConfigError, EndOfStream, SinkError
 from streamer.frame import Frame, StreamInfo
-from streamer.sinks.base import PacketSink, Sink
+from streamer.sinks.base import OutputStats, PacketSink, Sink
 from streamer.sinks.encoder import EncodedFrame, Encoding, SharedEncoder
 
 if TYPE_CHECKING:
@@ -36,20 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["OutputStats", "TeeSink", "sinks_of"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class OutputStats:
-    name: str
-    written: int
-    dropped: int
-    """Frames this output did not write: let go by a full queue (live streams only), sent while an RTSP
-    output reconnected, or skipped while a shared encode's output waited for a keyframe."""
-    depth: int
-    capacity: int
-    error: str | None
-    shared: bool = False
-    """Writes the packets of an encode shared with another output of the stream."""
 
 
 class _Output:
@@ -145,6 +130,15 @@ class TeeSink(Sink):
 
     def outputs(self) -> list[OutputStats]:
         return [o.stats() for o in self._outputs]
+
+    @property
+    def frames_dropped(self) -> int:
+        """Frames its outputs let go (full queues, their own sinks' drops included)."""
+        return sum(o.dropped for o in self.outputs())
+
+    @property
+    def reconnects(self) -> int:
+        return sum(o.sink.reconnects for o in self._outputs)
 
     def attach_audio(self, track: AudioTrack) -> bool:
         for output in self._outputs:

@@ -26,7 +26,7 @@ from streamer.frame import Frame, StreamInfo
 if TYPE_CHECKING:
     from streamer.audio import AudioTrack
 
-__all__ = ["DecodeLoss", "DecodeObserver", "Source", "ThreadedSource"]
+__all__ = ["Connection", "DecodeLoss", "DecodeObserver", "Source", "ThreadedSource"]
 
 DecodeObserver = Callable[[float], None]
 """Told the seconds one frame took to decode and convert to RGB; may be called from a decode thread."""
@@ -68,6 +68,26 @@ class DecodeLoss:
         return self._settled + max(0, self._packets - self._frames - REORDER_FRAMES)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Connection:
+    """A source's connection to its camera at one moment: how it stands and how it has gone."""
+
+    state: str
+    """``connecting`` (or waiting out a backoff), ``live``, ``stalled`` or ``closed``."""
+    attempts: int
+    failures: int
+    reconnects: int
+    last_error: str | None
+    last_error_at: float | None
+    """Wall-clock time (Unix seconds) of ``last_error``."""
+    next_retry_in: float | None
+    """Seconds until the next attempt while waiting out a backoff; None otherwise."""
+
+    @property
+    def live(self) -> bool:
+        return self.state == "live"
+
+
 class Source(abc.ABC):
     """A stream of frames of one stream id; ``info`` is valid once ``open`` returned."""
 
@@ -101,6 +121,11 @@ class Source(abc.ABC):
 
     def stats(self) -> ChannelStats | None:
         """The hand-off's counters (frames dropped before the pipeline saw them), if it has one."""
+        return None
+
+    def connection(self) -> Connection | None:
+        """The source's connection to a camera, for ``/streams`` and the metrics; None for a source
+        that makes none (a file, a synthetic pattern, a WHIP stream whose publisher connects to us)."""
         return None
 
     @property

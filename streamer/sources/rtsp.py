@@ -46,12 +46,13 @@ from av.video.frame import VideoFrame
 from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
 from streamer.colour import colour_of, planes_fit, to_rgb, yuv_of
+from streamer.core.retries import RetryReport
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.hwcodec import Decode, decoder_hwaccel
 from streamer.quantizer import DECODER_OPTIONS, quantizer
 from streamer.redact import redact_url
-from streamer.sources.base import DecodeLoss, ThreadedSource
+from streamer.sources.base import Connection, DecodeLoss, ThreadedSource
 
 __all__ = [
     "RtspSource",
@@ -235,6 +236,18 @@ class RtspSource(ThreadedSource):
         self._decode_started = 0.0
         """When the packet being decoded was handed to the decoder: the decode stage starts there."""
 
+    def connection(self) -> Connection:
+        stats = self.rtsp_stats()
+        return Connection(
+            state=stats.state.value,
+            attempts=stats.attempts,
+            failures=stats.failures,
+            reconnects=stats.reconnects,
+            last_error=stats.last_error,
+            last_error_at=stats.last_error_at,
+            next_retry_in=stats.next_retry_in,
+        )
+
     def rtsp_stats(self) -> RtspSourceStats:
         with self._lock:
             return RtspSourceStats(
@@ -404,6 +417,7 @@ class RtspSource(ThreadedSource):
     def _connect(self) -> InputContainer | None:
         """The next open connection, after as many attempts as the policy allows; None once stopped."""
         failures = 0
+        report = RetryReport()
         delays = backoff_delays(self.backoff_initial_s, self.backoff_max_s, self.jitter, self._rng)
         options = {
             "rtsp_transport": self.transport,
@@ -456,10 +470,10 @@ class RtspSource(ThreadedSource):
                     "raise max_attempts"
                 )
             delay = next(delays)
-            # One line per doubling of the failures, not one per attempt: a dead camera is not a log flood.
-            if failures & (failures - 1) == 0:
+            if report.due(failures, time.monotonic()):
                 log.warning(
-                    "RTSP source %s: %s; %s, retrying in %.1f s",
+                    "RTSP source %s: %s; %s, retrying in %.1f s (source.max_attempts, or source.reconnect: "
+                    "false, stops retrying)",
                     self._shown,
                     reason,
                     "failed once" if failures == 1 else f"still failing after {failures} attempts",

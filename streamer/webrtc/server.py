@@ -262,6 +262,16 @@ class WebRtcServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self._port}"
 
+    @property
+    def viewer_url(self) -> str:
+        """The base URL a browser elsewhere reaches: a wildcard bind address (0.0.0.0, ::) stands for
+        the first ICE address, the address peers are told; the bind address otherwise."""
+        host = self.host
+        if host in ("0.0.0.0", "::") and self._ice:
+            host = self._ice[0]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self._port}"
+
     async def start(self) -> None:
         """Bind and serve; raises ConfigError naming the address when it cannot be bound."""
         if self._runner is not None:

@@ -39,6 +39,10 @@ def run(config: Config, hook: object = None) -> PipelineReport:
     return asyncio.run(build_pipeline(config, on_output=hook).run())  # type: ignore[arg-type]
 
 
+DEFAULT = "shipped:conv3d_t5"
+"""The best-quality model, which a live source runs only when it is named."""
+
+
 def configured(**overrides: object) -> Config:
     return load_config(None, dict(overrides))
 
@@ -82,7 +86,9 @@ def test_stride_passes_frames_between_strides_through() -> None:
 def test_model_slower_than_budget_passes_frames_through_and_counts_them() -> None:
     # Live pacing at 30 fps with a center window: each target waits >= 2 frame periods (66 ms) for its
     # lookahead, so a 1 ms budget is missed by construction, whatever this machine's speed.
-    config = configured(**{"source.frames": 20, "source.realtime": True, "latency.budget_ms": 1.0})
+    config = configured(
+        **{"source.frames": 20, "source.realtime": True, "latency.budget_ms": 1.0, "model.path": DEFAULT}
+    )
     report = run(config)
     assert report.frames_out == 20
     assert report.outcomes["budget_passthrough"] == 20
@@ -177,7 +183,13 @@ def test_a_window_whose_call_cannot_end_within_the_budget_is_not_run_and_its_fra
 
 def test_budget_drop_sends_nothing_and_counts_drops() -> None:
     config = configured(
-        **{"source.frames": 12, "source.realtime": True, "latency.budget_ms": 1.0, "latency.on_miss": "drop"}
+        **{
+            "source.frames": 12,
+            "source.realtime": True,
+            "latency.budget_ms": 1.0,
+            "latency.on_miss": "drop",
+            "model.path": DEFAULT,  # named: a live source without one chooses its tier first
+        }
     )
     report = run(config)
     assert report.frames_in == 12

@@ -9,6 +9,7 @@ endpoint and the viewer answer under the stream's name; SIGTERM stops it cleanly
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -56,7 +57,9 @@ def test_a_camera_enhanced_and_republished_through_an_rtsp_server(relay: RtspSer
     config["source"]["url"] = rtsp_server.url("cam")
     config["sinks"][0]["url"] = rtsp_server.publish_url("cam_enhanced")
     web, ops = free_port(), free_port()
-    config["webrtc"].update(host="127.0.0.1", port=web, ice_addresses=["127.0.0.1"])
+    config["webrtc"].update(
+        host="127.0.0.1", port=web, ice_addresses=["127.0.0.1"], token="a-token-of-our-own"
+    )
     config["http"].update(host="127.0.0.1", port=ops)
     config["model"]["path"] = str(TEMPORAL_FILTER)
     recipe = tmp_path / "streamer.yaml"
@@ -101,3 +104,5 @@ def test_a_camera_enhanced_and_republished_through_an_rtsp_server(relay: RtspSer
     assert process.returncode == 0, err[-2000:]
     assert "Traceback" not in err
     assert out.startswith("stream cam\nframes ")
+    said = [json.loads(line).get("message", "") for line in err.splitlines() if line.startswith("{")]
+    assert f"stream cam: viewer http://127.0.0.1:{web}/view/cam" in said  # in the JSON log the recipe writes

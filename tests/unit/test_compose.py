@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 
 from streamer.config import FileSinkConfig, RtspSinkConfig, RtspSourceConfig, WhepSinkConfig, load_config
+from streamer.errors import ConfigError
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose"
 
@@ -33,12 +35,25 @@ def test_the_compose_file_is_valid_compose() -> None:
     assert list(validator.iter_errors(bad))  # the schema refuses what is not Compose
 
 
+OWN_TOKEN = {"webrtc.token": "a-token-of-the-users-own-making-0123456789"}
+"""What a user sets before starting the recipe (its own token is a placeholder, refused off loopback)."""
+
+
+def test_the_recipe_refuses_its_own_placeholder_token_in_one_line() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(COMPOSE / "streamer.yaml")
+    text = str(refused.value)
+    assert "\n" not in text
+    assert "token is the recipe's placeholder" in text
+    assert "host 0.0.0.0" in text
+
+
 def test_streamer_reads_and_publishes_mediamtx_paths_and_is_checked_on_its_port() -> None:
     compose, mediamtx = read("docker-compose.yml"), read("mediamtx.yml")
     streamer = compose["services"]["streamer"]
     mount = next(v for v in streamer["volumes"] if v.startswith("./streamer.yaml:"))
     assert mount.split(":")[1] == streamer["command"][-1]
-    config = load_config(COMPOSE / "streamer.yaml")
+    config = load_config(COMPOSE / "streamer.yaml", OWN_TOKEN)
     (stream,) = config.stream_configs()
     assert stream.id == "cam"
     rtsp_port = compose["services"]["mediamtx"]["ports"][0].split(":")[0]
@@ -60,7 +75,7 @@ def test_streamer_reads_and_publishes_mediamtx_paths_and_is_checked_on_its_port(
 
 def test_frigate_records_what_streamer_publishes() -> None:
     frigate = read("frigate.yml")
-    config = load_config(COMPOSE / "streamer.yaml")
+    config = load_config(COMPOSE / "streamer.yaml", OWN_TOKEN)
     (pushed,) = [s for s in config.stream_configs()[0].outputs() if isinstance(s, RtspSinkConfig)]
     (camera,) = frigate["cameras"].values()
     path = urllib.parse.urlsplit(camera["ffmpeg"]["inputs"][0]["path"])

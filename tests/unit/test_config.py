@@ -395,7 +395,7 @@ def test_control_characters_in_any_setting_are_refused_naming_the_key(key: str, 
     overrides: dict[str, object] = {key: value}
     if key in kinds:
         overrides[key.split(".")[0] + ".kind"] = kinds[key]
-    with pytest.raises(ConfigError, match=f"^defaults: {re.escape(key)}: holds the control character"):
+    with pytest.raises(ConfigError, match=f"^--set: {re.escape(key)}: holds the control character"):
         load_config(None, overrides)
 
 
@@ -481,4 +481,14 @@ def test_an_unknown_key_is_answered_with_the_nearest_known_one(
 def test_an_unknown_key_like_no_other_gets_no_guess() -> None:
     with pytest.raises(ConfigError) as raised:
         load_config(None, {"zzz": 1})
-    assert str(raised.value) == "defaults: unknown key 'zzz'; check the spelling against configs/default.yaml"
+    assert str(raised.value) == "--set: unknown key 'zzz'; check the spelling against configs/default.yaml"
+
+
+def test_an_error_names_where_its_value_came_from_the_file_or_set(tmp_path: Path) -> None:
+    path = tmp_path / "cam.yaml"
+    path.write_text("latency:\n  budget: 250\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: unknown key 'latency.budget'"):
+        load_config(path)
+    path.write_text("latency:\n  budget_ms: 250\n")
+    with pytest.raises(ConfigError, match=r"^--set: latency.budget_ms: Input should be a valid number"):
+        load_config(path, {"latency.budget_ms": "abc"})

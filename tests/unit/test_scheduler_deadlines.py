@@ -13,7 +13,7 @@ from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Strengths
 from streamer.backend.onnx import OnnxBackend
 from streamer.frame import Hyperframe
-from streamer.scheduler import BatchResult, InferenceScheduler, Late
+from streamer.scheduler import BatchResult, InferenceScheduler, Job, Late
 from tests.factories import make_frame
 
 
@@ -35,7 +35,7 @@ def _window(first: int) -> Hyperframe:
 
 
 async def _infer(scheduler: InferenceScheduler, deadlines: list[float | None]) -> list[BatchResult | Late]:
-    return await scheduler.infer("a", [_window(i) for i in range(len(deadlines))], deadlines)
+    return await scheduler.submit("a", [Job(_window(i)) for i in range(len(deadlines))], deadlines)
 
 
 def test_a_window_past_its_deadline_is_not_run_and_comes_back_as_none() -> None:

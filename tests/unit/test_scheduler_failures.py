@@ -14,7 +14,7 @@ from streamer.backend.base import Strengths
 from streamer.backend.onnx import OnnxBackend
 from streamer.errors import ModelUnavailableError
 from streamer.frame import Hyperframe
-from streamer.scheduler import InferenceScheduler
+from streamer.scheduler import InferenceScheduler, Job
 from tests.factories import make_frame
 
 
@@ -50,7 +50,9 @@ async def _two_streams(backend: OnnxBackend) -> list[object]:
     try:
         return list(
             await asyncio.gather(
-                scheduler.infer("a", [_window(1)]), scheduler.infer("b", [_window(2)]), return_exceptions=True
+                scheduler.submit("a", [Job(_window(1))]),
+                scheduler.submit("b", [Job(_window(2))]),
+                return_exceptions=True,
             )
         )
     finally:

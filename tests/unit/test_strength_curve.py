@@ -6,7 +6,7 @@ import pytest
 
 from export.calibrate_strength import Level, curve_of
 from streamer.backend.base import Layout, ModelInfo
-from streamer.backend.onnx import strength_curve
+from streamer.contract import strength_curve
 from streamer.core.windower import OutputPosition
 from streamer.errors import ModelError
 

@@ -24,7 +24,7 @@ from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import ModelConfig, load_config
 from streamer.errors import BackendError, ConfigError
-from streamer.tiers import Rate, TierSelector, _timed, card_fps, model_fps
+from streamer.tiers import Rate, TierSelector, _timed, card_fps, model_fps, remedy
 
 
 class Timings:
@@ -266,3 +266,10 @@ def test_a_tier_timed_near_the_need_is_timed_again_for_longer_and_that_figure_de
         ("stream_t5", 640, 360),
     ]
     assert (choice.name, choice.keeps_up, choice.probes[0].fps) == ("stream_t5", True, 40.0)
+
+
+def test_the_budget_warning_names_the_next_faster_tier_or_says_this_is_the_fastest() -> None:
+    assert "shipped:stream_t5.int8 (the next faster tier)" in remedy("stream_t5")
+    assert "shipped:stream_t5_lite (the next faster tier)" in remedy("stream_t5-int8")
+    assert remedy("stream_t5_quarter_sep").startswith("stream_t5_quarter_sep is the fastest shipped tier")
+    assert remedy("conv3d_t5").startswith("set model.path: auto")

@@ -1,17 +1,12 @@
-"""The model contract's vocabulary: the metadata keys an ONNX file describes itself with, and the fields
-of the JSON card beside it.
-
-Exporters (``export``) write these keys, the runtime (``streamer.backend``), the Triton repository and
-the tools read them: each key is spelled here once, so a key cannot drift between the side that writes
-it and the side that reads it. The graphs the runtime builds around a model name their own tensors under
-:data:`NAMESPACE` too, apart from any name a model could use.
-"""
+"""The contract's vocabulary: the metadata keys an ONNX file describes itself with, the fields of the
+JSON card beside it, and the tensor names a streaming model's graphs take. Each is spelled here once,
+so a key cannot drift between the side that writes it and the side that reads it."""
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["CARD_BYTES_KEY", "CARD_REACH_KEY", "NAMESPACE", "Key"]
+__all__ = ["CARD_BYTES_KEY", "CARD_REACH_KEY", "FRAME_INPUT", "NAMESPACE", "TARGET_INPUT", "Key"]
 
 NAMESPACE: Final = "streamer."
 """The prefix of every metadata key and of the tensors and graphs the runtime adds to a model."""
@@ -63,3 +58,10 @@ CARD_BYTES_KEY: Final = "activation_bytes_per_pixel"
 
 CARD_REACH_KEY: Final = "reach_px"
 """The model card's field the tile gate's halo reads (``gate.halo: null``)."""
+
+
+FRAME_INPUT: Final = "frame"
+"""A streaming model's encoder takes one frame under this name."""
+
+TARGET_INPUT: Final = "target"
+"""A streaming model's fusion graph takes the window's output frame under this name."""
