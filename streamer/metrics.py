@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from streamer.core.health import StreamState
 from streamer.pipeline import Pipeline
+from streamer.retier import Retier
 from streamer.scheduler import CallObserver, InferenceScheduler
 from streamer.telemetry import Stage, StageObserver
 
@@ -63,6 +64,8 @@ METRICS = {
     "streamer_model_pending_windows": "gauge {model}: windows waiting for a batch",
     "streamer_inference_provider_info": "gauge {model, provider}: 1 for the execution provider in use",
     "streamer_reconnects_total": "counter {stream, side}: RTSP reconnections of the source or the sink",
+    "streamer_tier_moves_total": "counter {stream, direction}: moves of a model auto stream between tiers "
+    "(down, up)",
     "streamer_connect_failures_total": "counter {stream}: RTSP source connection attempts that failed (a "
     "dead or silent camera counts here while it reads connecting)",
     "streamer_queue_depth": "gauge {stream, queue}: items in each bounded hand-off",
@@ -86,6 +89,9 @@ class StreamView(Protocol):
     def pipeline(self) -> Pipeline: ...
 
     def state(self, now: float) -> StreamState: ...
+
+    @property
+    def retier(self) -> Retier | None: ...
 
 
 class ServiceView(Protocol):
@@ -175,6 +181,7 @@ class _ServiceCollector(Collector):
         quantizer = _gauge("streamer_quantizer", ["stream"])
         weight = _gauge("streamer_blend_weight", ["stream"])
         reconnects = _counter("streamer_reconnects_total", ["stream", "side"])
+        moves = _counter("streamer_tier_moves_total", ["stream", "direction"])
         failures = _counter("streamer_connect_failures_total", ["stream"])
         depth = _gauge("streamer_queue_depth", ["stream", "queue"])
         capacity = _gauge("streamer_queue_capacity", ["stream", "queue"])
@@ -216,14 +223,20 @@ class _ServiceCollector(Collector):
             for output in snap.outputs or ():
                 depth.add_metric([sid, f"output:{output.name}"], output.depth)
                 capacity.add_metric([sid, f"output:{output.name}"], output.capacity)
+            if runner.retier is not None:
+                moves.add_metric([sid, "down"], runner.retier.downs)
+                moves.add_metric([sid, "up"], runner.retier.ups)
             current = runner.state(now)
             for s in StreamState:
                 state.add_metric([sid, s.value], 1.0 if s is current else 0.0)
         yield from (frames_in, frames_out, dropped, passed, enhanced_frames, reused, encoded, resets)
         yield from (windows, skipped, ratio, noise, quantizer, weight)
-        yield from (misses, reconnects, failures)
+        yield from (misses, reconnects, failures, moves)
         yield from (depth, capacity, state)
+        yield from self._models(len(runners))
 
+    def _models(self, streams_running: int) -> Iterator[Metric]:
+        """Each loaded model's calls, windows and queue, its provider; the streams; the build."""
         calls = _counter("streamer_model_calls_total", ["model"])
         enhanced = _counter("streamer_model_windows_total", ["model"])
         pending = _gauge("streamer_model_pending_windows", ["model"])
@@ -235,7 +248,7 @@ class _ServiceCollector(Collector):
             pending.add_metric([stats.model], stats.pending)
             provider.add_metric([stats.model, stats.provider], 1.0)
         streams = _gauge("streamer_streams", [])
-        streams.add_metric([], len(runners))
+        streams.add_metric([], streams_running)
         yield from (calls, enhanced, pending, provider, streams, _BUILD)
 
 

@@ -165,8 +165,7 @@ class Pipeline:
         self.gate = gate if gate is not None else MotionGate(enabled=False)
         self.on_skip = on_skip
         self.scale = backend.info.scale
-        """Output frames are this many times the source's size (a super-resolution model): frames that
-        leave unenhanced are scaled up to match."""
+        """Output frames are this many times the source's size: unenhanced ones are scaled up to match."""
         self._fit(backend)
         self._on_open = on_open
         self._on_resize = on_resize
@@ -213,9 +212,10 @@ class Pipeline:
         self.frame_size: tuple[int, int] | None = None
         """(width, height) of the source's latest frame."""
         self._source_error: StreamerError | None = None
-        """What ended the source (or refused its new frame size), kept until the frames it had delivered
-        are written."""
+        """What ended the source (or refused its new size), kept until its frames are written."""
         self._probing: asyncio.Task[None] | None = None
+        self._next_model: tuple[InferenceScheduler, asyncio.Future[None]] | None = None
+        """A model to move to between calls (``move_to``), and who waits for the move."""
         self._run = -1
         self._model_down = False
         """The last model call found the model unavailable (a server's outage): logged once."""
@@ -224,7 +224,7 @@ class Pipeline:
         self._runners = self._choose_runners()
         """How the stream's windows run on its model (``streamer.runners``), chosen once per model."""
         self.noise = NoiseEstimator()
-        """How noisy the source is (``streamer.core.noise``): about 1 ms of numpy a second."""
+        """How noisy the source is (``streamer.core.noise``)."""
         self.quantizer = QuantizerEstimate()
         """How hard the camera's encoder quantized it (``streamer.core.blend``)."""
 
@@ -270,6 +270,52 @@ class Pipeline:
         self.scheduler, self.backend, self._own_scheduler = scheduler, scheduler.backend, owned
         self.scheduler.attach(self._key)
         self._runners = self._choose_runners()
+
+    def move_to(self, scheduler: InferenceScheduler) -> asyncio.Future[None]:
+        """Run the stream's next windows on ``scheduler``'s model (``model: auto`` moving tiers): once
+        the calls under way have ended, so no window runs on two models; a model of the same T, output
+        slot, scale and kind (windows already cut carry over). The future is done once the stream has
+        moved (or with the error that refused the model)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        old, self._next_model = self._next_model, (scheduler, done)
+        if old is not None:
+            old[1].cancel()
+        return done
+
+    async def _move(self, slots: asyncio.Semaphore, limit: int) -> None:
+        """Apply a ``move_to``: every worker slot taken (the calls under way ended), the model swapped."""
+        pending, self._next_model = self._next_model, None
+        if pending is None:
+            return
+        scheduler, done = pending
+        for _ in range(limit):
+            await slots.acquire()
+        try:
+            old = self.backend.info
+            new = scheduler.backend.info
+            if runner_kind(new) is not runner_kind(old) or (new.t, new.output_position, new.scale) != (
+                old.t,
+                old.output_position,
+                old.scale,
+            ):
+                raise ModelMismatchError(
+                    f"stream {self.source.stream_id!r} cannot move from model {old.name!r} to {new.name!r} "
+                    "mid-stream: they differ in kind, T, output slot or scale"
+                )
+            self.scheduler.detach(self._key)
+            self.scheduler, self.backend = scheduler, scheduler.backend
+            self.scheduler.attach(self._key)
+            self._runners = self._choose_runners()
+            self.budget.model_changed()
+        except StreamerError as err:
+            if not done.done():
+                done.set_exception(err)
+        else:
+            if not done.done():
+                done.set_result(None)
+        finally:
+            for _ in range(limit):
+                slots.release()
 
     def _choose_runners(self) -> Runners:
         """The stream's runners on its scheduler's model; a feature cache holds the frames of every
@@ -572,6 +618,7 @@ class Pipeline:
         async def start(group: asyncio.TaskGroup) -> None:
             try:
                 while True:
+                    await self._move(slots, limit)
                     await slots.acquire()
                     try:
                         batch = [await self._work.get()]

@@ -17,13 +17,14 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from streamer.app import build_backend, build_server, build_stream, choose_tier, probe_engines
+from streamer.assets import AUTO_TIERS
 from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
 from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
+from streamer.core.tiering import TierMove
 from streamer.errors import (
     ConfigError,
     LimitError,
@@ -37,9 +38,9 @@ from streamer.memory import default_budget_bytes, process_rss, release_memory
 from streamer.metrics import ServiceMetrics
 from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
 from streamer.redact import redact_text
+from streamer.retier import Retier
 from streamer.scheduler import InferenceScheduler
-from streamer.sinks.base import OutputStats
-from streamer.sources.base import Connection
+from streamer.snapshot import connection_status, outputs_status
 from streamer.tiers import AUTO, TierChoice, TierSelector
 from streamer.webrtc.server import WebRtcServer
 
@@ -48,6 +49,9 @@ __all__ = ["Service", "StreamResult", "StreamRunner"]
 log = logging.getLogger(__name__)
 
 _MONITOR_PERIOD_S = 0.25
+
+_MOVE_TIMEOUT_S = 30.0
+"""How long a tier move waits for the stream's calls under way to end before it is given up."""
 _ABANDON_AFTER_S = 5.0
 """How long a cancelled stream may take to close its sink before shutdown goes on without it."""
 
@@ -65,24 +69,6 @@ class StreamResult:
 class _Model:
     backend: Backend
     scheduler: InferenceScheduler
-
-
-def _connection(stats: Connection | None) -> dict[str, object] | None:
-    """A source's connection to its camera, so a dead camera reads as one: attempts, the last error,
-    the retry."""
-    if stats is None:
-        return None
-    when = stats.last_error_at
-    stamp = None if when is None else datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds")
-    return {
-        "state": stats.state,
-        "attempts": stats.attempts,
-        "failures": stats.failures,
-        "reconnects": stats.reconnects,
-        "last_error": None if stats.last_error is None else redact_text(stats.last_error),
-        "last_error_at": stamp,
-        "next_retry_in": None if stats.next_retry_in is None else round(stats.next_retry_in, 1),
-    }
 
 
 def _model_key(model: ModelConfig) -> str:
@@ -107,6 +93,9 @@ class StreamRunner:
         self.model_key = _model_key(config.model)
         """The loaded model this stream runs on: ``auto`` moves it to the tier chosen."""
         self.choice: TierChoice | None = None
+        self.retier: Retier | None = None
+        """With ``model: auto``, the stream's moves between tiers as the load changes."""
+        self.moving: asyncio.Task[None] | None = None
 
     @property
     def id(self) -> str:
@@ -144,13 +133,13 @@ class StreamRunner:
     def status(self, now: float) -> dict[str, object]:
         """What ``/streams`` shows of this stream."""
         snap = self.pipeline.snapshot(now)
-        connection = _connection(snap.connection)
+        connection = connection_status(snap.connection)
         return {
             "id": self.id,
             "state": self.state(now).value,
             "source": self.config.source.kind,
             "sink": ",".join(s.kind for s in self.config.outputs()),
-            "outputs": _outputs(snap.outputs),
+            "outputs": outputs_status(snap.outputs),
             "model": snap.model,
             "provider": snap.provider,
             "uptime_s": round(now - self.started, 3),
@@ -161,20 +150,13 @@ class StreamRunner:
             "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in snap.queues},
             "error": self._error_text(connection),
             "connection": connection,
-            "model_choice": None if self.choice is None else self.choice.as_dict(),
+            "model_choice": None
+            if self.choice is None
+            else {**self.choice.as_dict(), **({} if self.retier is None else self.retier.as_dict())},
             "keepalive": None
             if snap.keepalive is None
             else {"in_gap": snap.in_gap, **dataclasses.asdict(snap.keepalive)},
         }
-
-
-def _outputs(outputs: list[OutputStats] | None) -> list[dict[str, object]] | None:
-    """Each output of a stream with several: frames written and let go, its queue, its error."""
-    if outputs is None:
-        return None
-    return [
-        {**dataclasses.asdict(o), "error": None if o.error is None else redact_text(o.error)} for o in outputs
-    ]
 
 
 class Service:
@@ -200,6 +182,8 @@ class Service:
         self.abandoned: set[str] = set()
         """Streams whose sink never returned from a write, even cancelled: their threads are stuck."""
         self._models: dict[str, _Model] = {}
+        self._pinned: set[str] = set()
+        """Models a tier move is loading or moving a stream to: not released meanwhile."""
         budget_mb = config.runtime.memory_budget_mb
         self.budget = MemoryBudget(
             budget_mb * 2**20 if budget_mb is not None else default_budget_bytes(), process_rss() or 0
@@ -308,9 +292,51 @@ class Service:
         self._changed.set()
         return result
 
+    def _retier(self, now: float) -> None:
+        """Start the tier move each auto stream's load calls for, one at a time per stream."""
+        for runner in self.runners.values():
+            retier, pipeline = runner.retier, runner.pipeline
+            if retier is None or runner.done or not pipeline.opened or self._stop.is_set():
+                continue
+            if runner.moving is not None and not runner.moving.done():
+                continue
+            before = retier.controller.current
+            call_ms = pipeline.budget.stats().estimate_ms
+            move = retier.due(now, pipeline.tally, call_ms, pipeline.scheduler.workers)
+            if move is not None:
+                runner.moving = asyncio.create_task(self._move_tier(runner, before, move))
+
+    async def _move_tier(self, runner: StreamRunner, before: int, move: TierMove) -> None:
+        """Load the tier (off the event loop), move the stream to it between calls, release the old."""
+        assert runner.retier is not None
+        settings = runner.config.model.with_file(AUTO_TIERS[move.to])
+        key = _model_key(settings)
+        left = runner.pipeline.backend.info.name
+        self._pinned.add(key)
+        try:
+            model = await self._load(settings)
+            await asyncio.wait_for(runner.pipeline.move_to(model.scheduler), _MOVE_TIMEOUT_S)
+        except (TimeoutError, StreamerError) as err:
+            runner.retier.undo(before)
+            log.warning("stream %s: model auto could not move tiers: %s", runner.id, err)
+            return
+        finally:
+            self._pinned.discard(key)
+        runner.model_key = key
+        made = runner.retier.moved(before, move, (left, model.backend.info.name))
+        log.warning(
+            "stream %s: model auto moved %s from %s to %s: %s",
+            runner.id,
+            "down" if made.down else "up",
+            made.tier_from,
+            made.tier_to,
+            made.reason,
+        )
+        await self._release_models()
+
     async def _release_models(self) -> None:
         """Close the models no stream uses any more: a session per distinct model config, not for ever."""
-        used = {r.model_key for r in self.runners.values()}
+        used = {r.model_key for r in self.runners.values()} | self._pinned
         for key in [k for k in self._models if k not in used]:
             model = self._models.pop(key)
             await model.scheduler.aclose()
@@ -396,6 +422,8 @@ class Service:
             choice = await choose_tier(self._tiers, stream.model, info, stream.id)
             model = await self._load(stream.model.with_file(choice.path))
             runner.choice = choice
+            fps = float(info.fps) if info.fps > 0 else 30.0
+            runner.retier = Retier(choice, fps, stream.model.headroom, time.monotonic())
             runner.model_key = _model_key(stream.model.with_file(choice.path))
             await self._release_models()
             return model.scheduler, False
@@ -519,6 +547,7 @@ class Service:
         while True:
             now = time.monotonic()
             self._log_changes(now)
+            self._retier(now)
             if self.config.http.port is not None and not self._stop.is_set():
                 await self._reap(now)
             await asyncio.sleep(_MONITOR_PERIOD_S)

@@ -7,17 +7,20 @@ kind of source or sink a stream has.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from streamer.channel import ChannelStats
 from streamer.core.features import FeatureCacheStats
 from streamer.core.gate import GateStats
 from streamer.core.keepalive import KeepAliveStats
 from streamer.core.misswatch import MissWatchStats
+from streamer.redact import redact_text
 from streamer.sinks.base import OutputStats
 from streamer.sources.base import Connection
 
-__all__ = ["StreamSnapshot"]
+__all__ = ["StreamSnapshot", "connection_status", "outputs_status"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +54,30 @@ class StreamSnapshot:
     keepalive: KeepAliveStats | None
     in_gap: bool
     """The live output is keeping its clock while the source is silent."""
+
+
+def connection_status(stats: Connection | None) -> dict[str, object] | None:
+    """A source's connection to its camera, so a dead camera reads as one: attempts, the last error,
+    the retry."""
+    if stats is None:
+        return None
+    when = stats.last_error_at
+    stamp = None if when is None else datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds")
+    return {
+        "state": stats.state,
+        "attempts": stats.attempts,
+        "failures": stats.failures,
+        "reconnects": stats.reconnects,
+        "last_error": None if stats.last_error is None else redact_text(stats.last_error),
+        "last_error_at": stamp,
+        "next_retry_in": None if stats.next_retry_in is None else round(stats.next_retry_in, 1),
+    }
+
+
+def outputs_status(outputs: list[OutputStats] | None) -> list[dict[str, object]] | None:
+    """Each output of a stream with several: frames written and let go, its queue, its error."""
+    if outputs is None:
+        return None
+    return [
+        {**dataclasses.asdict(o), "error": None if o.error is None else redact_text(o.error)} for o in outputs
+    ]

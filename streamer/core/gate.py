@@ -41,6 +41,7 @@ __all__ = [
 _THUMBS_KEPT = 32
 """Thumbnails kept for the tile gate: more than any window's frames."""
 
+
 def luma_thumbnail(picture: Picture, width: int) -> npt.NDArray[np.float32]:
     """Luma at about ``width`` columns, each sample the mean of a 2x2 spread inside its block.
 

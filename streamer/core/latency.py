@@ -147,6 +147,11 @@ class LatencyBudget:
         """Feed the measured duration of one model call."""
         self._call.observe(seconds)
 
+    def model_changed(self) -> None:
+        """The stream's model changed (``model: auto`` moved it): the old model's call time says nothing
+        of the new one's, so the next frame is admitted and its call measures the new model."""
+        self._call = _Smoothed(self.alpha)
+
     def stats(self) -> LatencyStats:
         return LatencyStats(
             budget_ms=self.budget_ms,

@@ -676,6 +676,7 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
                         {"model": "stream_t5", "fps": 20.0, "cut_short": False, "estimated": False},
                         {"model": "stream_t5-int8", "fps": 60.0, "cut_short": False, "estimated": False},
                     ],
+                    "moves": [],
                 }
             (scheduler,) = run.service.schedulers()  # the stand-in (stream_t5) was closed
             assert scheduler.backend.path == STREAMING_INT8_MODEL  # type: ignore[attr-defined]
