@@ -24,6 +24,7 @@ from streamer.config import (
     StreamConfig,
     WhepSinkConfig,
     WhipSourceConfig,
+    webrtc_name,
 )
 from streamer.errors import ConfigError
 from streamer.frame import Frame, StreamInfo
@@ -345,7 +346,7 @@ def build_stream(
         blend=stream.model.build_blend(),
     )
     for whep in _wheps(sink):
-        whep.server.declare_figures(whep.stream_id, _figures_of(stream.id, pipeline))
+        whep.server.declare_figures(whep.stream_id, _figures_of(stream, pipeline))
     return pipeline
 
 
@@ -353,12 +354,17 @@ def _wheps(sink: Sink) -> list[WhepSink]:
     return [s for s in sinks_of(sink) if isinstance(s, WhepSink)]
 
 
-def _figures_of(stream_id: str, pipeline: Pipeline) -> Callable[[], dict[str, object]]:
-    """The viewer's live line: the stream's name, the model running and its live figures."""
+def _figures_of(stream: StreamConfig, pipeline: Pipeline) -> Callable[[], dict[str, object]]:
+    """The viewer's live line: the stream's name, the model running and its live figures, and what it
+    waits for before its first frame (a WHIP publisher, a camera, a file or pattern)."""
+    whip = webrtc_name(stream.source, "whip")
+    kind = stream.source.kind
+    waiting = f"a publisher on /whip/{whip}" if whip else "the camera" if kind == "rtsp" else "the source"
 
     def figures() -> dict[str, object]:
         snap = pipeline.snapshot(time.monotonic())
-        return {"stream": stream_id, "model": snap.model, "provider": snap.provider, **snap.live}
+        live = {"model": snap.model, "provider": snap.provider, **snap.live}
+        return {"stream": stream.id, "waiting_for": waiting, **live}
 
     return figures
 

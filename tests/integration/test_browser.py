@@ -200,6 +200,7 @@ def test_the_viewer_of_an_rtsp_camera_plays_both_panes_with_live_figures_and_the
     assert slider == [True, True, "inset(0px 0px 0px 30%)"]
     assert errors == []
     assert figures["stream"] == "cam"
+    assert figures["waiting_for"] == "the camera"  # what the status line names before the first frame
     assert figures["model"] == "temporal_filter_t5"
     assert figures["size"] == "640x360"
     assert figures["fps_out"] > 0
