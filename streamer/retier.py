@@ -17,7 +17,7 @@ from pathlib import Path
 
 from streamer.assets import AUTO_TIERS
 from streamer.core.tiering import TierController, TierMove
-from streamer.tally import Outcome, Tally
+from streamer.tally import MISSED, Outcome, Tally
 from streamer.tiers import TierChoice, card_fps
 
 __all__ = ["MOVES_SHOWN", "Moved", "Retier"]
@@ -56,14 +56,14 @@ class Retier:
 
     def due(self, now: float, tally: Tally, call_ms: float, workers: int) -> TierMove | None:
         """The move to make now, if any, from the stream's counts and its current tier's call time."""
-        missed = tally.outcomes[Outcome.BUDGET_PASSTHROUGH] + tally.outcomes[Outcome.BUDGET_DROP]
+        missed = sum(tally.outcomes[outcome] for outcome in MISSED)
         here = self.controller.current
         self.controller.observe(now, tally.outcomes[Outcome.ENHANCED], missed)
         return self.controller.decide(now, here > 0 and self._fits(here - 1, call_ms, workers))
 
     def moved(self, before: int, move: TierMove, names: tuple[str, str]) -> Moved:
         """Record a move the stream made (``before``: the tier it left; ``names``: the two models')."""
-        made = Moved(time.time(), names[0], names[1], move.to > before, move.reason)
+        made = Moved(time.time(), names[0], names[1], move.down(before), move.reason)
         self.moves = [*self.moves[-(MOVES_SHOWN - 1) :], made]
         if made.down:
             self.downs += 1

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +120,14 @@ class Runner(ABC):
         self, windows: Sequence[Window], deadlines: Sequence[float | None], key: str
     ) -> list[Result]: ...
 
+    async def _alone(self, windows: Sequence[Window], run: Callable[[Window], Pixels]) -> list[Result]:
+        """Each window by itself on a model worker, in order: one call each, no batch, no deadline."""
+        results: list[Result] = []
+        for window in windows:
+            pixels, call = await self.scheduler.call(functools.partial(run, window))
+            results.append(BatchResult(pixels, call, 1))
+        return results
+
 
 class WindowRunner(Runner):
     """Plain windows, batched with other streams' windows of the same shape."""
@@ -166,11 +174,7 @@ class StreamingRunner(_Cached):
     async def _run(
         self, windows: Sequence[Window], deadlines: Sequence[float | None], key: str
     ) -> list[Result]:
-        results: list[Result] = []
-        for window in windows:
-            pixels, call = await self.scheduler.call(functools.partial(self._fuse, window))
-            results.append(BatchResult(pixels, call, 1))
-        return results
+        return await self._alone(windows, self._fuse)
 
     def _fuse(self, window: Window) -> Pixels:
         return self.backend.enhance_cached(
@@ -231,11 +235,7 @@ class TiledRunner(Runner):
     async def _run(
         self, windows: Sequence[Window], deadlines: Sequence[float | None], key: str
     ) -> list[Result]:
-        results: list[Result] = []
-        for window in windows:
-            pixels, call = await self.scheduler.call(functools.partial(self._tiled, window))
-            results.append(BatchResult(pixels, call, 1))
-        return results
+        return await self._alone(windows, self._tiled)
 
     def _tiled(self, window: Window) -> Pixels:
         hyperframe = window.hyperframe

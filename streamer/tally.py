@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from streamer.core.stats import DurationRecorder, RateMeter
 from streamer.frame import StreamInfo
 
-__all__ = ["RECENT_FRAMES", "Outcome", "PipelineReport", "Tally"]
+__all__ = ["MISSED", "RECENT_FRAMES", "Outcome", "PipelineReport", "Tally"]
 
 RECENT_FRAMES = 300
 """Frames the live latency figures cover: 10 s at 30 fps."""

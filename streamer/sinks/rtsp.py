@@ -191,7 +191,7 @@ class RtspSink(PacketSink):
             url=self._shown,
             state=self._state,
             connects=self._connects,
-            reconnects=max(0, self._connects - 1),
+            reconnects=self.reconnects,
             frames_written=self._written,
             frames_dropped=self._dropped,
             last_error=self._last_error,
