@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from export.card import export_with_card
+from export.models import MotionAdaptiveTemporalFilter
 from export.onnx_export import ExportReport, export_onnx
 from streamer.assets import TEMPORAL_FILTER
 from streamer.core.windower import OutputPosition
-from streamer.models import MotionAdaptiveTemporalFilter
 
 __all__ = ["DEFAULT_NAME", "DESCRIPTION", "export_default", "main"]
 

@@ -41,12 +41,12 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.bench.delivered import delivered, reencoded
 from streamer.bench.metrics import Clip, psnr
 from streamer.bench.quality import camera_stream, load_clip, parse_size
-from streamer.colour import to_rgb, yuv_of
 from streamer.contract import Key
 from streamer.core.blend import FULL, Blend
 from streamer.core.noise import noise_sigma
-from streamer.quantizer import DECODER_OPTIONS, quantizer
-from streamer.samples import sample_clip
+from streamer.media.colour import to_rgb, yuv_of
+from streamer.media.quantizer import DECODER_OPTIONS, quantizer
+from streamer.media.samples import sample_clip
 
 __all__ = ["Damage", "Measured", "blend_of", "main", "measure", "write_blend"]
 

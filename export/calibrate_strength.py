@@ -34,7 +34,7 @@ from streamer.bench.quality import add_noise, load_clip, model_frames, parse_siz
 from streamer.contract import Key, strength_curve
 from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError
-from streamer.samples import sample_clip
+from streamer.media.samples import sample_clip
 
 __all__ = ["Level", "calibrate", "curve_of", "main", "write_curve"]
 

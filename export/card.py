@@ -29,8 +29,8 @@ from export.parity import module_inputs, parity_sizes
 from export.reach import module_reach
 from streamer.backend.base import Layout
 from streamer.contract import CARD_REACH_KEY, STRENGTH, Key
+from streamer.contract.layout import to_model_layout
 from streamer.errors import ConfigError
-from streamer.layout import to_model_layout
 
 __all__ = [
     "bench_summary",
@@ -174,7 +174,7 @@ def write_card(
 
 def card_header(module: nn.Module, description: str) -> dict[str, Any]:
     """What every model card says of the module: description, architecture, its config, its size."""
-    from streamer.models.registry import architecture_of  # keeps this module model-agnostic
+    from export.models.registry import architecture_of  # keeps this module model-agnostic
 
     config = getattr(module, "config", None)
     return {

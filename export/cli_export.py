@@ -335,7 +335,7 @@ def _from_checkpoint(args: argparse.Namespace, card: dict[str, Any]) -> nn.Modul
     """The model a ``streamer train`` checkpoint holds, its weights loaded; what the card says of its
     training goes into ``card``."""
     from export.checkpoint import load_checkpoint
-    from streamer.models.registry import build
+    from export.models.registry import build
 
     if args.weights is not None or args.model_arg:
         raise ConfigError("--checkpoint carries its architecture and weights; drop --weights/--model-arg")
@@ -375,7 +375,7 @@ def _from_arch_or_factory(args: argparse.Namespace, overrides: dict[str, Any]) -
     factory's model gets ``--t`` and ``--position`` as export arguments, put in ``overrides``."""
     from torch import nn
 
-    from streamer.models.registry import build
+    from export.models.registry import build
 
     if args.arch is not None:
         module = build(args.arch, **model_kwargs(args))
@@ -414,8 +414,8 @@ def _print_written(report: ExportReport, card_path: Path) -> None:
 
 
 def _as_streaming(module: Any, card: dict[str, Any]) -> Any:
-    from streamer.models.conv3d import Conv3dEnhancer
-    from streamer.models.streaming import StreamingEnhancer
+    from export.models.conv3d import Conv3dEnhancer
+    from export.models.streaming import StreamingEnhancer
 
     if not isinstance(module, Conv3dEnhancer):
         raise ConfigError(

@@ -1,13 +1,13 @@
 """What an exported model promises the runtime, read from the module and the caller, checked as a whole.
 
-A module describes itself with attributes (as ``streamer.models`` modules do): ``t``, ``layout``,
+A module describes itself with attributes (as ``export.models`` modules do): ``t``, ``layout``,
 ``output_position``, ``value_range``, ``pad_multiple``, ``state_specs`` and, where they differ from the
 defaults, ``channel_order`` (RGB), ``uint8_input`` (False) and ``scale_factor`` (1). Keyword arguments (the
 CLI's flags) stand in for the attributes a module lacks and must agree with those it has. Every
 problem is found before any is reported, so one error lists them all, one line each.
 
 The input a module is fed is built in one place, ``model_input``: (B, T, 3, H, W) RGB pixels go
-through the runtime's own ``streamer.layout.to_model_layout``, so the exporter feeds each layout the
+through the runtime's own ``streamer.contract.layout.to_model_layout``, so the exporter feeds each layout the
 way the runtime will.
 """
 
@@ -24,9 +24,9 @@ from torch import nn
 
 from streamer.backend.base import ChannelOrder, Layout
 from streamer.contract import StateLike, state_json
+from streamer.contract.layout import to_model_layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.layout import to_model_layout
 
 __all__ = [
     "INPUT",

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from export.camera import CameraModel, damage
 from streamer.bench.roundtrip import x264_roundtrip
 from streamer.errors import ConfigError
-from streamer.samples import sample_clip
+from streamer.media.samples import sample_clip
 
 __all__ = [
     "CAMERA_DRAWS",

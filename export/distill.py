@@ -68,9 +68,9 @@ def init_weights(path: str | Path, student: nn.Module) -> dict[str, torch.Tensor
     """The weights to warm-start ``student`` from: a training checkpoint's, or an exported model's
     (rebuilt by ``export.recover``; a Conv3d is split for streaming when the student is a streaming
     model)."""
+    from export.models.conv3d import Conv3dEnhancer
+    from export.models.streaming import StreamingEnhancer
     from export.recover import rebuild
-    from streamer.models.conv3d import Conv3dEnhancer
-    from streamer.models.streaming import StreamingEnhancer
 
     file = Path(path)
     if file.suffix == ".onnx":

@@ -40,6 +40,7 @@ from torch import nn
 from export.checkpoint import CHECKPOINT, FORMAT, save_checkpoint
 from export.cli_args import parse_model_args
 from export.datapack import DataPack, load_pack
+from export.models.registry import build
 from export.objective import (
     LOSSES,
     count_macs,
@@ -52,7 +53,6 @@ from export.objective import (
 )
 from export.sequences import DEGRADATION, Motion, SequenceSampler
 from streamer.errors import ConfigError, StreamerError
-from streamer.models.registry import build
 
 __all__ = ["CURVE", "GpuTrainConfig", "Phase", "main", "train_from_pack", "validate_sequence"]
 

@@ -54,10 +54,10 @@ from export.parity import (
 )
 from export.probe import check_slots
 from streamer.backend.base import ChannelOrder, Layout
+from streamer.backend.fold import fold_constants
 from streamer.contract import STRENGTH, StateLike, metadata_props, state_json
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
-from streamer.fold import fold_constants
 
 __all__ = ["MIN_OPSET", "ExportReport", "export_onnx"]
 
@@ -139,15 +139,14 @@ def export_onnx(
 
     ``module`` takes a batch in ``layout`` (C = 3, T = ``t``; (B, T*3, H, W) stacked frame by frame for
     ``Layout.STACKED``, (B, 3, H, W) for ``Layout.NCHW``), float in ``value_range`` or uint8 pixels
-    (``uint8_input``), colour channels in ``channel_order`` (plus one tensor per state), and returns
-    (B, 3, H*scale, W*scale) (then the next states), float32 in ``value_range`` or uint8. It is put
-    in eval mode. Nothing is written when a check fails. ``fp16`` also writes ``<stem>.fp16.onnx``:
-    float16 inside, the inputs and outputs as in the fp32 file, so the runtime feeds both alike.
-    ``uint8_io`` folds a float model's normalisation into the file written (:mod:`streamer.fold`): uint8
-    window in, uint8 frame out, checked within one level of the float graph as the runtime runs it.
-    ``strength`` (or the module's ``takes_strength``): forward takes a (B, 1) noise sigma after its
-    states, exported as the input ``strength``; ``strength_default`` is what the runtime gives a window
-    without one (25).
+    (``uint8_input``), colour channels in ``channel_order`` (plus one tensor per state), and returns (B, 3,
+    H*scale, W*scale) (then the next states), float32 in ``value_range`` or uint8. It is put in eval mode.
+    Nothing is written when a check fails. ``fp16`` also writes ``<stem>.fp16.onnx``: float16 inside, the
+    inputs and outputs as in the fp32 file, so the runtime feeds both alike. ``uint8_io`` folds a float
+    model's normalisation into the file written (:mod:`streamer.backend.fold`): uint8 window in, uint8 frame
+    out, checked within one level of the float graph as the runtime runs it. ``strength`` (or the module's
+    ``takes_strength``): forward takes a (B, 1) noise sigma after its states, exported as the input
+    ``strength``; ``strength_default`` is what the runtime gives a window without one (25).
     """
     contract = describe(
         module,
@@ -295,8 +294,8 @@ def _fold_uint8(
 ) -> tuple[bytes, int]:
     """The float file ``data`` with uint8 in and out folded in, and the most levels its frames differ
     from the float file's, both run by the runtime's backend on random and real windows."""
+    from streamer.backend.fold import fold_uint8_io
     from streamer.backend.onnx import OnnxBackend
-    from streamer.fold import fold_uint8_io
 
     if contract.uint8_input or contract.uint8_output:
         raise ConfigError(

@@ -37,9 +37,9 @@ import onnxruntime as ort
 
 from streamer.bench.harness import cpu_isa, cpu_name
 from streamer.contract import Key
+from streamer.engine.tiers import model_fps
 from streamer.errors import ConfigError, ModelError, SourceError
-from streamer.samples import resolve_sample
-from streamer.tiers import model_fps
+from streamer.media.samples import resolve_sample
 
 __all__ = [
     "FLICKER_TOLERANCE",

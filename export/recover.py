@@ -27,11 +27,11 @@ import onnxruntime as ort
 import torch
 from onnx import numpy_helper
 
+from export.models.conv3d import Conv3dEnhancer
+from export.models.streaming import StreamingEnhancer
 from streamer.contract import STRENGTH, Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
-from streamer.models.conv3d import Conv3dEnhancer
-from streamer.models.streaming import StreamingEnhancer
 
 __all__ = ["PARITY_TOLERANCE", "conv3d_from_onnx", "main", "rebuild", "streaming_from_onnx"]
 

@@ -1,6 +1,6 @@
 """Exports a streaming model as the runtime's two graphs, uint8 at both ends, and proves the split exact.
 
-A streaming module (``streamer.models.StreamingEnhancer``) has ``encode(frames) -> maps`` and
+A streaming module (``export.models.StreamingEnhancer``) has ``encode(frames) -> maps`` and
 ``fuse(*stacked_maps, target) -> frame``; its ``forward`` is the two composed on a whole window. The
 export writes
 
@@ -347,7 +347,7 @@ def _declared(module: nn.Module, name: str) -> _Declared:
     if not is_streaming(module):
         raise ConfigError(
             f"cannot export {name!r} as a streaming model: {type(module).__name__} lacks encode, fuse, "
-            f"feature_names or feature_channels (see streamer.models.StreamingEnhancer)"
+            f"feature_names or feature_channels (see export.models.StreamingEnhancer)"
         )
     spec: Any = module
     t, position = int(spec.t), OutputPosition(spec.output_position)
@@ -445,10 +445,11 @@ def benchmark_streaming_cpu(
     path: str | os.PathLike[str], sizes: Sequence[tuple[int, int]] = _BENCH_SIZES, seconds: float = 3.0
 ) -> dict[str, Any]:
     """Output frames per second on the CPU at batch 1, per (width, height), in a stream's steady state:
-    one encoder call on the new frame and one fusion call on T cached maps (``streamer.tiers.model_fps``,
-    through ``OnnxBackend`` itself, so the uint8 feeds are what a stream sends)."""
+    one encoder call on the new frame and one fusion call on T cached maps
+    (``streamer.engine.tiers.model_fps``, through ``OnnxBackend`` itself, so the uint8 feeds are what a
+    stream sends)."""
     from streamer.backend.onnx import OnnxBackend
-    from streamer.tiers import model_fps
+    from streamer.engine.tiers import model_fps
 
     if not sizes:
         raise ConfigError("benchmark_streaming_cpu needs at least one (width, height)")

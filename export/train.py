@@ -38,6 +38,7 @@ from export.data import (
     heldout_photo_clip,
 )
 from export.distill import OnnxTeacher, init_weights, warm_start
+from export.models.registry import ARCHITECTURES, build
 from export.objective import (
     LOSSES,
     enhance_clip,
@@ -50,7 +51,6 @@ from export.objective import (
 )
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
-from streamer.models.registry import ARCHITECTURES, build
 
 __all__ = [
     "CHECKPOINT",
@@ -134,7 +134,7 @@ def build_model(arch: str, model: dict[str, Any]) -> nn.Module:
     """The architecture ``arch`` built from its config; a recurrent model must declare its state."""
     module = build(arch, **model)
     if not hasattr(module, "state_specs"):
-        raise ModelError(f"architecture {arch!r} does not declare state_specs; see streamer.models.registry")
+        raise ModelError(f"architecture {arch!r} does not declare state_specs; see export.models.registry")
     return module
 
 

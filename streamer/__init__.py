@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from streamer.app import build_backend, build_pipeline
     from streamer.backend.onnx import OnnxBackend
     from streamer.config import Config, load_config
+    from streamer.engine.pipeline import Pipeline, PipelineReport
     from streamer.errors import StreamerError
     from streamer.frame import Frame, Hyperframe, StreamInfo
-    from streamer.pipeline import Pipeline, PipelineReport
-    from streamer.service import Service
+    from streamer.serving.service import Service
 
 __all__ = [
     "Config",
@@ -50,9 +50,9 @@ _HOME = {
     "Frame": ".frame",
     "Hyperframe": ".frame",
     "StreamInfo": ".frame",
-    "Pipeline": ".pipeline",
-    "PipelineReport": ".pipeline",
-    "Service": ".service",
+    "Pipeline": ".engine.pipeline",
+    "PipelineReport": ".engine.pipeline",
+    "Service": ".serving.service",
 }
 """Where each public name is defined, relative to this package."""
 

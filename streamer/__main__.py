@@ -2,6 +2,6 @@
 
 import sys
 
-from streamer.cli import main
+from streamer.cli.main import main
 
 sys.exit(main())

@@ -26,11 +26,13 @@ from streamer.config import (
     WhipSourceConfig,
     webrtc_name,
 )
+from streamer.engine.pipeline import OpenHook, Outcome, OutputHook, Pipeline, ResizeHook
+from streamer.engine.scheduler import InferenceScheduler
+from streamer.engine.telemetry import StageObserver, ignore
+from streamer.engine.tiers import AUTO, TierChoice, TierSelector
 from streamer.errors import ConfigError
 from streamer.frame import Frame, StreamInfo
-from streamer.hwcodec import NVENC, X264, nvdec_unavailable, nvenc_unavailable
-from streamer.pipeline import OpenHook, Outcome, OutputHook, Pipeline, ResizeHook
-from streamer.scheduler import InferenceScheduler
+from streamer.media.hwcodec import NVENC, X264, nvdec_unavailable, nvenc_unavailable
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.null import NullSink
@@ -40,8 +42,6 @@ from streamer.sources.base import Source
 from streamer.sources.file import FileSource
 from streamer.sources.rtsp import RtspSource
 from streamer.sources.synthetic import SyntheticSource
-from streamer.telemetry import StageObserver, ignore
-from streamer.tiers import AUTO, TierChoice, TierSelector
 from streamer.webrtc.server import WebRtcServer
 from streamer.webrtc.sink import WhepSink
 from streamer.webrtc.source import WhipSource
@@ -378,7 +378,7 @@ def build_pipeline(
     if len(streams) != 1:
         raise ConfigError(
             f"build_pipeline builds one stream and the config has {len(streams)}; run them with a "
-            "Service (streamer/service.py)"
+            "Service (streamer/serving/service.py)"
         )
     stream = streams[0]
     backend = build_backend(stream.model)

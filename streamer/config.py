@@ -37,10 +37,10 @@ from streamer.core.keepalive import KeepAlive
 from streamer.core.latency import LatencyBudget, MissAction
 from streamer.core.windower import EdgePolicy, OutputPosition, Windower
 from streamer.errors import ConfigError
-from streamer.httpserve import HttpLimits
-from streamer.hwcodec import COMPRESSED_CODECS, Decode, VideoCodec
+from streamer.media.hwcodec import COMPRESSED_CODECS, Decode, VideoCodec
+from streamer.media.samples import resolve_sample
 from streamer.redact import redact_url
-from streamer.samples import resolve_sample
+from streamer.serving.httpserve import HttpLimits
 from streamer.sinks.file import DEFAULT_CRF
 from streamer.webrtc.cors import check_origins
 from streamer.webrtc.ice import IceServer, check_ice_url, is_loopback
@@ -118,7 +118,7 @@ class FileSourceConfig(_Strict):
     """Start again at the end, timestamps continuing; each restart is a discontinuity. Drops the audio."""
     decode: Decode = "cpu"
     """Where the video is decoded: ``cpu``; ``nvdec``, an NVIDIA GPU's decoder (an error where it does
-    not work); ``auto``, NVDEC where it works, the CPU otherwise, said once (``streamer.hwcodec``)."""
+    not work); ``auto``, NVDEC where it works, the CPU otherwise, said once (``streamer.media.hwcodec``)."""
 
     @field_validator("path", mode="before")
     @classmethod
@@ -169,7 +169,7 @@ class RtspSourceConfig(_Backoff):
     """No frame for this long: drop the connection and reconnect."""
     decode: Decode = "cpu"
     """Where the video is decoded: ``cpu``; ``nvdec``, an NVIDIA GPU's decoder (an error where it does
-    not work); ``auto``, NVDEC where it works, the CPU otherwise, said once (``streamer.hwcodec``)."""
+    not work); ``auto``, NVDEC where it works, the CPU otherwise, said once (``streamer.media.hwcodec``)."""
 
 
 class WhipSourceConfig(_Strict):
@@ -190,7 +190,7 @@ class FileSinkConfig(_Strict):
     """Replace an existing file. A stream added through the control API must set it to true itself."""
     codec: str = "libx264"
     """Any encoder PyAV has; ``auto``: h264_nvenc where NVENC works, libx264 otherwise, said once;
-    h264_nvenc takes preset and crf as its nearest (``streamer.hwcodec``)."""
+    h264_nvenc takes preset and crf as its nearest (``streamer.media.hwcodec``)."""
     preset: str = "veryfast"
     crf: int = Field(DEFAULT_CRF, ge=0, le=51)
     """libx264's constant quality: lower keeps more of the picture in a larger file. The default's cost
@@ -242,7 +242,7 @@ class RtspSinkConfig(_Backoff):
     codec: VideoCodec = "libx264"
     """``libx264``; ``h264_nvenc``, an NVIDIA GPU's encoder, which costs no host cores (an error where
     it does not work: the H100 and H200 have none); ``auto``, NVENC where it works, libx264 otherwise,
-    said once. preset and tune are libx264's names; NVENC gets their nearest (``streamer.hwcodec``)."""
+    said once. preset and tune are libx264's names; NVENC gets their nearest (``streamer.media.hwcodec``)."""
     audio: Literal["keep", "drop"] = "keep"
     """``keep``: the source's first audio stream (a file's, an RTSP camera's or a WHIP publisher's) is
     published as a second track, in sync with the video (AAC, G.711 and Opus as they are, other codecs
@@ -294,7 +294,7 @@ class IceServerConfig(_Strict):
 
 
 class _ServerLimits(_Strict):
-    """Each connection's time and size on an HTTP server (``streamer.httpserve.HttpLimits``)."""
+    """Each connection's time and size on an HTTP server (``streamer.serving.httpserve.HttpLimits``)."""
 
     header_timeout_s: float = Field(10.0, gt=0.0, le=300.0)
     """A connection's first request headers not complete in this time get 408 and the connection closes."""
@@ -461,7 +461,7 @@ Strength = Annotated[float, Field(ge=0.0, le=255.0, allow_inf_nan=False)] | Lite
 class ModelConfig(_Strict):
     path: Literal["auto"] | Path | None = None
     """``auto``: once the source has opened, the shipped tier of best quality that runs ``headroom``
-    times the source's frame rate on its frame size (``streamer.tiers``). None: ``auto`` for a live
+    times the source's frame rate on its frame size (``streamer.engine.tiers``). None: ``auto`` for a live
     source (RTSP, WHIP, or paced with ``realtime``), the shipped best-quality model (conv3d_t5) for a
     file read as fast as it can be."""
     providers: Literal["auto"] | list[str] = "auto"
@@ -485,7 +485,7 @@ class ModelConfig(_Strict):
     both ways. Streaming models keep their own path."""
     yuv420: bool | None = None
     """Frames travel between the codecs and a model on the device as 4:2:0 planes, converted to and
-    from RGB on the device (``streamer.yuv``: once as each frame goes up, and in the model's graph on
+    from RGB on the device (``streamer.media.yuv``: once as each frame goes up, and in the model's graph on
     the way down) rather than by the host. A file or RTSP source
     hands on each decoded yuv420p frame as its planes, as they lie in the decoder's frame, and a window
     model's frames go up at half RGB's bytes; each enhanced frame (a window model's, a recurrent

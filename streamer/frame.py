@@ -23,7 +23,7 @@ class Colour:
 
     Kept so a sink encodes with the matrix and range the source was decoded with and tags its output
     the same way: without it, an identity model would shift every colour of a BT.709 or full-range
-    input. The defaults mean "unspecified"; :func:`streamer.colour.resolve` says what is assumed then.
+    input. The defaults mean "unspecified"; :func:`streamer.media.colour.resolve` says what is assumed then.
     """
 
     matrix: int = 2
@@ -55,7 +55,7 @@ class Yuv420:
     v: npt.NDArray[np.uint8]
     """(H/2, W/2)."""
     colour: Colour
-    """The matrix and range the planes are in, resolved (``streamer.colour.resolve``)."""
+    """The matrix and range the planes are in, resolved (``streamer.media.colour.resolve``)."""
 
     def __post_init__(self) -> None:
         h, w = self.y.shape if self.y.ndim == 2 else (0, 0)
@@ -123,7 +123,7 @@ class StreamInfo:
     """Degrees counterclockwise a player turns the frames by (a file's display matrix); frames travel
     as coded, and a file sink writes the same rotation."""
     tags: tuple[tuple[str, str], ...] = ()
-    """A file's container metadata to carry over (``streamer.metadata.kept_tags``)."""
+    """A file's container metadata to carry over (``streamer.media.metadata.kept_tags``)."""
     planes: bool = False
     """The source hands on its frames as 4:2:0 planes (asked for, and its decoder makes yuv420p), so
     warm-up readies the graphs that take them."""
@@ -146,7 +146,7 @@ class Frame:
     """True on the first frame after a reconnect or timestamp jump: no window may span it."""
     quantizer: float | None = None
     """How hard the camera's encoder quantized this frame: its decoder's mean H.264 QP (0..51,
-    ``streamer.quantizer``); None where the decoder does not say, or where the picture is no longer
+    ``streamer.media.quantizer``); None where the decoder does not say, or where the picture is no longer
     what it decoded (a file source's added noise)."""
     _rgb: Pixels | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     """The RGB of a 4:2:0 picture, or of an enhanced frame given part of the change, made on first use."""
@@ -180,7 +180,9 @@ class Frame:
         rgb = self._rgb
         if rgb is None:
             if isinstance(picture, Yuv420):
-                from streamer.planes import planes_rgb  # PyAV's swscale, read at the edge of this module
+                from streamer.media.planes import (
+                    planes_rgb,  # PyAV's swscale, read at the edge of this module
+                )
 
                 shown = self.planes
                 assert shown is not None
@@ -213,7 +215,9 @@ class Frame:
                 return picture
             made = Yuv420(*_part_of(picture, source, self._weight), colour)
         else:
-            from streamer.planes import changed_planes  # PyAV's swscale, read at the edge of this module
+            from streamer.media.planes import (
+                changed_planes,  # PyAV's swscale, read at the edge of this module
+            )
 
             planes = (source.y, source.u, source.v)
             y, u, v = changed_planes(planes, colour.matrix, colour.range, base.pixels, picture, self._weight)

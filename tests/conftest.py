@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from streamer.errors import ConfigError
-from streamer.samples import sample_clip
+from streamer.media.samples import sample_clip
 
 
 @pytest.fixture(scope="session")

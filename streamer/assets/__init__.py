@@ -68,7 +68,7 @@ AUTO_TIERS: tuple[Path, ...] = (
     STREAMING_SEPARABLE_MODEL,
     STREAMING_QUARTER_MODEL,
 )
-"""What ``model.path: auto`` chooses from, best quality first (``streamer.tiers``)."""
+"""What ``model.path: auto`` chooses from, best quality first (``streamer.engine.tiers``)."""
 
 SHIPPED_PREFIX = "shipped:"
 """``model.path: shipped:NAME`` names a model of this folder (``shipped:conv3d_t1``), wherever the

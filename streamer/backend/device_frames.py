@@ -8,7 +8,7 @@ Here each frame goes up once, as its own uint8 bytes (``upload``; ``upload_plane
 :class:`~streamer.core.features.FeatureCache` keeps for the T windows it belongs to, as a streaming
 model's feature maps are kept. So each frame is rearranged or converted once, not once per window it is
 in (T times). One graph takes the window's T frames, arranges them as the model wants
-(``streamer.layout.to_model_nodes``, the layout's graph form), scales them, runs the model and hands
+(``streamer.contract.layout.to_model_nodes``, the layout's graph form), scales them, runs the model and hands
 back the uint8 frame (``run``), through IO binding, so nothing but one frame comes down.
 
 Windows of several streams share one call (``run_batch``): the batch graph concatenates each slot's
@@ -47,10 +47,10 @@ import onnxruntime as ort
 from streamer.backend.base import STRENGTH, ModelInfo, device_of
 from streamer.backend.host_buffers import BufferPool, cuda_host_memory
 from streamer.contract import NAMESPACE
+from streamer.contract.layout import from_model_nodes, to_model_nodes
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError
 from streamer.frame import Colour
-from streamer.layout import from_model_nodes, to_model_nodes
-from streamer.yuv import i420_nodes, rgb_nodes
+from streamer.media.yuv import i420_nodes, rgb_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -124,7 +124,7 @@ def window_graph(
     H'/2, W'/2) uint8; H' and W' must be even). Changed in place and returned."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from streamer.fold import fold_uint8_io
+    from streamer.backend.fold import fold_uint8_io
 
     if batch < 1:
         raise ConfigError(f"a window graph takes at least one window; got a batch of {batch}")
@@ -194,7 +194,7 @@ def window_graph(
 def upload_graph(planes: Colour | None = None) -> onnx.ModelProto:
     """The graph that makes an uploaded frame what every window graph takes, (1, 3, H, W) uint8 RGB:
     from a (1, H, W, 3) RGB frame a transpose; from 4:2:0 planes in ``planes``' matrix and range,
-    (1, 1, H, W) Y and (1, 2, H/2, W/2) U and V, the conversion (``streamer.yuv.rgb_nodes``)."""
+    (1, 1, H, W) Y and (1, 2, H/2, W/2) U and V, the conversion (``streamer.media.yuv.rgb_nodes``)."""
     from onnx import TensorProto, helper
 
     if planes is None:

@@ -78,10 +78,10 @@ from streamer.contract import (
     read_contract,
     read_streaming_contract,
 )
+from streamer.contract.layout import from_model_channels, to_model_layout
 from streamer.core.features import FeatureCache
 from streamer.errors import BackendError, ConfigError, FrameError, ModelError, ModelUnavailableError
 from streamer.frame import Colour, Frame, Hyperframe, Picture, Pixels, Yuv420
-from streamer.layout import from_model_channels, to_model_layout
 
 __all__ = [
     "CARD_BYTES_KEY",

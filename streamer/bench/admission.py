@@ -57,8 +57,8 @@ def _hwm_mb() -> float:
 
 async def _scenario(name: str, budget_mb: int, seconds: float) -> AdmissionRow:
     from streamer.config import load_config
-    from streamer.control import ControlServer
-    from streamer.service import Service
+    from streamer.serving.control import ControlServer
+    from streamer.serving.service import Service
 
     config = load_config(
         None,

@@ -1,13 +1,13 @@
 """``streamer bench batching``: N streams sharing one model, cross-stream batching on versus off.
 
-Each contender is one :class:`~streamer.service.Service` running N synthetic streams that decode as fast
-as the pipeline takes them (a file-like source: the model is the bottleneck) with the motion gate off,
-so every frame's window runs the model. *on* batches up to ``--max-batch`` windows of any streams per
-call; *off* runs one window per call (``runtime.max_batch: 1``). The two alternate (on, off, on, off,
-...) so load from elsewhere on the machine falls on both, and the table gives the median of the rounds
-for each, side by side, with their ratios: model calls per second should fall, throughput rise. The
-model alone, on random windows of the same size at batch 1 and at ``--max-batch``, shows how much of
-the difference is the runtime's own per-window cost.
+Each contender is one :class:`~streamer.serving.service.Service` running N synthetic streams that decode as
+fast as the pipeline takes them (a file-like source: the model is the bottleneck) with the motion gate off, so
+every frame's window runs the model. *on* batches up to ``--max-batch`` windows of any streams per call; *off*
+runs one window per call (``runtime.max_batch: 1``). The two alternate (on, off, on, off, ...) so load from
+elsewhere on the machine falls on both, and the table gives the median of the rounds for each, side by side,
+with their ratios: model calls per second should fall, throughput rise. The model alone, on random windows of
+the same size at batch 1 and at ``--max-batch``, shows how much of the difference is the runtime's own
+per-window cost.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from streamer.app import build_backend
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, format_targets, parse_size
 from streamer.config import Config, load_config
 from streamer.errors import ConfigError
-from streamer.service import Service
+from streamer.serving.service import Service
 
 __all__ = ["BatchingReport", "Round", "Side", "format_markdown", "run_batching", "run_from_args"]
 

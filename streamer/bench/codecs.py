@@ -5,7 +5,7 @@ A GPU that runs the model for 64 1080p30 streams still needs each stream decoded
 issue's stream count includes both. Each row times one engine on one stream's frames, one thread, as the
 runtime runs it: decode is the RTSP source's work (H.264 packets to rgb24 frames, ``to_rgb``), encode
 the RTSP sink's (rgb24 to the encoder's format, ``from_rgb``, then the live output's settings, through
-:func:`streamer.hwcodec.encoder_options`). The row ``libx264 from 4:2:0`` encodes what a model on the
+:func:`streamer.media.hwcodec.encoder_options`). The row ``libx264 from 4:2:0`` encodes what a model on the
 device hands the encoder with ``model.yuv420``: 4:2:0 planes, copied into the encoder's frame
 (``yuv_frame``) instead of converted from rgb24; the row ``cpu to 4:2:0`` decodes as a source does for
 such a model, each frame's planes taken as they lie (``yuv_of``). The clip is made here: a moving
@@ -42,10 +42,10 @@ from av.video.stream import VideoStream
 
 from streamer.bench.gpu import gpu_name
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
-from streamer.colour import from_rgb, to_rgb, yuv_frame, yuv_of
 from streamer.errors import ConfigError
 from streamer.frame import Yuv420
-from streamer.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
+from streamer.media.colour import from_rgb, to_rgb, yuv_frame, yuv_of
+from streamer.media.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
 
 __all__ = ["CodecReport", "CodecSpeed", "run_codec_bench"]
 

@@ -2,12 +2,12 @@
 sink, decoded again, for the quality bench's delivered figures.
 
 A model's gain on RGB frames before the trip back to 4:2:0 and the output's encoder is not what anyone
-watches; on compressed camera video those two cost as much as a model gains. Here a stream file (what a
-camera sends) goes through :class:`~streamer.pipeline.Pipeline` from a :class:`~streamer.sources.FileSource`
-to a :class:`~streamer.sinks.FileSink` at the settings ``streamer run`` uses by default (window
-defaults, gate off), and the recording is decoded as a player reads it. Beside it stand the path's own
-costs: an identity model through the same pipeline (:func:`identity_model`), and the decoded stream
-written by the same sink with no model at all (:func:`reencoded`), the output encoder's own cost.
+watches; on compressed camera video those two cost as much as a model gains. Here a stream file (what a camera
+sends) goes through :class:`~streamer.engine.pipeline.Pipeline` from a :class:`~streamer.sources.FileSource`
+to a :class:`~streamer.sinks.FileSink` at the settings ``streamer run`` uses by default (window defaults, gate
+off), and the recording is decoded as a player reads it. Beside it stand the path's own costs: an identity
+model through the same pipeline (:func:`identity_model`), and the decoded stream written by the same sink with
+no model at all (:func:`reencoded`), the output encoder's own cost.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from onnx import TensorProto, helper
 
 from streamer.backend.base import Backend
 from streamer.bench.metrics import Clip
-from streamer.colour import to_rgb
 from streamer.config import WindowConfig
 from streamer.contract import Key
 from streamer.core.blend import Blend
+from streamer.engine.pipeline import Pipeline
 from streamer.errors import EndOfStream
-from streamer.pipeline import Pipeline
+from streamer.media.colour import to_rgb
 from streamer.sinks import FileSink
 from streamer.sources import FileSource
 

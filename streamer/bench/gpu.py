@@ -72,7 +72,7 @@ from streamer.bench.gpu_report import GpuReport, Parity, Speed, format_report, s
 from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
 from streamer.errors import ConfigError
 from streamer.frame import Colour
-from streamer.yuv import matrices
+from streamer.media.yuv import matrices
 
 __all__ = ["on_device", "run_gpu_bench"]
 
@@ -123,7 +123,7 @@ def half_precision(model: Path, folder: Path) -> Path:
     import onnx  # only fp16 needs it
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    from streamer.fold import fold_constants
+    from streamer.backend.fold import fold_constants
 
     half = convert_float_to_float16(fold_constants(onnx.load(str(model))), keep_io_types=True)
     path = folder / f"{model.stem}.fp16.onnx"
@@ -345,11 +345,11 @@ def recurrent_parity(gpu: OnnxBackend, cpu: OnnxBackend, provider: str, variant:
 
 
 def fold_uint8_io(model: Path, folder: Path, value_range: tuple[float, float]) -> Path:
-    """``model`` with its normalisation folded in (:func:`streamer.fold.fold_uint8_io`), written to
+    """``model`` with its normalisation folded in (:func:`streamer.backend.fold.fold_uint8_io`), written to
     ``folder``."""
     import onnx  # only the uint8 variant needs it
 
-    from streamer.fold import fold_uint8_io as fold_graph
+    from streamer.backend.fold import fold_uint8_io as fold_graph
 
     path = folder / f"{model.stem}.uint8.onnx"
     onnx.save(fold_graph(onnx.load(str(model)), value_range), str(path))

@@ -31,8 +31,8 @@ from streamer.errors import ConfigError
 
 if TYPE_CHECKING:
     from streamer.config import Config
+    from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
     from streamer.frame import Frame
-    from streamer.pipeline import Outcome, Pipeline, PipelineReport
 
 __all__ = [
     "ISA_FLAGS",

@@ -26,7 +26,6 @@ import av
 import av.error
 import numpy as np
 
-from streamer import framecode
 from streamer.app import build_pipeline
 from streamer.assets import STREAMING_LITE_MODEL
 from streamer.bench import rtsp_relay
@@ -42,9 +41,10 @@ from streamer.config import (
     RtspSinkConfig,
     RtspSourceConfig,
 )
+from streamer.engine.pipeline import Outcome
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome
+from streamer.media import framecode
 
 __all__ = ["KeepAliveResult", "run_keepalive"]
 

@@ -1,6 +1,6 @@
 """``streamer bench latency``: per-frame end-to-end latency through RTSP and WebRTC, on loopback.
 
-A camera draws each frame's number into its pixels (:mod:`streamer.framecode`) and notes when it handed
+A camera draws each frame's number into its pixels (:mod:`streamer.media.framecode`) and notes when it handed
 the frame to its encoder; an independent player at the far end decodes the numbers and notes when each
 frame came out of its decoder. The difference is what a viewer waits: camera encode, transport, the
 streamer's decode, window, model and encode, transport again and the player's decode, measured on the
@@ -41,7 +41,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from streamer import framecode
 from streamer.app import build_backend
 from streamer.bench.harness import cpu_name, isa_text
 from streamer.bench.latency_measure import PATHS, PathResult, Settings, Skipped, parse_size
@@ -50,6 +49,7 @@ from streamer.bench.latency_rtsp import run_rtsp
 from streamer.bench.latency_webrtc import run_webrtc
 from streamer.config import WindowConfig
 from streamer.errors import ConfigError
+from streamer.media import framecode
 
 __all__ = ["run_from_args", "run_latency"]
 

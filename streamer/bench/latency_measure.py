@@ -22,12 +22,12 @@ import numpy as np
 from av.packet import Packet
 from av.stream import Stream
 
-from streamer import framecode
 from streamer.assets import DEFAULT_MODEL
 from streamer.config import Config, GateConfig, KeepAliveConfig, LatencyConfig, ModelConfig
+from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.errors import ConfigError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.media import framecode
 
 __all__ = [
     "CAMERA_X264",

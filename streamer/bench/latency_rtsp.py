@@ -20,7 +20,6 @@ from av.packet import Packet
 from av.stream import Stream
 from av.video.stream import VideoStream
 
-from streamer import framecode
 from streamer.app import build_pipeline
 from streamer.bench import rtsp_relay
 from streamer.bench.latency_measure import (
@@ -37,9 +36,10 @@ from streamer.bench.latency_measure import (
     path_result,
 )
 from streamer.config import RtspSinkConfig, RtspSourceConfig
+from streamer.engine.pipeline import PipelineReport
 from streamer.errors import SourceError, StreamerError
-from streamer.nodelay import disable_nagle, rtsp_peer
-from streamer.pipeline import PipelineReport
+from streamer.media import framecode
+from streamer.sinks.nodelay import disable_nagle, rtsp_peer
 
 __all__ = ["Relay", "RtspCamera", "run_rtsp"]
 
@@ -139,7 +139,7 @@ class RtspCamera(threading.Thread):
             container.start_encoding()
             peer = rtsp_peer(self.url)
             if peer is not None:
-                disable_nagle(*peer)  # as a camera's RTSP stack does; see streamer.nodelay
+                disable_nagle(*peer)  # as a camera's RTSP stack does; see streamer.sinks.nodelay
             pending = collections.deque(self.ahead or ())
             start = time.monotonic()
             for index in range(s.total):

@@ -18,7 +18,6 @@ import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from streamer import framecode
 from streamer.app import build_pipeline, build_server
 from streamer.bench.latency_measure import (
     SETUP_S,
@@ -32,8 +31,9 @@ from streamer.bench.latency_measure import (
     path_result,
 )
 from streamer.config import WebRtcConfig, WhepSinkConfig, WhipSourceConfig
+from streamer.engine.pipeline import PipelineReport
 from streamer.errors import SourceError, StreamerError
-from streamer.pipeline import PipelineReport
+from streamer.media import framecode
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 
 __all__ = ["run_webrtc"]

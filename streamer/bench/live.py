@@ -27,8 +27,8 @@ from streamer.bench.harness import LoadWatch, Machine, Target, emit, parse_sizes
 from streamer.bench.latency import run_latency
 from streamer.bench.latency_measure import Settings, parse_size
 from streamer.config import ModelConfig
+from streamer.engine.tiers import AUTO, model_fps
 from streamer.errors import ConfigError
-from streamer.tiers import AUTO, model_fps
 
 __all__ = ["LiveRow", "check_targets", "run_from_args", "run_live_bench"]
 

@@ -48,9 +48,9 @@ from streamer.bench.harness import (
     wrapped,
 )
 from streamer.config import Config, load_config
+from streamer.engine.pipeline import Outcome
 from streamer.errors import ConfigError
 from streamer.frame import Frame, Pixels
-from streamer.pipeline import Outcome
 from streamer.sources.noise import GaussianNoise
 
 __all__ = [

@@ -55,7 +55,7 @@ from streamer.config import Config, FileSinkConfig, load_config
 from streamer.core.ring import RingBuffer
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, Hyperframe
-from streamer.samples import sample_clip
+from streamer.media.samples import sample_clip
 
 __all__ = [
     "CoreCost",

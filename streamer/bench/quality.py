@@ -63,7 +63,7 @@ from streamer.core.noise import NoiseEstimator
 from streamer.core.windower import EdgePolicy, Windower
 from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, Hyperframe, Pixels
-from streamer.samples import sample_clip
+from streamer.media.samples import sample_clip
 from streamer.sinks.file import DEFAULT_CRF, NEAR_LOSSLESS_CRF
 
 __all__ = [

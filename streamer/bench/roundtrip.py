@@ -16,8 +16,8 @@ import av
 import numpy as np
 import numpy.typing as npt
 
-from streamer.colour import BT601
 from streamer.errors import ConfigError
+from streamer.media.colour import BT601
 
 __all__ = ["x264_roundtrip"]
 

@@ -1,6 +1,6 @@
 """``streamer bench speed``: several models' fps alone at one frame size, side by side in alternating rounds.
 
-Each round times every model once (``streamer.tiers.model_fps``: a stream's steady state at batch 1),
+Each round times every model once (``streamer.engine.tiers.model_fps``: a stream's steady state at batch 1),
 in an order that rotates from round to round, so a slow spell of a shared machine falls on all of them
 alike rather than on whichever ran last. Each model's figure is its median over the rounds; its ratio
 to the baseline is the median of the per-round ratios, which is what a noisy machine leaves standing.
@@ -28,8 +28,8 @@ from streamer.bench.harness import (
     parse_size,
     table_footer,
 )
+from streamer.engine.tiers import model_fps
 from streamer.errors import ConfigError
-from streamer.tiers import model_fps
 
 __all__ = ["DEFAULT_MODELS", "SpeedRow", "compare", "speed_rows"]
 
@@ -138,7 +138,8 @@ def format_table(
             f"{r.model:<24}{kind:<11}{r.median_fps:>13.1f}{spread:>14}{r.ratio:>20.3f}{ratio_spread:>14}"
         )
     notes = [
-        "fps: streamer.tiers.model_fps, batch 1, one call at a time, a stream's steady state (a recurrent "
+        "fps: streamer.engine.tiers.model_fps, batch 1, one call at a time, a stream's steady state "
+        "(a recurrent "
         "model one frame and its states per step; a window model its whole window); each round times every "
         "model once, in an order rotated each round",
         f"x {baseline}: the median over the rounds of the model's fps over {baseline}'s in the same round",

@@ -52,10 +52,10 @@ from streamer.bench.harness import (
     table_footer,
 )
 from streamer.config import Config, load_config
+from streamer.engine.pipeline import Outcome
 from streamer.errors import ConfigError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome
-from streamer.service import Service
+from streamer.serving.service import Service
 
 __all__ = [
     "DROPPED_SHARE",

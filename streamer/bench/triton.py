@@ -1,9 +1,9 @@
 """``streamer bench triton``: what a model on a Triton server costs a sidecar, against the same model local.
 
 A real tritonserver on loopback (``streamer.bench.tritonserver``) serves each model folded to uint8 in
-and out (``streamer.fold``: one uint8 window up, one uint8 frame down); the same file runs locally with
-onnxruntime. Per size and model, in alternating rounds so a noisy machine's drift falls on each path
-alike: the p50 of one window's call, locally, through Triton over gRPC and through Triton with the
+and out (``streamer.backend.fold``: one uint8 window up, one uint8 frame down); the same file runs
+locally with onnxruntime. Per size and model, in alternating rounds so a noisy machine's drift falls on each
+path alike: the p50 of one window's call, locally, through Triton over gRPC and through Triton with the
 inputs in shared memory; the added p50 against local; windows per second one call at a time. Then an
 outage: the server stopped under a 30 fps stream of calls (how long until a call fails, so its frame
 passes through) and started again (how long from its being ready to the first answered call).
@@ -29,13 +29,13 @@ import onnx
 
 from streamer.assets import ASSETS
 from streamer.backend.base import Backend
+from streamer.backend.fold import fold_uint8_io
 from streamer.backend.onnx import OnnxBackend
 from streamer.backend.triton import TritonBackend
 from streamer.bench.harness import LoadWatch, Machine
 from streamer.bench.tritonserver import TritonServer
 from streamer.contract import Key
 from streamer.errors import ConfigError, ModelUnavailableError
-from streamer.fold import fold_uint8_io
 
 __all__ = ["OutageRow", "TritonRow", "run_from_args"]
 

@@ -14,7 +14,7 @@ __all__ = ["StateLike", "metadata_props", "state_json"]
 
 
 class StateLike(Protocol):
-    """What a recurrent model's ``state_specs`` entries carry (``streamer.models.StateSpec`` does)."""
+    """What a recurrent model's ``state_specs`` entries carry (``export.models.StateSpec`` does)."""
 
     @property
     def input(self) -> str: ...

@@ -1,7 +1,7 @@
 """Luma, read one way everywhere the runtime looks at brightness (the motion gate, scene cuts, the noise
 estimate): BT.601's weights on RGB, and a decoder's Y plane as it is, stretched from tv range (16..235)
 to 0..255 so both read on one scale. Colour conversions for encoders follow each stream's own matrix
-(``streamer.colour``); these readings only compare frames with frames of the same stream."""
+(``streamer.media.colour``); these readings only compare frames with frames of the same stream."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from av.container import OutputContainer
 from av.packet import Packet
 from av.stream import Stream
 
-from streamer.audio import AudioTrack
 from streamer.errors import SinkError
+from streamer.media.audio import AudioTrack
 
 __all__ = ["RTP_AUDIO_CODECS", "TRANSCODE_CODECS", "AudioWriter"]
 

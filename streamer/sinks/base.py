@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from streamer.frame import Frame, StreamInfo
 
 if TYPE_CHECKING:
-    from streamer.audio import AudioTrack
+    from streamer.media.audio import AudioTrack
     from streamer.sinks.encoder import EncodedFrame, Encoding, SharedEncoder
 
 __all__ = ["OutputStats", "PacketSink", "Sink"]

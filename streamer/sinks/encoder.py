@@ -25,9 +25,9 @@ from av.stream import Stream
 from av.video.frame import PictureType
 from av.video.stream import VideoStream
 
-from streamer.colour import encoder_frame, tag
 from streamer.errors import SinkError
 from streamer.frame import Frame, StreamInfo
+from streamer.media.colour import encoder_frame, tag
 from streamer.sinks.clock import TIME_BASE, OutputClock
 
 __all__ = ["Admitted", "EncodedFrame", "EncodedPacket", "Encoding", "Resync", "SharedEncoder", "add_video"]

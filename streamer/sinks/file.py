@@ -37,11 +37,11 @@ import av.error
 from av.container import OutputContainer
 from av.video.stream import VideoStream
 
-from streamer.audio import AudioTrack
-from streamer.colour import encoder_frame
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
-from streamer.hwcodec import encoder_options, resolve_encoder
+from streamer.media.audio import AudioTrack
+from streamer.media.colour import encoder_frame
+from streamer.media.hwcodec import encoder_options, resolve_encoder
 from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import PacketSink
 from streamer.sinks.clock import TIME_BASE
@@ -76,7 +76,7 @@ def _storage_trouble(exc: Exception) -> bool:
 class FileSink(PacketSink):
     """Writes frames in the order sent; ``options`` go to the encoder and win over preset/crf/bf.
     ``codec``: any encoder PyAV has; ``auto`` is h264_nvenc where NVENC works, libx264 otherwise
-    (``streamer.hwcodec``), and h264_nvenc gets libx264's preset and CRF as its nearest."""
+    (``streamer.media.hwcodec``), and h264_nvenc gets libx264's preset and CRF as its nearest."""
 
     def __init__(
         self,

@@ -36,16 +36,16 @@ from av.container import OutputContainer
 from av.stream import Stream
 from av.video.stream import VideoStream
 
-from streamer.colour import encoder_frame
 from streamer.core.retries import RetryReport
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
-from streamer.hwcodec import encoder_options, resolve_encoder
-from streamer.nodelay import disable_nagle, rtsp_peer
+from streamer.media.colour import encoder_frame
+from streamer.media.hwcodec import encoder_options, resolve_encoder
 from streamer.sinks.audio import AudioWriter
 from streamer.sinks.base import PacketSink
 from streamer.sinks.clock import MAX_STEP_S, TIME_BASE, OutputClock
 from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder, add_video
+from streamer.sinks.nodelay import disable_nagle, rtsp_peer
 from streamer.sources.rtsp import (
     Transport,
     backoff_delays,
@@ -56,7 +56,7 @@ from streamer.sources.rtsp import (
 )
 
 if TYPE_CHECKING:
-    from streamer.audio import AudioTrack
+    from streamer.media.audio import AudioTrack
 
 __all__ = ["MAX_STEP_S", "TIME_BASE", "OutputClock", "RtspSink", "RtspSinkState", "RtspSinkStats"]
 
@@ -119,7 +119,7 @@ class RtspSink(PacketSink):
         keep_audio: bool = True,
         codec: str = "libx264",
     ) -> None:
-        """``codec``: libx264, h264_nvenc or auto (``streamer.hwcodec``); preset and tune are libx264's
+        """``codec``: libx264, h264_nvenc or auto (``streamer.media.hwcodec``); preset and tune are libx264's
         names, which NVENC gets as its nearest."""
         check_rtsp_url(url, "RTSP sink")
         if transport not in ("tcp", "udp"):

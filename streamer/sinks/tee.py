@@ -30,7 +30,7 @@ from streamer.sinks.base import OutputStats, PacketSink, Sink
 from streamer.sinks.encoder import EncodedFrame, Encoding, SharedEncoder
 
 if TYPE_CHECKING:
-    from streamer.audio import AudioTrack
+    from streamer.media.audio import AudioTrack
 
 __all__ = ["OutputStats", "TeeSink", "sinks_of"]
 

@@ -24,7 +24,7 @@ from streamer.errors import EndOfStream, SourceError, StreamerError
 from streamer.frame import Frame, StreamInfo
 
 if TYPE_CHECKING:
-    from streamer.audio import AudioTrack
+    from streamer.media.audio import AudioTrack
 
 __all__ = ["Connection", "DecodeLoss", "DecodeObserver", "Source", "ThreadedSource"]
 

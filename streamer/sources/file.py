@@ -2,7 +2,7 @@
 
 Files are read on demand, so the default policy is BLOCK: the decode thread runs only as fast as the
 pipeline consumes and no frame is lost. With ``keep_audio`` the same demux also hands the first audio
-stream's packets, undecoded, to an :class:`~streamer.audio.AudioTrack` for a file sink to write.
+stream's packets, undecoded, to an :class:`~streamer.media.audio.AudioTrack` for a file sink to write.
 
 A recording can also stand in for a camera: ``realtime`` releases each frame at its PTS on the wall
 clock and makes the source live (DROP_OLDEST: a slow pipeline loses the oldest frames, counted);
@@ -29,15 +29,15 @@ from av.stream import Stream
 from av.video.frame import VideoFrame
 from av.video.stream import VideoStream
 
-from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
-from streamer.colour import colour_of, planes_fit, to_rgb, yuv_of
 from streamer.core.pacing import LoopTimeline, Pacer
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, StreamInfo
-from streamer.hwcodec import Decode, decoder_hwaccel
-from streamer.metadata import kept_tags
-from streamer.quantizer import DECODER_OPTIONS, quantizer
+from streamer.media.audio import AudioTrack
+from streamer.media.colour import colour_of, planes_fit, to_rgb, yuv_of
+from streamer.media.hwcodec import Decode, decoder_hwaccel
+from streamer.media.metadata import kept_tags
+from streamer.media.quantizer import DECODER_OPTIONS, quantizer
 from streamer.sources.base import DecodeLoss, ThreadedSource
 from streamer.sources.noise import GaussianNoise
 
@@ -61,11 +61,11 @@ class FileSource(ThreadedSource):
 
     ``keep_audio``: expose the file's first audio stream as :attr:`audio` once open; the decode thread
     then waits, before its first packet, until a sink takes the track or it is declined (a
-    :class:`~streamer.pipeline.Pipeline` does one or the other as soon as the source has opened).
+    :class:`~streamer.engine.pipeline.Pipeline` does one or the other as soon as the source has opened).
 
     ``realtime``: pace frames to the wall clock and report a live stream; ``policy`` then defaults to
     DROP_OLDEST. ``loop``: play the file again and again (``max_frames`` counts across passes), without
-    its audio. ``decode``: where the video is decoded (``streamer.hwcodec``).
+    its audio. ``decode``: where the video is decoded (``streamer.media.hwcodec``).
     """
 
     def __init__(

@@ -19,7 +19,7 @@ period of latency: a PyAV publisher -> GStreamer relay -> PyAV reader hop measur
 URLs are shown only through :func:`redact_url`, so credentials never reach logs, errors or stats.
 
 With ``keep_audio`` the same demux hands the stream's first audio track, undecoded, to an
-:class:`~streamer.audio.AudioTrack` for the sink (a camera's AAC or G.711), its packets timed on the
+:class:`~streamer.media.audio.AudioTrack` for the sink (a camera's AAC or G.711), its packets timed on the
 video's clock (FFmpeg aligns the tracks by RTCP). A connection whose audio differs from the first one's
 (codec, rate, channels) plays without sound, said once: the sink was set up for the first.
 """
@@ -43,14 +43,14 @@ from av.audio.stream import AudioStream
 from av.container import InputContainer
 from av.video.frame import VideoFrame
 
-from streamer.audio import AudioTrack
 from streamer.channel import DropPolicy
-from streamer.colour import colour_of, planes_fit, to_rgb, yuv_of
 from streamer.core.retries import RetryReport
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, StreamInfo
-from streamer.hwcodec import Decode, decoder_hwaccel
-from streamer.quantizer import DECODER_OPTIONS, quantizer
+from streamer.media.audio import AudioTrack
+from streamer.media.colour import colour_of, planes_fit, to_rgb, yuv_of
+from streamer.media.hwcodec import Decode, decoder_hwaccel
+from streamer.media.quantizer import DECODER_OPTIONS, quantizer
 from streamer.redact import redact_url
 from streamer.sources.base import Connection, DecodeLoss, ThreadedSource
 
@@ -187,7 +187,7 @@ class RtspSource(ThreadedSource):
         decode: Decode = "cpu",
         planes: bool = True,
     ) -> None:
-        """``decode``: where the video is decoded (``streamer.hwcodec``). ``planes``: frames decoded
+        """``decode``: where the video is decoded (``streamer.media.hwcodec``). ``planes``: frames decoded
         as yuv420p (or yuvj420p) are handed on as their 4:2:0 planes, as ``FileSource`` does; others
         as RGB. False hands on RGB only."""
         check_rtsp_url(url, "RTSP source")

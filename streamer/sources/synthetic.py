@@ -20,7 +20,7 @@ from av.video.stream import VideoStream
 from streamer.channel import DropPolicy
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame, Pixels, StreamInfo
-from streamer.planes import convert
+from streamer.media.planes import convert
 from streamer.sources.base import ThreadedSource
 from streamer.sources.noise import GaussianNoise
 

@@ -27,10 +27,10 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.colour import yuv_frame
 from streamer.errors import EndOfStream
 from streamer.frame import Frame
-from streamer.planes import convert, rgb_frame
+from streamer.media.colour import yuv_frame
+from streamer.media.planes import convert, rgb_frame
 
 __all__ = [
     "AUDIO_CHUNKS",

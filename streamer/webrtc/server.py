@@ -42,8 +42,8 @@ from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpTransceiver, RTCSe
 from multidict import CIMultiDict
 
 from streamer.errors import ConfigError
-from streamer.httpserve import HttpLimits, check_bearer, read_body, serve
-from streamer.memory import release_memory
+from streamer.serving.httpserve import HttpLimits, check_bearer, read_body, serve
+from streamer.serving.memory import release_memory
 from streamer.webrtc.codecs import refusal, relabel_h264, video_formats, video_section
 from streamer.webrtc.cors import CorsPolicy, check_origins
 from streamer.webrtc.ice import (

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from av.packet import Packet
     from av.stream import Stream
 
-    from streamer.audio import AudioTrack
+    from streamer.media.audio import AudioTrack
     from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["RTP_CLOCK_RATE", "FrameHub", "PlayerAudioTrack", "PlayerTrack", "RtpClock", "WhepSink"]

@@ -10,7 +10,7 @@ A publisher may leave and another come: the source keeps waiting (the next frame
 discontinuity, so no window spans the two) unless built with ``end_on_unpublish=True``.
 
 With ``keep_audio`` the publisher's first audio track is kept for the sink: aiortc decodes its Opus, and
-the source encodes it again as Opus packets (48 kHz stereo) into an :class:`~streamer.audio.AudioTrack`,
+the source encodes it again as Opus packets (48 kHz stereo) into an :class:`~streamer.media.audio.AudioTrack`,
 timed on the video's clock through both streams' RTCP sender reports (:mod:`streamer.webrtc.lipsync`):
 sound before the publisher's first reports of both streams (within a second or two) is dropped, counted.
 The track exists when the first publisher sends audio; a later publisher's sound goes to the same track,
@@ -33,11 +33,11 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 from av.audio.stream import AudioStream
 
-from streamer.audio import AudioTrack
 from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.colour import BT601, colour_of, planes_fit, resolve, to_rgb, yuv_of
 from streamer.errors import EndOfStream, SourceError
 from streamer.frame import Frame, StreamInfo
+from streamer.media.audio import AudioTrack
+from streamer.media.colour import BT601, colour_of, planes_fit, resolve, to_rgb, yuv_of
 from streamer.sources.base import Source
 from streamer.webrtc.lipsync import LipSync, rtp_delta
 from streamer.webrtc.playback import AUDIO_RATE, ORIGINAL_SUFFIX, FrameHub

@@ -23,8 +23,8 @@ import av.error
 import numpy as np
 import pytest
 
-from streamer import framecode
 from streamer.bench import rtsp_relay
+from streamer.media import framecode
 
 __all__ = ["Publisher", "Reader", "RtspServer", "camera_frames", "free_port", "rtsp_server", "until"]
 

@@ -19,9 +19,9 @@ import pytest
 
 from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
-from streamer.audio import AUDIO_QUEUE_PACKETS
 from streamer.config import load_config
-from streamer.pipeline import Pipeline, PipelineReport
+from streamer.engine.pipeline import Pipeline, PipelineReport
+from streamer.media.audio import AUDIO_QUEUE_PACKETS
 
 FPS = 30
 SIZE = (64, 48)

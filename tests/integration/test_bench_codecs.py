@@ -15,7 +15,7 @@ from av.video.frame import PictureType
 
 from streamer.bench.codecs import camera_clip
 from streamer.errors import ConfigError
-from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
+from streamer.media.hwcodec import nvdec_unavailable, nvenc_unavailable
 from tests.bench_cli import run_bench
 
 TINY = ["--sizes", "96x64,64x48", "--frames", "4", "--seconds", "0.01"]

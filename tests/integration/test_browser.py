@@ -16,8 +16,8 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.config import load_config
 from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Outcome, Pipeline
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, Pipeline
 from streamer.webrtc import WebRtcServer, WhepSink, WhipSource
 from tests.integration.rtsp_fixtures import Publisher, RtspServer
 

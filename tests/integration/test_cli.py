@@ -11,7 +11,7 @@ from pathlib import Path
 import av
 import pytest
 
-from streamer.cli import main
+from streamer.cli.main import main
 from tests.integration.rtsp_fixtures import free_port
 from tests.media import probe
 from tests.onnx_models import upscaler_model
@@ -100,7 +100,7 @@ def test_real_process_exits_2_with_no_traceback(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("latency:\n  budget_ms: -1\n")
     result = subprocess.run(
-        [sys.executable, "-m", "streamer.cli", "run", "--config", str(path)],
+        [sys.executable, "-m", "streamer.cli.main", "run", "--config", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -141,7 +141,7 @@ def test_out_of_memory_is_one_line_without_a_traceback() -> None:
         [
             sys.executable,
             "-m",
-            "streamer.cli",
+            "streamer.cli.main",
             "run",
             *("--set", "source.width=7680", "--set", "source.height=4320", "--set", "source.frames=12"),
             *("--set", f"model.path={model}", "--set", "model.threads=1"),

@@ -25,8 +25,8 @@ import pytest
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Pipeline
 from streamer.frame import Colour
-from streamer.pipeline import Pipeline
 from streamer.sinks import FileSink
 from streamer.sinks.rtsp import RtspSink
 from streamer.sources import FileSource

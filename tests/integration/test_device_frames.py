@@ -30,13 +30,13 @@ from streamer.backend.base import CachedWindow, FrameFeatures
 from streamer.backend.device_frames import window_graph
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.gpu import pattern_window
-from streamer.colour import from_rgb, tag, yuv_of
 from streamer.config import load_config
 from streamer.core.features import FeatureCache
+from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.engine.scheduler import InferenceScheduler, SchedulerStats
 from streamer.errors import ConfigError, FrameError
 from streamer.frame import Colour, Frame, Hyperframe, Yuv420
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
-from streamer.scheduler import InferenceScheduler, SchedulerStats
+from streamer.media.colour import from_rgb, tag, yuv_of
 from streamer.sources.file import FileSource
 from tests.onnx_models import ema_model, kind_model
 
@@ -253,7 +253,7 @@ def test_without_the_onnx_package_asking_for_device_frames_says_what_to_install(
 def test_warm_up_runs_the_device_path_once_before_the_first_frame_and_says_how_long(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="streamer.pipeline")
+    caplog.set_level(logging.INFO, logger="streamer.engine.pipeline")
     _, plain, _ = run(tmp_path, device_frames=True)
     report, warmed, backend = run(tmp_path, device_frames=True, warm_up=True)
     said = [r.getMessage() for r in caplog.records if "warmed up" in r.getMessage()]
@@ -404,7 +404,7 @@ import json, resource, numpy as np
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.base import CachedWindow, FrameFeatures
 from streamer.backend.onnx import OnnxBackend
-from streamer.colour import from_rgb, tag, yuv_of
+from streamer.media.colour import from_rgb, tag, yuv_of
 from streamer.core.features import FeatureCache
 from streamer.errors import ModelUnavailableError
 backend = OnnxBackend(DEFAULT_MODEL, threads=1, device_frames=True)
@@ -544,11 +544,11 @@ def test_frames_come_down_as_4_2_0_planes_the_encoder_takes_as_they_are(
     a recurrent model's step) comes down as its 4:2:0 planes, within a level of what the encoder's own
     conversion of the RGB path's frame gives, at half the bytes of RGB, and the file sink encodes them
     with no RGB conversion at all."""
-    import streamer.colour
+    import streamer.media.colour
 
     converted: list[int] = []
-    real = streamer.colour.from_rgb
-    monkeypatch.setattr(streamer.colour, "from_rgb", lambda *a: converted.append(1) or real(*a))
+    real = streamer.media.colour.from_rgb
+    monkeypatch.setattr(streamer.media.colour, "from_rgb", lambda *a: converted.append(1) or real(*a))
     report, planes, backend = run(tmp_path, device_frames=True, yuv420=True, model=model)
     assert not converted  # the sink took every frame's planes
     host_report, rgb, _ = run(tmp_path, device_frames=True, yuv420=False, model=model)
@@ -652,12 +652,12 @@ def test_decoded_planes_go_up_as_they_are_and_come_down_as_planes(
     each decoded frame is handed on as its 4:2:0 planes (no RGB conversion anywhere on the way), goes up
     at 1.5 bytes a pixel and is made RGB in the graph, and comes down as planes; the frames within a few
     levels of the RGB path's (swscale's fixed-point conversion against the graph's exact one)."""
-    import streamer.planes
+    import streamer.media.planes
 
     source = camera_file(tmp_path / "camera.mp4")
     converted: list[int] = []
-    real = streamer.planes.planes_rgb
-    monkeypatch.setattr(streamer.planes, "planes_rgb", lambda *a: converted.append(1) or real(*a))
+    real = streamer.media.planes.planes_rgb
+    monkeypatch.setattr(streamer.media.planes, "planes_rgb", lambda *a: converted.append(1) or real(*a))
 
     def run_file(yuv: bool) -> tuple[list[Frame], list[Frame], OnnxBackend]:
         config = load_config(

@@ -23,9 +23,9 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.channel import ChannelStats
 from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.errors import FrameError, SinkError, StreamerError
 from streamer.frame import Frame, StreamInfo
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.sinks import FileSink, NullSink
 from streamer.sinks.base import Sink
 from streamer.sources import FileSource, Source, SyntheticSource
@@ -289,7 +289,7 @@ def test_slow_consumer_keeps_queues_bounded_drops_oldest_at_the_source_and_stops
 
 def cli(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streamer.cli", "run", "--config", str(config), "--no-progress"],
+        [sys.executable, "-m", "streamer.cli.main", "run", "--config", str(config), "--no-progress"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -29,8 +29,8 @@ from streamer.backend.onnx import OnnxBackend
 from streamer.core.gate import MotionGate
 from streamer.core.keepalive import KeepAlive
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.errors import SourceError
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.sinks import FileSink, NullSink
 from streamer.sinks.rtsp import RtspSink
 from streamer.sources import SyntheticSource
@@ -188,8 +188,8 @@ def test_garbage_on_the_rtsp_port_with_max_attempts_gives_up_after_that_many(
 @pytest.mark.parametrize("garbage", ["silent"], indirect=True)
 def test_a_camera_that_never_answers_shows_in_streams_and_metrics(garbage: GarbageServer) -> None:
     from streamer.config import load_config
-    from streamer.control import ControlServer
-    from streamer.service import Service
+    from streamer.serving.control import ControlServer
+    from streamer.serving.service import Service
 
     config = load_config(
         None,

@@ -24,7 +24,7 @@ from streamer.errors import (
     SourceNotFoundError,
 )
 from streamer.frame import Frame, StreamInfo, Yuv420
-from streamer.hwcodec import nvdec_unavailable, nvenc_unavailable
+from streamer.media.hwcodec import nvdec_unavailable, nvenc_unavailable
 from streamer.sinks import FileSink, NullSink
 from streamer.sources import FileSource, Source, SyntheticSource
 

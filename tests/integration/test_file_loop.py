@@ -15,14 +15,14 @@ import av
 import numpy as np
 import pytest
 
-from streamer import framecode
 from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
 from streamer.config import load_config
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Pipeline
 from streamer.errors import ConfigError, EndOfStream
 from streamer.frame import Frame, StreamInfo
-from streamer.pipeline import Pipeline
+from streamer.media import framecode
 from streamer.sinks.rtsp import RtspSink
 from streamer.sources import FileSource
 from tests.integration.rtsp_fixtures import Reader, RtspServer, until

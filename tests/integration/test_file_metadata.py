@@ -9,8 +9,8 @@ import av
 import numpy as np
 import pytest
 
-from streamer.cli import main
-from streamer.metadata import MAX_TAGS
+from streamer.cli.main import main
+from streamer.media.metadata import MAX_TAGS
 
 pytestmark = pytest.mark.slow
 

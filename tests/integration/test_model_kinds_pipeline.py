@@ -14,10 +14,10 @@ import pytest
 
 from streamer.app import build_pipeline
 from streamer.config import load_config
+from streamer.engine.pipeline import Outcome, PipelineReport
 from streamer.errors import ConfigError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, PipelineReport
-from streamer.resize import upscale
+from streamer.media.resize import upscale
 from tests.media import probe
 from tests.onnx_models import kind_expected, kind_model
 
@@ -87,7 +87,7 @@ def _run(
 def test_each_kind_runs_end_to_end(
     clip: Path, tmp_path: Path, kind: dict[str, Any], declared: bool, device_frames: bool
 ) -> None:
-    """Device frames: the window made in the graph (``streamer.layout.to_model_nodes``) on the CPU
+    """Device frames: the window made in the graph (``streamer.contract.layout.to_model_nodes``) on the CPU
     provider, each frame uploaded once, must give the very same frames as the host-made window."""
     path = kind_model(tmp_path / "model.onnx", metadata=not declared, **kind)
     model: dict[str, Any] = {"path": str(path), "device_frames": device_frames}

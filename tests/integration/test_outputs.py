@@ -21,11 +21,11 @@ import aiohttp
 import av
 import pytest
 
-from streamer import framecode
 from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
 from streamer.config import load_config
-from streamer.pipeline import Pipeline, PipelineReport
+from streamer.engine.pipeline import Pipeline, PipelineReport
+from streamer.media import framecode
 from streamer.sinks.tee import TeeSink
 from streamer.webrtc import WebRtcServer
 from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, until

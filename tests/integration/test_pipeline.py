@@ -21,11 +21,11 @@ from streamer.config import Config, load_config
 from streamer.core.latency import LatencyBudget
 from streamer.core.misswatch import MissWatch
 from streamer.core.windower import OutputPosition, Windower
+from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.engine.scheduler import InferenceScheduler
 from streamer.errors import ConfigError, ModelMismatchError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
-from streamer.samples import sample_clip
-from streamer.scheduler import InferenceScheduler
+from streamer.media.samples import sample_clip
 from streamer.sinks.null import NullSink
 from streamer.sources.file import FileSource
 from streamer.sources.synthetic import SyntheticSource
@@ -109,7 +109,7 @@ def test_a_stream_that_keeps_missing_its_budget_is_warned_about_once_per_window(
         budget=LatencyBudget(1.0),
         misses=MissWatch(0.05, 1.0),
     )
-    with caplog.at_level(logging.WARNING, logger="streamer.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="streamer.engine.pipeline"):
         report = asyncio.run(pipeline.run())
     assert report.outcomes["budget_passthrough"] >= 70  # frames flushed at the end wait for no lookahead
     warnings = [

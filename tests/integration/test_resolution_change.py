@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from streamer.cli import main
+from streamer.cli.main import main
 from tests.media import probe
 
 pytestmark = pytest.mark.slow

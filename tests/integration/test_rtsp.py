@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from streamer import framecode
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.gate import MotionGate, SkipAction
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Pipeline, PipelineReport
 from streamer.errors import SinkError, SourceError
 from streamer.frame import StreamInfo
-from streamer.hwcodec import Decode, VideoCodec, nvdec_unavailable, nvenc_unavailable
-from streamer.pipeline import Pipeline, PipelineReport
+from streamer.media import framecode
+from streamer.media.hwcodec import Decode, VideoCodec, nvdec_unavailable, nvenc_unavailable
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.rtsp import RtspSink, RtspSinkState
@@ -268,7 +268,7 @@ def test_udp_transport_plays_the_same_stream(rtsp_server: RtspServer) -> None:
 
 
 def test_the_sinks_connection_sends_without_nagle(rtsp_server: RtspServer) -> None:
-    """A keyframe's RTP packets must not wait for the server's delayed ACKs (streamer.nodelay)."""
+    """A keyframe's RTP packets must not wait for the server's delayed ACKs (streamer.sinks.nodelay)."""
     sink = RtspSink(rtsp_server.publish_url("out"), reconnect=False)
     info = StreamInfo(width=64, height=64, fps=Fraction(30), time_base=Fraction(1, 30), live=True)
 

@@ -25,12 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamer.assets import STREAMING_INT8_MODEL
 from streamer.backend.base import Backend
 from streamer.config import Config, load_config
-from streamer.control import ControlServer
+from streamer.engine.pipeline import Outcome, Pipeline
+from streamer.engine.tiers import Rate, TierSelector
 from streamer.frame import Frame
-from streamer.metrics import METRICS
-from streamer.pipeline import Outcome, Pipeline
-from streamer.service import Service, StreamResult
-from streamer.tiers import Rate, TierSelector
+from streamer.serving.control import ControlServer
+from streamer.serving.metrics import METRICS
+from streamer.serving.service import Service, StreamResult
 from tests.integration.rtsp_fixtures import RtspServer, free_port, until
 from tests.media import probe
 

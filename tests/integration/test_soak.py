@@ -23,8 +23,8 @@ from streamer.core.gate import MotionGate, SceneCutDetector
 from streamer.core.latency import LatencyBudget
 from streamer.core.ring import RingStats
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Pipeline, PipelineReport
 from streamer.frame import Frame
-from streamer.pipeline import Pipeline, PipelineReport
 from streamer.sinks import FileSink
 from streamer.sources import SyntheticSource
 from tests.media import probe

@@ -16,9 +16,9 @@ from export.calibrate_strength import write_curve
 from streamer.app import build_pipeline
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import load_config
+from streamer.engine.pipeline import Outcome
 from streamer.errors import ModelError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome
 from tests.onnx_models import strength_model
 
 

@@ -14,8 +14,8 @@ import aiohttp
 import numpy as np
 import pytest
 
+from streamer.engine.pipeline import Outcome
 from streamer.frame import Frame
-from streamer.pipeline import Outcome
 from tests.integration.test_service import config_of, serving
 from tests.onnx_models import strength_model
 

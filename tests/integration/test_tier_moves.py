@@ -11,14 +11,14 @@ import pytest
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, STREAMING_QUARTER_MODEL, STREAMING_SEPARABLE_MODEL
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import load_config
-from streamer.control import ControlServer
 from streamer.core.tiering import TierMove
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Outcome, Pipeline
+from streamer.engine.scheduler import InferenceScheduler
 from streamer.errors import ModelMismatchError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, Pipeline
-from streamer.scheduler import InferenceScheduler
-from streamer.service import Service
+from streamer.serving.control import ControlServer
+from streamer.serving.service import Service
 from streamer.sinks.null import NullSink
 from streamer.sources.synthetic import SyntheticSource
 

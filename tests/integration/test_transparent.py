@@ -25,8 +25,8 @@ from streamer.bench.quality import crf_roundtrip, load_clip
 from streamer.bench.roundtrip import x264_roundtrip
 from streamer.core.blend import FULL, Blend
 from streamer.core.windower import Windower
-from streamer.pipeline import Pipeline
-from streamer.samples import sample_clip
+from streamer.engine.pipeline import Pipeline
+from streamer.media.samples import sample_clip
 from streamer.sinks import FileSink
 from streamer.sources import FileSource
 from tests.onnx_models import kind_model

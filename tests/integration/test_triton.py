@@ -23,9 +23,9 @@ from streamer.assets import ASSETS
 from streamer.backend.onnx import OnnxBackend
 from streamer.backend.triton import TritonBackend
 from streamer.config import load_config
+from streamer.engine.pipeline import Outcome, PipelineReport
 from streamer.errors import BackendError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, PipelineReport
 from tests.bench_cli import run_bench
 from tests.integration.triton_server import TOKEN, TOKEN_ENV, TritonServer, server_for, serving
 

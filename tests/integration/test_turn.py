@@ -32,8 +32,8 @@ from aiortc import (
     RTCSessionDescription,
 )
 
-from streamer import framecode
 from streamer.frame import Frame
+from streamer.media import framecode
 from streamer.webrtc import WebRtcServer, WhipSource
 from streamer.webrtc.ice import IceServer, restrict_host_addresses
 from tests.integration.rtsp_fixtures import until

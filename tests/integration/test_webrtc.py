@@ -17,15 +17,15 @@ import pytest
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from streamer import framecode
 from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import load_config
 from streamer.core.gate import MotionGate
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Outcome, Pipeline
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, Pipeline
+from streamer.media import framecode
 from streamer.webrtc import ORIGINAL_SUFFIX, WebRtcServer, WhepSink, WhipSource
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 from tests.integration.rtsp_fixtures import until

@@ -19,7 +19,7 @@ from aiortc.mediastreams import MediaStreamError
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import Windower
-from streamer.pipeline import Pipeline, PipelineReport
+from streamer.engine.pipeline import Pipeline, PipelineReport
 from streamer.sources import FileSource
 from streamer.webrtc import WebRtcServer, WhepSink
 from streamer.webrtc.ice import rtc_configuration

@@ -19,7 +19,7 @@ from aiortc import MediaStreamTrack, RTCPeerConnection
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import Windower
-from streamer.pipeline import Pipeline
+from streamer.engine.pipeline import Pipeline
 from streamer.sinks import FileSink
 from streamer.webrtc import WhipSource
 from streamer.webrtc.ice import rtc_configuration

@@ -17,8 +17,8 @@ from aiortc import VideoStreamTrack
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import Windower
+from streamer.engine.pipeline import Pipeline
 from streamer.frame import Colour
-from streamer.pipeline import Pipeline
 from streamer.sinks import FileSink
 from tests.integration.rtsp_fixtures import until
 from tests.integration.test_colour import (

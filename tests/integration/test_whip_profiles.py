@@ -23,8 +23,8 @@ import pytest
 from aiortc import RTCPeerConnection, RTCRtpSender, RTCSessionDescription, VideoStreamTrack
 from aiortc.codecs import CODECS
 
-from streamer import framecode
 from streamer.frame import Frame
+from streamer.media import framecode
 from streamer.webrtc import WebRtcServer, WhepSink, WhipSource
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 

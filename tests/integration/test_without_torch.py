@@ -21,7 +21,7 @@ PRELUDE = (
     "import sys\n"
     f"for name in {EXPORT_EXTRA!r}:\n"
     "    sys.modules[name] = None\n"
-    "from streamer.cli import main\n"
+    "from streamer.cli.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
 

@@ -8,7 +8,7 @@ from fractions import Fraction
 import av
 from av.audio.stream import AudioStream
 
-from streamer.audio import AudioTrack
+from streamer.media.audio import AudioTrack
 
 TIME_BASE = Fraction(1, 1000)
 

@@ -25,7 +25,7 @@ from streamer.contract import Key
 from streamer.core.blend import FULL, Blend, QuantizerEstimate
 from streamer.errors import ConfigError, ModelError
 from streamer.frame import Colour, Frame, Yuv420
-from streamer.quantizer import DECODER_OPTIONS, quantizer
+from streamer.media.quantizer import DECODER_OPTIONS, quantizer
 from streamer.sources import FileSource
 from tests.unit.test_yuv import picture, swscale_planes
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-from streamer.cli import _parser
+from streamer.cli.main import _parser
 
 
 def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -29,7 +29,7 @@ def test_every_command_and_subcommand_formats_its_help() -> None:
 
 def test_the_runtime_commands_start_without_the_export_package() -> None:
     code = (
-        "import sys; from streamer.cli import _parser; _parser(['run']).parse_args(['run']); "
+        "import sys; from streamer.cli.main import _parser; _parser(['run']).parse_args(['run']); "
         "print('export.cli' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,4 +1,4 @@
-"""The colour rule and conversions of streamer.colour, on single PyAV frames and an unopened encoder."""
+"""The colour rule and conversions of streamer.media.colour, on single PyAV frames and an unopened encoder."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from av.video.codeccontext import VideoCodecContext
 
-from streamer.colour import colour_of, from_rgb, resolve, rgb_frame, tag, to_rgb
 from streamer.frame import Colour
+from streamer.media.colour import colour_of, from_rgb, resolve, rgb_frame, tag, to_rgb
 
 BT709_TV = Colour(matrix=1, range=1, primaries=1, transfer=1)
 

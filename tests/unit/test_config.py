@@ -9,9 +9,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamer.cli.demo import demo_config
 from streamer.config import Config, load_config, parse_override, stream_config
 from streamer.core.windower import OutputPosition
-from streamer.demo import demo_config
 from streamer.errors import ConfigError
 
 CONFIGS = Path(__file__).parents[2] / "configs"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from streamer.config import HttpConfig, StreamConfig
-from streamer.confine import ApiPolicy
 from streamer.errors import AccessError
+from streamer.serving.confine import ApiPolicy
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from packaging.requirements import Requirement
 
 from streamer.config import load_config, stream_config
 from streamer.errors import ConfigError
-from streamer.metrics import METRICS
-from streamer.service import Service
+from streamer.serving.metrics import METRICS
+from streamer.serving.service import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -525,7 +525,7 @@ def test_streamer_cli_imports_nothing_the_images_leave_out() -> None:
         f"        if name.split('.')[0] in {ABSENT_IN_IMAGES!r}:\n"
         "            raise ModuleNotFoundError(f'{name} is not in the runtime image')\n"
         "sys.meta_path.insert(0, Refuse())\n"
-        "import streamer.cli\n"
+        "import streamer.cli.main\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr

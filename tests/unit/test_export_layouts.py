@@ -22,9 +22,9 @@ from export.contract import Contract
 from export.onnx_export import export_onnx
 from export.probe import slot_shares
 from streamer.backend.base import ChannelOrder, Layout
+from streamer.contract.layout import to_model_layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
-from streamer.layout import to_model_layout
 
 HERE = "tests.unit.test_export_layouts"
 

@@ -16,6 +16,7 @@ from examples.mymodels import make_recurrent_denoiser
 from export.card import benchmark_cpu
 from export.cli import main
 from export.cli_args import ARCH_NAMES as _ARCHS
+from export.models import ARCHITECTURES, Conv3dEnhancer, ConvGRUEnhancer, ConvLSTMEnhancer
 from export.objective import zero_states
 from export.onnx_export import export_onnx
 from export.parity import PARITY_TOLERANCE, SEQUENCE_STEPS
@@ -23,7 +24,6 @@ from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
-from streamer.models import ARCHITECTURES, Conv3dEnhancer, ConvGRUEnhancer, ConvLSTMEnhancer
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}

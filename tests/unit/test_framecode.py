@@ -9,10 +9,10 @@ import av
 import numpy as np
 import pytest
 
-from streamer import framecode
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
 from streamer.errors import FrameError
+from streamer.media import framecode
 
 VALUES = [0, 1, 2, 0x5A5A5A, 0x123456, framecode.MAX_VALUE]
 

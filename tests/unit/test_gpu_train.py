@@ -17,9 +17,9 @@ from export.cli import main as export_main
 from export.data import HELDOUT_CLIP, HELDOUT_PHOTO, TRAIN_PHOTOS
 from export.datapack import DataPack, build_pack, load_pack, save_pack
 from export.gpu_train import CURVE, GpuTrainConfig, Phase, _plan, _Run, train_from_pack
+from export.models.registry import build
 from export.sequences import Motion, Noise, SequenceSampler
 from streamer.errors import ConfigError
-from streamer.models.registry import build
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = {"embed": 4, "features": 8, "channels": 8, "hidden": 6, "blocks": 1}

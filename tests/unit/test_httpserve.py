@@ -1,6 +1,6 @@
-"""Every connection to streamer's HTTP servers is timed and capped (streamer.httpserve), against a real
-aiohttp server on loopback spoken to over raw sockets: the status each bad request gets, one log line
-each and no traceback, and descriptors back where they were."""
+"""Every connection to streamer's HTTP servers is timed and capped (streamer.serving.httpserve),
+against a real aiohttp server on loopback spoken to over raw sockets: the status each bad request gets, one
+log line each and no traceback, and descriptors back where they were."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from streamer.errors import ConfigError
-from streamer.httpserve import HttpLimits, read_body, serve
+from streamer.serving.httpserve import HttpLimits, read_body, serve
 
 LIMITS = HttpLimits(header_timeout_s=0.5, body_timeout_s=0.5, idle_timeout_s=0.5, max_connections=4)
 
@@ -78,7 +78,7 @@ def test_each_bad_request_gets_its_status_in_one_line_without_a_traceback(
         line = asyncio.run(scenario())
     assert line.split(b" ")[1] == status, line
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
-    said = [r for r in caplog.records if r.name == "streamer.httpserve"]
+    said = [r for r in caplog.records if r.name == "streamer.serving.httpserve"]
     assert len(said) == (0 if status == b"200" else 1), said
 
 

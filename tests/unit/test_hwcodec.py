@@ -1,4 +1,4 @@
-"""Where video is decoded and encoded (``streamer.hwcodec``): NVENC's options from libx264's, and on a
+"""Where video is decoded and encoded (``streamer.media.hwcodec``): NVENC's options from libx264's, and on a
 machine without an NVIDIA GPU (this one, CI's) the real probes' answers and what each setting does."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from streamer import hwcodec
 from streamer.errors import ConfigError
-from streamer.hwcodec import (
+from streamer.media import hwcodec
+from streamer.media.hwcodec import (
     decoder_hwaccel,
     encoder_options,
     nvdec_unavailable,
@@ -72,7 +72,7 @@ def test_the_probes_say_what_ffmpeg_said_and_what_it_means() -> None:
 
 @pytest.mark.usefixtures("no_gpu")
 def test_auto_takes_the_cpu_and_says_why_once(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="streamer.hwcodec")
+    caplog.set_level(logging.INFO, logger="streamer.media.hwcodec")
     assert decoder_hwaccel("cpu", "file source 'a.mp4'") is None
     assert decoder_hwaccel("auto", "file source 'a.mp4'") is None
     assert decoder_hwaccel("auto", "file source 'b.mp4'") is None

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from streamer.backend.base import ChannelOrder, Layout
+from streamer.contract.layout import from_model_channels, to_model_layout
 from streamer.errors import FrameError
-from streamer.layout import from_model_channels, to_model_layout
 
 
 def _batch() -> np.ndarray:

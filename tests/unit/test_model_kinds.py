@@ -14,7 +14,7 @@ import pytest
 from streamer.assets import STREAMING_LITE_MODEL
 from streamer.backend.base import ChannelOrder, Declared, Layout
 from streamer.backend.onnx import OnnxBackend
-from streamer.cli import main
+from streamer.cli.main import main
 from streamer.errors import ConfigError, ModelError
 from tests.onnx_models import kind_expected, kind_model
 

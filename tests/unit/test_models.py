@@ -7,11 +7,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from export.distill import warm_start
-from export.objective import count_macs, psnr, training_loss, zero_states
-from streamer.backend.base import Layout
-from streamer.core.windower import OutputPosition
-from streamer.errors import ConfigError
-from streamer.models import (
+from export.models import (
     ARCHITECTURES,
     MODEL_ATTRIBUTES,
     Conv3dEnhancer,
@@ -21,8 +17,12 @@ from streamer.models import (
     architecture_of,
     build,
 )
-from streamer.models.conv3d import activation
-from streamer.models.convlstm import BLEND_BIAS
+from export.models.conv3d import activation
+from export.models.convlstm import BLEND_BIAS
+from export.objective import count_macs, psnr, training_loss, zero_states
+from streamer.backend.base import Layout
+from streamer.core.windower import OutputPosition
+from streamer.errors import ConfigError
 
 TINY_CONV3D = {"embed": 4, "features": 8, "channels": 8, "blocks": 1}
 TINY_GRU = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from streamer.nodelay import disable_nagle, rtsp_peer
+from streamer.sinks.nodelay import disable_nagle, rtsp_peer
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/fd")
 

@@ -379,7 +379,7 @@ def test_closed_backend_refuses_to_infer(tmp_path: Path) -> None:
 
 def test_runtime_side_never_imports_torch() -> None:
     code = (
-        "import sys, streamer.assets, streamer.backend.onnx, streamer.layout; "
+        "import sys, streamer.assets, streamer.backend.onnx, streamer.contract.layout; "
         "sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

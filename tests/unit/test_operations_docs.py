@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from streamer.config import Config
-from streamer.control import ControlServer
-from streamer.metrics import METRICS
-from streamer.service import Service
+from streamer.serving.control import ControlServer
+from streamer.serving.metrics import METRICS
+from streamer.serving.service import Service
 
 DOC = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
 

@@ -1,4 +1,4 @@
-"""streamer.planes.convert: swscale conversions through each thread's kept reformatters."""
+"""streamer.media.planes.convert: swscale conversions through each thread's kept reformatters."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import threading
 
 import numpy as np
 
-from streamer import planes
-from streamer.planes import KEPT_CONVERSIONS, SWSCALE, convert, frame_planes, rgb_frame
+from streamer.media import planes
+from streamer.media.planes import KEPT_CONVERSIONS, SWSCALE, convert, frame_planes, rgb_frame
 
 
 def pixels(seed: int, height: int = 24, width: int = 32) -> np.ndarray:

@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
+from export.models.streaming import StreamingEnhancer
 from export.reach import main, receptive_reach
 from streamer.assets import DEFAULT_MODEL, STREAMING_QUARTER_MODEL, STREAMING_SEPARABLE_MODEL
 from streamer.backend.base import Layout
 from streamer.backend.onnx import OnnxBackend
 from streamer.contract import card_reach
 from streamer.errors import ConfigError
-from streamer.models.streaming import StreamingEnhancer
 
 
 class TwoConvs(nn.Module):

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamer.logs import JsonFormatter, TextFormatter
 from streamer.redact import escape_control, redact_text, redact_url
+from streamer.serving.logs import JsonFormatter, TextFormatter
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_a_traceback_keeps_its_lines_but_escapes_and_redacts_within_them() -> No
 def test_chatty_libraries_log_warnings_only_unless_debugging() -> None:
     import logging
 
-    from streamer.logs import THIRD_PARTY_LOGGERS, configure_logging
+    from streamer.serving.logs import THIRD_PARTY_LOGGERS, configure_logging
 
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
@@ -164,7 +164,7 @@ def test_chatty_libraries_log_warnings_only_unless_debugging() -> None:
         configure_logging("info")
         assert not logging.getLogger("aioice.ice").isEnabledFor(logging.INFO)
         assert all(logging.getLogger(n).getEffectiveLevel() == logging.WARNING for n in THIRD_PARTY_LOGGERS)
-        assert logging.getLogger("streamer.service").isEnabledFor(logging.INFO)
+        assert logging.getLogger("streamer.serving.service").isEnabledFor(logging.INFO)
         configure_logging("debug")
         assert logging.getLogger("aioice.ice").isEnabledFor(logging.DEBUG)
     finally:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streamer.errors import FrameError
-from streamer.resize import upscale
+from streamer.media.resize import upscale
 
 
 def test_a_smooth_frame_scaled_up_keeps_its_values_and_size() -> None:

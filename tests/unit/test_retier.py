@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from streamer.assets import AUTO_TIERS, STREAMING_QUARTER_MODEL
 from streamer.core.tiering import TierMove
-from streamer.retier import Retier
-from streamer.tally import Outcome, Tally
-from streamer.tiers import TierChoice
+from streamer.engine.retier import Retier
+from streamer.engine.tally import Outcome, Tally
+from streamer.engine.tiers import TierChoice
 
 
 def _retier() -> Retier:

@@ -10,9 +10,16 @@ import pytest
 
 from streamer.backend.base import FeatureSpec, Layout, ModelInfo, StateSpec
 from streamer.core.windower import OutputPosition
-from streamer.runners import CachedRunner, RecurrentRunner, Runner, StreamingRunner, WindowRunner, runner_kind
+from streamer.engine.runners import (
+    CachedRunner,
+    RecurrentRunner,
+    Runner,
+    StreamingRunner,
+    WindowRunner,
+    runner_kind,
+)
 
-PIPELINE = Path(__file__).parents[2] / "streamer" / "pipeline.py"
+PIPELINE = Path(__file__).parents[2] / "streamer" / "engine" / "pipeline.py"
 
 PLAIN = ModelInfo("m", 5, Layout.NCTHW, OutputPosition.CENTER)
 

@@ -12,8 +12,8 @@ import numpy.typing as npt
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Strengths
 from streamer.backend.onnx import OnnxBackend
+from streamer.engine.scheduler import BatchResult, InferenceScheduler, Job, Late
 from streamer.frame import Hyperframe
-from streamer.scheduler import BatchResult, InferenceScheduler, Job, Late
 from tests.factories import make_frame
 
 

@@ -12,9 +12,9 @@ import numpy.typing as npt
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.base import Strengths
 from streamer.backend.onnx import OnnxBackend
+from streamer.engine.scheduler import InferenceScheduler, Job
 from streamer.errors import ModelUnavailableError
 from streamer.frame import Hyperframe
-from streamer.scheduler import InferenceScheduler, Job
 from tests.factories import make_frame
 
 

@@ -13,6 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from export.models import StreamingEnhancer
+from export.models.conv3d import Conv3dEnhancer
 from export.parity import PARITY_TOLERANCE
 from export.streaming_export import UINT8_TOLERANCE_LEVELS, StreamingGraphs, export_streaming
 from streamer.assets import STREAMING_MODEL
@@ -22,8 +24,6 @@ from streamer.core.features import FeatureCache
 from streamer.core.windower import Windower
 from streamer.errors import ConfigError, FrameError, ModelError
 from streamer.frame import Frame, Hyperframe
-from streamer.models import StreamingEnhancer
-from streamer.models.conv3d import Conv3dEnhancer
 
 TINY = {"half": 4, "quarter": 8, "fused": 8, "refine": 4}
 
@@ -285,7 +285,7 @@ def fp32(exported: tuple[StreamingEnhancer, StreamingGraphs], tmp_path: Path) ->
 
 def test_int8_pair_loads_and_stays_close_to_fp32(fp32: Path) -> None:
     from export.quantize import calibration_frames, quantize_streaming
-    from streamer.samples import sample_clip
+    from streamer.media.samples import sample_clip
 
     frames = calibration_frames(str(sample_clip("carphone_pristine")), 8)
     assert frames.shape[0] == 8
@@ -307,7 +307,7 @@ def test_int8_pair_loads_and_stays_close_to_fp32(fp32: Path) -> None:
 
 def test_int8_choice_holds_the_flicker_bar_on_consecutive_calibration_frames(fp32: Path) -> None:
     from export.quantize import FLICKER_TOLERANCE, calibration_frames, flicker_sequences, quantize_streaming
-    from streamer.samples import sample_clip
+    from streamer.media.samples import sample_clip
 
     clip = str(sample_clip("carphone_pristine"))
     sequences = flicker_sequences(clip, length=8)
@@ -403,9 +403,9 @@ def test_a_conv3d_exported_before_up_ran_transposed_is_rebuilt_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Files written before ``up_transposed`` hold ``up`` by name, a 1x1 and a depth-to-space."""
+    from export.models import conv3d
     from export.onnx_export import export_onnx
     from export.recover import conv3d_from_onnx
-    from streamer.models import conv3d
 
     def plain(up: torch.nn.Conv2d, q: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.pixel_shuffle(up(q), 2)
@@ -462,9 +462,9 @@ def test_a_conv3d_exported_before_its_entry_ran_as_one_convolution_is_rebuilt_to
 def test_a_conv3d_with_a_strength_is_rebuilt_with_its_conditioning_and_fine_blocks(
     tmp_path: Path, fine: int
 ) -> None:
+    from export.models.conv3d import Conv3dEnhancer
     from export.onnx_export import export_onnx
     from export.recover import conv3d_from_onnx
-    from streamer.models.conv3d import Conv3dEnhancer
 
     torch.manual_seed(0)
     window = Conv3dEnhancer(t=3, embed=4, features=8, channels=8, blocks=1, strength=True, fine=fine)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from export.build_default import export_default
+from export.models import MotionAdaptiveTemporalFilter
 from export.onnx_export import export_onnx
 from export.parity import PARITY_TOLERANCE
 from streamer.assets import TEMPORAL_FILTER
@@ -21,7 +22,6 @@ from streamer.contract import Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError
 from streamer.frame import Hyperframe
-from streamer.models import MotionAdaptiveTemporalFilter
 from tests.factories import make_frame
 
 T = 5

@@ -23,8 +23,8 @@ from streamer.assets import (
 from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import ModelConfig, load_config
+from streamer.engine.tiers import Rate, TierSelector, _timed, card_fps, model_fps, remedy
 from streamer.errors import BackendError, ConfigError
-from streamer.tiers import Rate, TierSelector, _timed, card_fps, model_fps, remedy
 
 
 class Timings:

@@ -13,11 +13,11 @@ import torch
 from google.protobuf import text_format
 
 from export.cli import main
+from export.models import ConvGRUEnhancer, StreamingEnhancer
 from export.onnx_export import export_onnx
 from export.streaming_export import export_streaming
 from export.triton_repo import InstanceKind, Precision, TritonOptions, write_repo
 from streamer.errors import ConfigError, ModelError
-from streamer.models import ConvGRUEnhancer, StreamingEnhancer
 
 TINY_GRU = {"features": 8, "channels": 8, "hidden": 6, "blocks": 1}
 TINY_STREAM = {"half": 4, "quarter": 8, "fused": 8, "refine": 4}

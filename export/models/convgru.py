@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from export.models.conv3d import ResidualBlock, activation, up_transposed
 from streamer.backend.base import Layout, StateSpec
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import ResidualBlock, activation, up_transposed
 
 __all__ = ["ConvGRUEnhancer", "StateSpec"]
 

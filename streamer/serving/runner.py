@@ -19,11 +19,11 @@ from typing import Any
 from tqdm import tqdm
 
 from streamer.config import Config, webrtc_name
-from streamer.control import ControlServer
+from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.errors import StreamerError
 from streamer.frame import Frame
-from streamer.pipeline import Outcome, Pipeline, PipelineReport
-from streamer.service import Service, StreamResult
+from streamer.serving.control import ControlServer
+from streamer.serving.service import Service, StreamResult
 
 START = logging.getLogger(f"{__name__}.start")
 """The start-up lines in JSON logs: at info level, shown whatever ``runtime.log_level`` says."""

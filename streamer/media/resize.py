@@ -8,7 +8,7 @@ import numpy as np
 
 from streamer.errors import FrameError
 from streamer.frame import Pixels
-from streamer.planes import convert, rgb_frame
+from streamer.media.planes import convert, rgb_frame
 
 __all__ = ["upscale"]
 

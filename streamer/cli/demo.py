@@ -17,7 +17,7 @@ import numpy as np
 from streamer.config import Config, FileSinkConfig, FileSourceConfig
 from streamer.errors import SinkError, StreamerError
 from streamer.frame import Pixels
-from streamer.runner import format_report, run_config
+from streamer.serving.runner import format_report, run_config
 from streamer.sources.file import FileSource
 
 __all__ = ["QualityReport", "demo_config", "psnr", "run_demo", "write_png"]

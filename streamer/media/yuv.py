@@ -33,7 +33,7 @@ KR_KB: dict[int, tuple[float, float]] = {
     7: (0.212, 0.087),  # SMPTE 240M
     9: (0.2627, 0.0593),  # BT.2020 non-constant luminance
 }
-"""The red and blue luma weights of each AVColorSpace matrix ``streamer.colour`` applies."""
+"""The red and blue luma weights of each AVColorSpace matrix ``streamer.media.colour`` applies."""
 
 
 def matrices(colour: Colour) -> tuple[np.ndarray, np.ndarray, float]:
@@ -42,7 +42,7 @@ def matrices(colour: Colour) -> tuple[np.ndarray, np.ndarray, float]:
     if colour.matrix not in KR_KB or colour.range not in (1, 2):
         raise ConfigError(
             f"no RGB to YUV matrix for AVColorSpace {colour.matrix} and range {colour.range}; "
-            "resolve the stream's colour first (streamer.colour.resolve)"
+            "resolve the stream's colour first (streamer.media.colour.resolve)"
         )
     kr, kb = KR_KB[colour.matrix]
     kg = 1.0 - kr - kb

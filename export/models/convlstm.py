@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from export.models.conv3d import ResidualBlock, StrengthCondition, activation, two_scales, up_transposed
+from export.models.convgru import StateSpec
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import ResidualBlock, StrengthCondition, activation, two_scales, up_transposed
-from streamer.models.convgru import StateSpec
 
 __all__ = ["ConvLSTMEnhancer"]
 

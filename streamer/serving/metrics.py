@@ -21,10 +21,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from streamer.core.health import StreamState
-from streamer.pipeline import Pipeline
-from streamer.retier import Retier
-from streamer.scheduler import CallObserver, InferenceScheduler
-from streamer.telemetry import Stage, StageObserver
+from streamer.engine.pipeline import Pipeline
+from streamer.engine.retier import Retier
+from streamer.engine.scheduler import CallObserver, InferenceScheduler
+from streamer.engine.telemetry import Stage, StageObserver
 
 __all__ = ["METRICS", "ServiceMetrics", "ServiceView", "StreamView"]
 

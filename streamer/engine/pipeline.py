@@ -5,7 +5,7 @@ Three asyncio tasks joined by bounded channels:
 - *ingest* reads frames, keeps them in the ring, asks the windower for ready windows and the gate
   whether each needs the model, and queues a :class:`_Work` per frame in order;
 - *infer* takes queued work, asks the latency budget whether each window can still make it, submits the
-  admitted ones to the model's :class:`~streamer.scheduler.InferenceScheduler` (shared with the other
+  admitted ones to the model's :class:`~streamer.engine.scheduler.InferenceScheduler` (shared with the other
   streams of that model, which batches windows across them; a recurrent model's steps run one after the
   other, carrying this stream's hidden state, each batched with other streams' steps) and resolves
   reused and passed-through frames in order;
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Literal
 
 from streamer.backend.base import Backend
 from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.colour import resolve
 from streamer.core.blend import Blend, QuantizerEstimate
 from streamer.core.card import no_signal_card
 from streamer.core.features import FeatureCacheStats
@@ -41,6 +40,12 @@ from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.noise import NoiseEstimator
 from streamer.core.ring import RingBuffer
 from streamer.core.windower import Windower, WindowTask
+from streamer.engine.runners import Runner, Runners, Stream, Window, choose_runner, runner_kind
+from streamer.engine.scheduler import BatchResult, InferenceScheduler, Late
+from streamer.engine.snapshot import StreamSnapshot
+from streamer.engine.tally import Outcome, PipelineReport, Tally
+from streamer.engine.telemetry import Stage, StageObserver, ignore
+from streamer.engine.tiers import remedy
 from streamer.errors import (
     ConfigError,
     EndOfStream,
@@ -50,18 +55,13 @@ from streamer.errors import (
     StreamerError,
 )
 from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo, Yuv420
-from streamer.resize import upscale
-from streamer.runners import Runner, Runners, Stream, Window, choose_runner, runner_kind
-from streamer.scheduler import BatchResult, InferenceScheduler, Late
+from streamer.media.colour import resolve
+from streamer.media.resize import upscale
 from streamer.sinks.base import Sink
-from streamer.snapshot import StreamSnapshot
 from streamer.sources.base import Source
-from streamer.tally import Outcome, PipelineReport, Tally
-from streamer.telemetry import Stage, StageObserver, ignore
-from streamer.tiers import remedy
 
 if TYPE_CHECKING:
-    from streamer.audio import AudioTrack
+    from streamer.media.audio import AudioTrack
 
 __all__ = ["Outcome", "Pipeline", "PipelineReport"]
 
@@ -208,7 +208,7 @@ class Pipeline:
         self.sending_since: float | None = None
         """When the sink write under way started (None: none is): how the service sees a blocked sink."""
         self.tally = Tally()
-        """What the stream has done so far (``streamer.tally``)."""
+        """What the stream has done so far (``streamer.engine.tally``)."""
         self.frame_size: tuple[int, int] | None = None
         """(width, height) of the source's latest frame."""
         self._source_error: StreamerError | None = None
@@ -222,7 +222,7 @@ class Pipeline:
         self._misses = misses if misses is not None else MissWatch()
         """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
         self._runners = self._choose_runners()
-        """How the stream's windows run on its model (``streamer.runners``), chosen once per model."""
+        """How the stream's windows run on its model (``streamer.engine.runners``), chosen once per model."""
         self.noise = NoiseEstimator()
         """How noisy the source is (``streamer.core.noise``)."""
         self.quantizer = QuantizerEstimate()

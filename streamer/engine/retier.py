@@ -17,8 +17,8 @@ from pathlib import Path
 
 from streamer.assets import AUTO_TIERS
 from streamer.core.tiering import TierController, TierMove
-from streamer.tally import MISSED, Outcome, Tally
-from streamer.tiers import TierChoice, card_fps
+from streamer.engine.tally import MISSED, Outcome, Tally
+from streamer.engine.tiers import TierChoice, card_fps
 
 __all__ = ["MOVES_SHOWN", "Moved", "Retier"]
 

@@ -14,13 +14,13 @@ from typing import Any
 
 from torch import nn
 
+from export.models.conv3d import Conv3dEnhancer
+from export.models.convgru import ConvGRUEnhancer
+from export.models.convlstm import ConvLSTMEnhancer
+from export.models.streaming import StreamingEnhancer
+from export.models.temporal_filter import MotionAdaptiveTemporalFilter
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import Conv3dEnhancer
-from streamer.models.convgru import ConvGRUEnhancer
-from streamer.models.convlstm import ConvLSTMEnhancer
-from streamer.models.streaming import StreamingEnhancer
-from streamer.models.temporal_filter import MotionAdaptiveTemporalFilter
 
 __all__ = ["ARCHITECTURES", "MODEL_ATTRIBUTES", "architecture_of", "build"]
 

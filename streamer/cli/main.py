@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from streamer.bench import register as register_bench
+from streamer.cli.demo import run_demo
+from streamer.cli.model import register as register_model
 from streamer.config import load_config, parse_override
-from streamer.demo import run_demo
 from streamer.errors import StreamerError
-from streamer.logs import configure_logging
-from streamer.model_cli import register as register_model
 from streamer.redact import escape_control, redact_text
-from streamer.runner import EXIT_FAILED, format_report, run_config, run_streams
+from streamer.serving.logs import configure_logging
+from streamer.serving.runner import EXIT_FAILED, format_report, run_config, run_streams
 
 __all__ = ["main"]
 

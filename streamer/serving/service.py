@@ -25,6 +25,11 @@ from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceCo
 from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
 from streamer.core.tiering import TierMove
+from streamer.engine.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
+from streamer.engine.retier import Retier
+from streamer.engine.scheduler import InferenceScheduler
+from streamer.engine.snapshot import connection_status, outputs_status
+from streamer.engine.tiers import AUTO, TierChoice, TierSelector
 from streamer.errors import (
     ConfigError,
     LimitError,
@@ -34,14 +39,9 @@ from streamer.errors import (
     StreamExistsError,
 )
 from streamer.frame import StreamInfo
-from streamer.memory import default_budget_bytes, process_rss, release_memory
-from streamer.metrics import ServiceMetrics
-from streamer.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
 from streamer.redact import redact_text
-from streamer.retier import Retier
-from streamer.scheduler import InferenceScheduler
-from streamer.snapshot import connection_status, outputs_status
-from streamer.tiers import AUTO, TierChoice, TierSelector
+from streamer.serving.memory import default_budget_bytes, process_rss, release_memory
+from streamer.serving.metrics import ServiceMetrics
 from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["Service", "StreamResult", "StreamRunner"]

@@ -18,8 +18,8 @@ from streamer.backend.base import ChannelOrder, Layout, ModelInfo
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import ModelConfig, load_config
 from streamer.contract import NAMESPACE
+from streamer.engine.tiers import model_fps
 from streamer.errors import ConfigError
-from streamer.tiers import model_fps
 
 __all__ = ["ModelReport", "inspect_model", "register"]
 

@@ -25,9 +25,9 @@ import numpy as np
 from streamer.backend.base import Backend, CachedWindow, FrameFeatures, ModelInfo, State
 from streamer.core.features import FeatureCache, FeatureCacheStats
 from streamer.core.tiling import plan_tiles
+from streamer.engine.scheduler import BatchResult, InferenceScheduler, Job, Late
 from streamer.errors import ModelUnavailableError
 from streamer.frame import Frame, Hyperframe, Pixels
-from streamer.scheduler import BatchResult, InferenceScheduler, Job, Late
 
 __all__ = [
     "CachedRunner",

@@ -22,7 +22,7 @@ from av.video.frame import VideoFrame
 from av.video.reformatter import ColorRange
 
 from streamer.frame import Colour, Frame, Pixels, Yuv420
-from streamer.planes import SWSCALE, convert, frame_planes, planes_frame, rgb_frame
+from streamer.media.planes import SWSCALE, convert, frame_planes, planes_frame, rgb_frame
 
 __all__ = [
     "BT601",

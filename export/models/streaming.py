@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from export.models.conv3d import Conv3dEnhancer, ResidualBlock, activation, up_transposed
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
-from streamer.models.conv3d import Conv3dEnhancer, ResidualBlock, activation, up_transposed
 
 __all__ = ["StreamingEnhancer"]
 

@@ -14,7 +14,7 @@ With ``http.token`` set, every route needs ``Authorization: Bearer <token>`` (th
 ``http.public_probes`` is false); ``http.read_token`` opens the GET routes only, for monitoring. Without a
 token, reads are open and adding and removing are allowed from loopback clients only, and only while
 ``http.trust_loopback`` holds. A stream added here may use files only under ``http.media_roots`` and
-``http.model_roots`` (:mod:`streamer.confine`); at most ``http.max_streams`` run at once. Bodies are
+``http.model_roots`` (:mod:`streamer.serving.confine`); at most ``http.max_streams`` run at once. Bodies are
 capped at 64 KiB and must arrive within ``http.body_timeout_s``.
 """
 
@@ -31,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import TypeAdapter, ValidationError
 
 from streamer.config import HttpConfig, Strength, stream_config
-from streamer.confine import ApiPolicy
+from streamer.engine.pipeline import PipelineReport
 from streamer.errors import (
     AccessError,
     BudgetError,
@@ -41,10 +41,10 @@ from streamer.errors import (
     StreamerError,
     StreamExistsError,
 )
-from streamer.httpserve import check_bearer, read_body, serve
-from streamer.pipeline import PipelineReport
 from streamer.redact import escape_control, redact_text
-from streamer.service import Service, StreamRunner
+from streamer.serving.confine import ApiPolicy
+from streamer.serving.httpserve import check_bearer, read_body, serve
+from streamer.serving.service import Service, StreamRunner
 from streamer.webrtc.ice import is_loopback
 
 __all__ = ["ControlServer"]

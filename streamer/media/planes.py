@@ -1,7 +1,7 @@
 """swscale between 4:2:0 planes and rgb24, told the planes' matrix and range, and a model's change to
 a frame's RGB carried onto the planes it was made from.
 
-Apart from :mod:`streamer.colour` so that a frame carrying planes (``streamer.frame.Yuv420``) can make
+Apart from :mod:`streamer.media.colour` so that a frame carrying planes (``streamer.frame.Yuv420``) can make
 its RGB on first use without the two modules importing each other: nothing here imports streamer.
 """
 

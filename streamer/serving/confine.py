@@ -22,7 +22,7 @@ from pathlib import Path
 from streamer.assets import is_shipped
 from streamer.config import FileSinkConfig, HttpConfig, SinkConfig, StreamConfig
 from streamer.errors import AccessError, ConfigError
-from streamer.samples import sample_clip
+from streamer.media.samples import sample_clip
 from streamer.webrtc.ice import is_loopback
 
 __all__ = ["ApiPolicy"]
