@@ -94,7 +94,7 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--sizes", default="640x360,1280x720", metavar="WxH,...", help="frame sizes (640x360,1280x720)"
     )
     live.add_argument("--fps", type=int, default=30, help="camera frame rate (30)")
-    live.add_argument("--seconds", type=float, default=60.0, help="measured seconds per run (60)")
+    live.add_argument("--seconds", type=float, help="measured seconds per run (60; 90 with --load)")
     live.add_argument(
         "--budget-ms", type=float, default=250.0, help="latency.budget_ms of the pipeline (250)"
     )
@@ -131,6 +131,12 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="ahead: the camera encodes its frames before each run and only sends them during it, as an "
         "IP camera encodes on its own chip, so the cores measured are streamer's (and the player's); "
         "live: it encodes each frame on these cores as it sends it (ahead)",
+    )
+    live.add_argument(
+        "--load",
+        action="store_true",
+        help="another process takes one core from 30 to 60 s after the camera starts, as a neighbour on "
+        "the host would; the table lists model auto's tier moves with their times",
     )
     live.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     live.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")

@@ -38,6 +38,7 @@ __all__ = [
     "Recorder",
     "Settings",
     "Skipped",
+    "TierShift",
     "abandon",
     "finish",
     "join_threads",
@@ -76,6 +77,9 @@ class Settings:
     camera_ahead: bool = False
     """The RTSP camera encodes every frame before the run and only sends packets during it, as an IP
     camera whose encoder is its own chip: the machine's cores are left to streamer (and the player)."""
+    load: tuple[float, float] | None = None
+    """The RTSP path: another process keeps one core busy from the first to the second second after the
+    camera starts, as a neighbour on the host would (None: no load)."""
 
     def config(self, **sections: Any) -> Config:
         """The pipeline's config for one path: its source and sink plus this run's model, gate, budget.
@@ -148,6 +152,18 @@ class PathResult:
     timed_out: bool
     model: str
     """The model the pipeline ran on (``model: auto``: the tier it chose)."""
+    moves: tuple[TierShift, ...] = ()
+    """``model: auto``'s tier moves during the run (the RTSP path, which runs a service)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierShift:
+    """A tier move seen in a run: seconds after the camera started, from which model to which, why."""
+
+    after_s: float
+    tier_from: str
+    tier_to: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +291,7 @@ def path_result(
     )
 
 
-async def finish(pipeline: Pipeline, running: asyncio.Task[PipelineReport], deadline: float) -> bool:
+async def finish(pipeline: Pipeline, running: asyncio.Task[Any], deadline: float) -> bool:
     """Waits for the pipeline to end by itself until ``deadline``, else stops it; True if it was stopped."""
     try:
         await asyncio.wait_for(asyncio.shield(running), max(0.0, deadline - time.monotonic()))
@@ -286,7 +302,7 @@ async def finish(pipeline: Pipeline, running: asyncio.Task[PipelineReport], dead
         return True
 
 
-async def abandon(pipeline: Pipeline, running: asyncio.Task[PipelineReport] | None) -> None:
+async def abandon(pipeline: Pipeline, running: asyncio.Task[Any] | None) -> None:
     """After a failure elsewhere: stop a pipeline still running and let it close its source and sink."""
     if running is None or running.done():
         return

@@ -1,14 +1,18 @@
 """The RTSP path of ``streamer bench latency``: PyAV camera -> GStreamer relay ``/cam`` -> RtspSource
--> Pipeline -> RtspSink -> relay ``/out`` -> PyAV reader. The relay is :mod:`streamer.bench.rtsp_relay`,
-a process of Debian's python3; the path is skipped, saying why, when that interpreter cannot import
-GstRtspServer. ``streamer bench keepalive`` publishes through the same relay and camera."""
+-> Pipeline -> RtspSink -> relay ``/out`` -> PyAV reader. The stream runs in a
+:class:`~streamer.serving.service.Service`, as ``streamer run`` runs it, so ``model: auto`` chooses and
+moves tiers as it does for a user. The relay is :mod:`streamer.bench.rtsp_relay`, a process of Debian's
+python3; the path is skipped, saying why, when that interpreter cannot import GstRtspServer.
+``streamer bench keepalive`` publishes through the same relay and camera."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import socket
 import subprocess
+import sys
 import threading
 import time
 from fractions import Fraction
@@ -20,7 +24,6 @@ from av.packet import Packet
 from av.stream import Stream
 from av.video.stream import VideoStream
 
-from streamer.app import build_pipeline
 from streamer.bench import rtsp_relay
 from streamer.bench.latency_measure import (
     CAMERA_X264,
@@ -30,6 +33,7 @@ from streamer.bench.latency_measure import (
     Recorder,
     Settings,
     Skipped,
+    TierShift,
     abandon,
     finish,
     join_threads,
@@ -39,9 +43,10 @@ from streamer.config import RtspSinkConfig, RtspSourceConfig
 from streamer.engine.pipeline import PipelineReport
 from streamer.errors import SourceError, StreamerError
 from streamer.media import framecode
+from streamer.serving.service import Service, StreamResult
 from streamer.sinks.nodelay import disable_nagle, rtsp_peer
 
-__all__ = ["Relay", "RtspCamera", "run_rtsp"]
+__all__ = ["BusyCore", "Relay", "RtspCamera", "run_rtsp"]
 
 _READER_OPTIONS = {"rtsp_transport": "tcp", "analyzeduration": "100000", "timeout": "10000000"}
 """The player's socket timeout (10 s) outlasts model auto's probe, during which the output is silent."""
@@ -201,6 +206,48 @@ class _RtspPlayer(threading.Thread):
                 self.error = exc
 
 
+class BusyCore(threading.Thread):
+    """Another process that spins on one core from ``start_s`` to ``end_s`` after :meth:`begin`: a
+    neighbour taking a core from the sidecar, and giving it back."""
+
+    def __init__(self, start_s: float, end_s: float) -> None:
+        super().__init__(name="bench-busy-core", daemon=True)
+        self._start_s, self._end_s = start_s, end_s
+        self._halt = threading.Event()
+
+    def begin(self) -> None:
+        self.start()
+
+    def halt(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        if self._halt.wait(self._start_s):
+            return
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            self._halt.wait(self._end_s - self._start_s)
+        finally:
+            spinner.kill()
+            spinner.wait()
+
+
+def _shifts(service: Service, camera_at: float) -> tuple[TierShift, ...]:
+    """The stream's tier moves, timed from the camera's start."""
+    retier = next(iter(service.runners.values())).retier
+    moves = retier.moves if retier is not None else []
+    return tuple(TierShift(m.at - camera_at, m.tier_from, m.tier_to, m.reason) for m in moves)
+
+
+def _report(results: list[StreamResult]) -> PipelineReport:
+    """The one stream's report, or the error that ended it, raised."""
+    (result,) = results
+    if result.error is not None:
+        raise result.error
+    assert result.report is not None
+    return result.report
+
+
 async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     missing = await asyncio.to_thread(rtsp_relay.unavailable)
     if missing is not None:
@@ -211,35 +258,44 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     relay = Relay()
     sender = RtspCamera(relay.publish_url("cam"), camera, ahead)
     player = _RtspPlayer(relay.url("out"), settings.total * 2, open_timeout_s=SETUP_S)
+    busy = BusyCore(*settings.load) if settings.load is not None else None
     recorder = Recorder(measured)
     config = settings.config(
         source=RtspSourceConfig(url=relay.url("cam"), reconnect=False),
         sink=RtspSinkConfig(url=relay.publish_url("out"), reconnect=False, threads=settings.encoder_threads),
     )
-    pipeline = build_pipeline(config, on_output=recorder)
-    running: asyncio.Task[PipelineReport] | None = None
-    failure: StreamerError | None = None
+    service = Service(config, on_output=recorder, log_failures=False)
+    service.prepare()
+    pipeline = next(iter(service.runners.values())).pipeline
+    running: asyncio.Task[list[StreamResult]] | None = None
+    failure: BaseException | None = None
+    camera_at = time.time()
     try:
         await asyncio.to_thread(relay.start)
         # Player, streamer, camera, each waiting at the relay for the one before: a player that comes
         # first gets the stream from its first frame, one that comes later waits for a keyframe.
         player.start()
         await asyncio.to_thread(relay.wait_for, "play out")
-        running = asyncio.create_task(pipeline.run())
+        running = asyncio.create_task(service.run())
         await asyncio.to_thread(relay.wait_for, "play cam")
+        camera_at = time.time()
         sender.start()
+        if busy is not None:
+            busy.begin()
         timed_out = await finish(pipeline, running, deadline)  # the camera leaving ends the source
-        report = running.result()
+        report = _report(running.result())
         # The sink's TEARDOWN ends /out: the player has seen everything once its session ends.
         await asyncio.to_thread(player.join, max(1.0, deadline - time.monotonic()))
         timed_out = timed_out or player.is_alive()
     except StreamerError as exc:  # a peer's failure, if any, is the cause: it is raised instead
         failure = exc
     finally:
+        if busy is not None:
+            busy.halt()
         await abandon(pipeline, running)
         sender.halt()
         player.halt()
-        await asyncio.to_thread(join_threads, sender, player)
+        await asyncio.to_thread(join_threads, sender, player, *([busy] if busy is not None else []))
         relay.kill()
         camera.close()
     for peer, what in ((sender, "camera"), (player, "player")):
@@ -248,4 +304,6 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     if failure is not None:
         raise failure
     route = "PyAV camera -> GStreamer relay -> RtspSource | RtspSink -> relay -> PyAV reader"
-    return path_result("rtsp", route, "H.264", settings, camera, player.arrivals, recorder, report, timed_out)
+    arrivals = player.arrivals
+    result = path_result("rtsp", route, "H.264", settings, camera, arrivals, recorder, report, timed_out)
+    return dataclasses.replace(result, moves=_shifts(service, camera_at))

@@ -25,12 +25,17 @@ from streamer.app import build_backend
 from streamer.assets import AUTO_TIERS
 from streamer.bench.harness import LoadWatch, Machine, Target, emit, parse_sizes, table_footer
 from streamer.bench.latency import run_latency
-from streamer.bench.latency_measure import Settings, parse_size
+from streamer.bench.latency_measure import Settings, TierShift, parse_size
 from streamer.config import ModelConfig
 from streamer.engine.tiers import AUTO, model_fps
 from streamer.errors import ConfigError
 
-__all__ = ["LiveRow", "check_targets", "run_from_args", "run_live_bench"]
+__all__ = ["LOAD_SECONDS", "LOAD_WINDOW", "LiveRow", "check_targets", "run_from_args", "run_live_bench"]
+
+LOAD_SECONDS = 90.0
+"""``--load``'s run length: half a minute before the load, half a minute of it, half a minute after."""
+LOAD_WINDOW = (30.0, 60.0)
+"""``--load``: when another process takes a core, in seconds after the camera starts."""
 
 _SHARE_TARGETS = {(640, 360): 0.99, (1280, 720): 0.95}
 """Issue targets: the share of frames enhanced live at 30 fps on two cores."""
@@ -60,6 +65,10 @@ class LiveRow:
     """model.workers; None: its default."""
     camera: str = "ahead"
     """``ahead``: the camera's frames were encoded before the run; ``live``: on these cores during it."""
+    load: tuple[float, float] | None = None
+    """Seconds after the camera started between which another process kept one core busy."""
+    moves: tuple[TierShift, ...] = ()
+    """``model: auto``'s tier moves during the run."""
 
     @property
     def thread_counts(self) -> str:
@@ -94,6 +103,7 @@ def _row(
     budget_ms: float,
     threads: tuple[int | None, int | None, int | None] = (None, None, None),
     camera: str = "ahead",
+    load: tuple[float, float] | None = None,
 ) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
@@ -110,6 +120,7 @@ def _row(
         threads=threads[1],
         encoder_threads=threads[2],
         camera_ahead=camera == "ahead",
+        load=load,
     )
     cpu_start, wall_start = os.times(), time.monotonic()
     report = run_latency(settings)
@@ -139,6 +150,8 @@ def _row(
         threads=threads[1],
         encoder_threads=threads[2],
         camera=camera,
+        load=load,
+        moves=row.moves,
     )
 
 
@@ -169,6 +182,18 @@ def check_targets(rows: list[LiveRow]) -> list[Target]:
             )
         )
     return targets
+
+
+def _moves(rows: list[LiveRow]) -> list[str]:
+    """One line per run that had a load or tier moves: when the load came and went, and each move."""
+    lines = []
+    for r in rows:
+        if r.load is None and not r.moves:
+            continue
+        load = f"one core taken {r.load[0]:g}-{r.load[1]:g} s" if r.load is not None else "no load"
+        moves = "; ".join(f"{m.after_s:.1f} s {m.tier_from} -> {m.tier_to} ({m.reason})" for m in r.moves)
+        lines.append(f"{r.size} {r.model}: {load}; moves: {moves or 'none'}")
+    return lines
 
 
 def _camera(rows: list[LiveRow]) -> str:
@@ -238,8 +263,10 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
         "is not counted, nor a camera's encoding done before the run (--camera ahead)",
     ]
+    moves = _moves(rows)
+    shifts = ["", "tier moves (seconds after the camera started):", *moves] if moves else []
     return "\n".join(
-        [header, "", line, "-" * len(line), *body, *table_footer(notes, check_targets(rows), wall_s)]
+        [header, "", line, "-" * len(line), *body, *shifts, *table_footer(notes, check_targets(rows), wall_s)]
     )
 
 
@@ -257,6 +284,9 @@ def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: fl
             f"| {r.cpu_percent:.0f} |"
         )
     lines += ["", f"RTSP at {fps} fps, {seconds:g} s per run, gate off, {_camera(rows)}; {machine.line()}."]
+    moves = _moves(rows)
+    if moves:
+        lines += ["", "Tier moves (seconds after the camera started):", *(f"- {m}" for m in moves)]
     lines += [f"- {t.verdict} {t.name}: {t.detail}" for t in check_targets(rows)]
     return "\n".join(lines) + "\n"
 
@@ -269,13 +299,17 @@ def run_live_bench(
     budget_ms: float,
     threads: list[tuple[int | None, int | None, int | None]] | None = None,
     camera: str = "ahead",
+    load: tuple[float, float] | None = None,
 ) -> tuple[list[LiveRow], Machine, float]:
     """One row per size, model and (model workers, model threads, encoder threads), in that nesting."""
     watch = LoadWatch()
     started = time.monotonic()
     pairs = threads or [(None, None, None)]
     rows = [
-        _row(m, w, h, fps, seconds, budget_ms, t, camera) for w, h in sizes for m in models for t in pairs
+        _row(m, w, h, fps, seconds, budget_ms, t, camera, load)
+        for w, h in sizes
+        for m in models
+        for t in pairs
     ]
     return rows, watch.machine(), time.monotonic() - started
 
@@ -297,9 +331,16 @@ def run_from_args(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes, "--sizes")
     for w, h in sizes:
         parse_size(f"{w}x{h}")  # the frame number must fit: even sides, a minimum size
-    if args.seconds <= 0 or not 1 <= args.fps <= 120 or args.budget_ms <= 0:
+    seconds = args.seconds if args.seconds is not None else LOAD_SECONDS if args.load else 60.0
+    load = LOAD_WINDOW if args.load else None
+    if load is not None and seconds < load[1] + 10:
         raise ConfigError(
-            f"--seconds and --budget-ms must be positive and --fps in 1..120; got {args.seconds}, "
+            f"--load takes a core {load[0]:g}-{load[1]:g} s into the run; give --seconds of at least "
+            f"{load[1] + 10:g} (or leave it out: {LOAD_SECONDS:g})"
+        )
+    if seconds <= 0 or not 1 <= args.fps <= 120 or args.budget_ms <= 0:
+        raise ConfigError(
+            f"--seconds and --budget-ms must be positive and --fps in 1..120; got {seconds}, "
             f"{args.budget_ms}, {args.fps}"
         )
     models: list[Path | str] = [m if m == AUTO else Path(m) for m in args.model] if args.model else [AUTO]
@@ -313,12 +354,12 @@ def run_from_args(args: argparse.Namespace) -> int:
         for e in _counts(args.encoder_threads, "--encoder-threads")
     ]
     rows, machine, wall = run_live_bench(
-        sizes, models, args.fps, args.seconds, args.budget_ms, pairs, args.camera
+        sizes, models, args.fps, seconds, args.budget_ms, pairs, args.camera, load
     )
     data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
     return emit(
-        format_table(rows, machine, args.fps, args.seconds, wall),
-        format_markdown(rows, machine, args.fps, args.seconds),
+        format_table(rows, machine, args.fps, seconds, wall),
+        format_markdown(rows, machine, args.fps, seconds),
         data,
         args.json,
         args.markdown,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 
 from streamer.assets import AUTO_TIERS, TEMPORAL_FILTER
 from streamer.bench import rtsp_relay
-from streamer.bench.live import LiveRow, check_targets
+from streamer.bench.harness import Machine
+from streamer.bench.latency_measure import TierShift
+from streamer.bench.live import LiveRow, check_targets, format_markdown, format_table
 from streamer.errors import ConfigError
 from tests.bench_cli import run_bench
 
@@ -94,3 +97,26 @@ def test_the_360p_target_needs_one_tier_meeting_all_three() -> None:
     )
     assert verdict(_row("lite", 1000, 276.0), _row("auto", 980, 240.0))[0] is False
     assert verdict(_row("lite", 995, 240.0, lost=1))[0] is False
+
+
+def test_load_needs_a_run_that_outlasts_it() -> None:
+    with pytest.raises(ConfigError, match="--load takes a core 30-60 s into the run"):
+        run_bench("live", ["--sizes", "320x180", "--load", "--seconds", "45"])
+
+
+def test_the_table_lists_each_tier_move_with_its_time_and_the_load() -> None:
+    moved = dataclasses.replace(
+        _row("auto: stream_t5_quarter_sep", 900, 240.0),
+        load=(30.0, 60.0),
+        moves=(TierShift(33.4, "stream_t5_lite_sep", "stream_t5_quarter_sep", "82% enhanced over 5 s"),),
+    )
+    machine = Machine("a CPU", 2, "1.32.0", "CPUExecutionProvider", 0.1, 0.1, ("avx2",))
+    table = format_table([moved, _row("temporal_filter_t5", 1000, 100.0)], machine, 30, 90.0, 100.0)
+    assert (
+        "640x360 auto: stream_t5_quarter_sep: one core taken 30-60 s; moves: 33.4 s stream_t5_lite_sep -> "
+        "stream_t5_quarter_sep (82% enhanced over 5 s)"
+    ) in table
+    assert sum("; moves: " in line for line in table.splitlines()) == 1  # no load and no move: no line
+    assert "- 640x360 auto: stream_t5_quarter_sep: one core taken" in format_markdown(
+        [moved], machine, 30, 90.0
+    )
