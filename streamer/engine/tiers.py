@@ -12,6 +12,12 @@ plain; one timed near the need is timed again for longer. At 720p on two cores, 
 run a tenth of a 30 fps need, choosing took 6.0 s when every tier was timed in full, 0.45 s now.
 Probes are kept per size and model settings, so the second stream of a size starts at once. Where no
 tier keeps up, the fastest is taken and the choice says so.
+
+Timing tiers once a source has opened holds its first frames while they run, and a live source does not
+wait. So a service first calibrates (``TierSelector.calibrate``, before any source opens or a stream
+is added): the cheapest tier timed on a reference size says how fast this machine runs against the
+cards. A stream then starts at once (``TierSelector.start``) on the best tier whose card, scaled so,
+keeps up; from there ``streamer.engine.retier`` moves it on its own measured calls, holding no frame.
 """
 
 from __future__ import annotations
@@ -32,7 +38,16 @@ import numpy as np
 from streamer.assets import AUTO_TIERS
 from streamer.backend.base import Backend
 
-__all__ = ["AUTO", "Rate", "TierChoice", "TierProbe", "TierSelector", "model_fps", "remedy"]
+__all__ = [
+    "AUTO",
+    "CALIBRATION_SIZE",
+    "Rate",
+    "TierChoice",
+    "TierProbe",
+    "TierSelector",
+    "model_fps",
+    "remedy",
+]
 
 log = logging.getLogger(__name__)
 
@@ -178,10 +193,16 @@ class TierChoice:
         """One log line's worth: the choice, the need, every tier's figure."""
         figures = ", ".join(f"{p.name} {p.figure}" for p in self.probes)
         verdict = "" if self.keeps_up else "; no tier keeps up, took the fastest"
+        how = "estimated fps (cards x this machine)" if self.estimated else "measured fps"
         return (
             f"model auto chose {self.name} for {self.width}x{self.height} @ {self.source_fps:g} fps "
-            f"(needs {self.needed_fps:.1f} fps alone; measured fps: {figures}){verdict}"
+            f"(needs {self.needed_fps:.1f} fps alone; {how}: {figures}){verdict}"
         )
+
+    @property
+    def estimated(self) -> bool:
+        """Chosen on the cards scaled by the calibration, no tier timed on this size."""
+        return all(p.estimated for p in self.probes)
 
     def as_dict(self) -> dict[str, object]:
         """What ``/streams`` shows."""
@@ -255,6 +276,9 @@ def _size(text: str) -> tuple[int, int] | None:
     return (int(width), int(height)) if width.isdigit() and height.isdigit() else None
 
 
+CALIBRATION_SIZE: Final = (640, 360)
+"""The frame size ``TierSelector.calibrate`` times the cheapest tier on; the cards scale by pixels."""
+
 NEAR: Final = 0.15
 """A tier timed within this fraction of what a stream needs is timed again, for longer."""
 NEAR_TIMES: Final = 4.0
@@ -285,6 +309,43 @@ class TierSelector:
         self._cards = cards
         self._lock = threading.Lock()
         self._probes: dict[tuple[Path, int, int, str], TierProbe] = {}
+        self._speeds: dict[str, float | None] = {}
+        """Per model settings, this machine's speed against the cards (None: no card to scale)."""
+
+    def calibrate(self, load: Loader, settings: str) -> float | None:
+        """Blocking (about a second, once per model settings): run it in a worker thread before a
+        source opens. This machine's speed against the cards: the cheapest tier timed in full on
+        ``CALIBRATION_SIZE`` over its card's figure; None where the tier has no card."""
+        with self._lock:
+            if settings not in self._speeds:
+                width, height = CALIBRATION_SIZE
+                recorded = self._cards(self.tiers[-1], width, height)
+                speed = None
+                if recorded:
+                    speed = self._probe(load, settings, self.tiers[-1], width, height, 0.0).fps / recorded
+                self._speeds[settings] = speed
+            return self._speeds[settings]
+
+    def start(self, settings: str, width: int, height: int, fps: float, headroom: float) -> TierChoice | None:
+        """Instant: the tier a stream starts on, from the cards scaled by the calibration (the best
+        whose estimate runs ``headroom`` times ``fps``, else the cheapest); None where these settings
+        were not calibrated or a tier has no card (then ``choose`` times them)."""
+        speed = self._speeds.get(settings)
+        if speed is None:
+            return None
+        needed = fps * headroom
+        probes: list[TierProbe] = []
+        for path in self.tiers:
+            recorded = self._cards(path, width, height)
+            if recorded is None:
+                return None
+            estimate = recorded * speed
+            probes.append(TierProbe(_name(path), path, estimate, bound=estimate < needed, estimated=True))
+            if estimate >= needed:
+                break
+        keeps_up = not probes[-1].bound
+        best = probes[-1]
+        return TierChoice(best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes))
 
     def choose(
         self, load: Loader, settings: str, width: int, height: int, fps: float, headroom: float
@@ -320,8 +381,7 @@ class TierSelector:
         recorded = self._cards(path, width, height) if speed is not None else None
         if recorded is None or speed is None or recorded * speed >= floor:
             return None
-        name = path.name.removesuffix(".onnx").replace(".int8", "-int8")
-        return TierProbe(name, path, recorded * speed, bound=True, estimated=True)
+        return TierProbe(_name(path), path, recorded * speed, bound=True, estimated=True)
 
     def _probe(
         self,
@@ -349,3 +409,8 @@ class TierSelector:
                 backend.close()
             log.debug("model auto: %s runs %s fps alone at %dx%d", probe.name, probe.figure, width, height)
         return probe
+
+
+def _name(path: Path) -> str:
+    """A shipped tier's name as its model calls itself (``stream_t5.int8.onnx``: stream_t5-int8)."""
+    return path.name.removesuffix(".onnx").replace(".int8", "-int8")

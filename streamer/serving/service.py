@@ -208,6 +208,8 @@ class Service:
     async def run(self) -> list[StreamResult]:
         if not self.runners:
             self.prepare()
+        for runner in self.runners.values():
+            await self._calibrate(runner.config.model)
         if self.server is not None:
             await self.server.start()
         try:
@@ -270,6 +272,7 @@ class Service:
         await self._load(stream.model)
         self.budget.settle(process_rss())  # a model loaded for it is the process's from now on
         await asyncio.to_thread(probe_engines, stream)
+        await self._calibrate(stream.model)
         runner = self._build(stream)
         self._start(runner)
         return runner
@@ -419,7 +422,9 @@ class Service:
             self.budget.admit(stream.id, self._cost(stream, info.width, info.height, runner.pipeline.backend))
             if stream.model.path != AUTO:
                 return None
-            choice = await choose_tier(self._tiers, stream.model, info, stream.id)
+            choice = self._start_tier(stream, info)
+            if choice is None:
+                choice = await choose_tier(self._tiers, stream.model, info, stream.id)
             model = await self._load(stream.model.with_file(choice.path))
             runner.choice = choice
             fps = float(info.fps) if info.fps > 0 else 30.0
@@ -429,6 +434,25 @@ class Service:
             return model.scheduler, False
 
         return on_open
+
+    async def _calibrate(self, model: ModelConfig) -> None:
+        """With ``model: auto``, this machine's speed against the tiers' cards, timed before the stream's
+        source opens (once per model settings), so that it starts at once on a tier (``_start_tier``)."""
+        if model.path != AUTO:
+            return
+        await asyncio.to_thread(
+            self._tiers.calibrate, lambda path: build_backend(model.with_file(path)), model.session_key()
+        )
+
+    def _start_tier(self, stream: StreamConfig, info: StreamInfo) -> TierChoice | None:
+        """The tier an auto stream starts on at once, from the calibration and the cards (logged); None
+        where there is none to go on, and the tiers are timed instead."""
+        fps = float(info.fps) if info.fps > 0 else 30.0
+        model = stream.model
+        choice = self._tiers.start(model.session_key(), info.width, info.height, fps, model.headroom)
+        if choice is not None:
+            (log.info if choice.keeps_up else log.warning)("stream %s: %s", stream.id, choice.describe())
+        return choice
 
     def _new_model(self, backend: Backend) -> _Model:
         runtime = self.config.runtime

@@ -687,6 +687,40 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
     assert seen == {"a": list(range(30)), "b": list(range(30))}
 
 
+def test_model_auto_starts_a_stream_at_once_on_the_tier_the_calibrated_cards_choose() -> None:
+    timed: list[tuple[str, int, int]] = []
+
+    def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
+        timed.append((backend.info.name, width, height))
+        return Rate(400.0)  # twice the quarter tier's card below
+
+    def cards(path: Path, width: int, height: int) -> float | None:
+        per_360p = {"stream_t5": 10.0, "stream_t5.int8": 15.0, "stream_t5_lite": 20.0}
+        per_360p |= {"stream_t5_lite_sep": 25.0, "stream_t5_quarter_sep": 200.0}
+        return per_360p[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
+
+    seen: list[int] = []
+    source = {"kind": "synthetic", "frames": 30, "width": 160, "height": 96, "fps": 30}
+    config = config_of([{"id": "a", "source": source}], **{"model.path": "auto", "gate.enabled": False})
+
+    def record(source: Frame, sent: Frame, outcome: Outcome) -> None:
+        seen.append(source.index)
+
+    async def scenario() -> None:
+        async with serving(config, on_output=record, tiers=TierSelector(measure=measure, cards=cards)) as run:
+            await run.wait_states({"a": "ended"}, timeout=60)
+            _, streams = await run.get("/streams")
+            (status,) = streams["streams"]
+            assert status["model"] == "stream_t5"  # its card, doubled and scaled to 160x96: 300 fps
+            choice = status["model_choice"]
+            assert (choice["chosen"], choice["keeps_up"]) == ("stream_t5", True)
+            assert [p["estimated"] for p in choice["probes"]] == [True]
+
+    asyncio.run(scenario())
+    assert timed == [("stream_t5_quarter_sep", 640, 360)]  # calibrated before the source opened, once
+    assert seen == list(range(30))
+
+
 def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_go_on(
     tmp_path: Path, real_clip: Path
 ) -> None:

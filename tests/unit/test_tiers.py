@@ -273,3 +273,46 @@ def test_the_budget_warning_names_the_next_faster_tier_or_says_this_is_the_faste
     assert "shipped:stream_t5_lite (the next faster tier)" in remedy("stream_t5-int8")
     assert remedy("stream_t5_quarter_sep").startswith("stream_t5_quarter_sep is the fastest shipped tier")
     assert remedy("conv3d_t5").startswith("set model.path: auto")
+
+
+CARDS_360P = {name: fps * 4 for name, fps in CARDS_720P.items()}  # the cards scale by pixels
+
+
+def cards_by_pixels(path: Path, width: int, height: int) -> float | None:
+    return CARDS_720P[path.name.removesuffix(".onnx")] * (1280 * 720) / (width * height)
+
+
+def test_calibration_times_the_cheapest_tier_once_on_the_reference_size() -> None:
+    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})  # twice the cards'
+    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    assert selector.calibrate(load, "") == pytest.approx(2.0)
+    assert selector.calibrate(load, "") == pytest.approx(2.0)
+    assert timings.timed == [("stream_t5_quarter_sep", 640, 360)]
+    assert TierSelector(measure=timings, cards=no_cards).calibrate(load, "") is None  # nothing to scale
+    assert len(timings.timed) == 1  # and nothing timed for it
+
+
+def test_a_stream_starts_at_once_on_the_best_tier_its_card_says_keeps_up_here() -> None:
+    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})
+    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    assert selector.start("", 1280, 720, 30.0, 1.2) is None  # not calibrated: the caller times the tiers
+    selector.calibrate(load, "")
+    choice = selector.start("", 1280, 720, 30.0, 1.2)
+    assert choice is not None
+    expected = next(n for n in CARDS_720P if 2 * CARDS_720P[n] >= 36.0)
+    assert choice.name == expected.replace(".int8", "-int8")
+    assert choice.keeps_up
+    assert choice.estimated
+    assert all(p.estimated for p in choice.probes)
+    assert "estimated fps (cards x this machine)" in choice.describe()
+    assert len(timings.timed) == 1  # nothing timed on the stream's size
+
+
+def test_a_stream_no_tier_keeps_up_for_starts_on_the_cheapest_and_says_so() -> None:
+    timings = Timings({"stream_t5_quarter_sep": 0.1 * CARDS_360P["stream_t5_quarter_sep"]})
+    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    selector.calibrate(load, "")
+    choice = selector.start("", 1920, 1080, 30.0, 1.2)
+    assert choice is not None
+    assert (choice.name, choice.keeps_up) == ("stream_t5_quarter_sep", False)
+    assert "no tier keeps up" in choice.describe()
