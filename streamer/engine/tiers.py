@@ -8,9 +8,8 @@ output frame) and takes the first, best quality first, that runs ``headroom`` ti
 rate; decode, encode and the event loop need the rest of the cores. The cheapest tier is timed first,
 and a better tier that its card (scaled by how fast this machine ran the cheapest against its own card)
 puts under half the need is not timed at all; one timed plainly too slow is timed only until that is
-plain; one timed near the need is timed again for longer. At 720p on two cores, where the better tiers
-run a tenth of a 30 fps need, choosing took 6.0 s when every tier was timed in full, 0.45 s now.
-Probes are kept per size and model settings, so the second stream of a size starts at once. Where no
+plain; one timed near the need is timed again for longer, so that choosing where the better tiers run
+far under the need costs one tier's timing, not every tier's. Probes are kept per size and model settings, so the second stream of a size starts at once. Where no
 tier keeps up, the fastest is taken and the choice says so.
 
 Timing tiers once a source has opened holds its first frames while they run, and a live source does not
@@ -99,8 +98,8 @@ def _timed(
     backend: Backend, width: int, height: int, seconds: float, warmup: int, runs: int, floor: float
 ) -> Rate:
     """``model_fps``, stopped early (a ``bound`` rate) once even finishing every call under way at
-    that instant would leave the rate below ``floor``: at 720p on two cores the best tiers run a
-    tenth of what a 30 fps source needs, and timing them in full kept a new stream waiting seconds."""
+    that instant would leave the rate below ``floor``: a tier far under what the stream needs is
+    plain within a few calls, and timing it in full would keep the stream waiting for nothing."""
     rng = np.random.default_rng(0)
     t = backend.info.t
     if backend.info.streaming:
