@@ -1,8 +1,11 @@
-"""Builds a ready pipeline from a validated :class:`~streamer.config.Config`: the one wiring place."""
+"""Builds the runtime's objects from a validated :class:`~streamer.config.Config` (sources, sinks,
+backends, the core's stages, the servers' limits) and a ready pipeline from them: the one wiring place,
+so the config's schema imports nothing of the runtime."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -15,6 +18,11 @@ from streamer.config import (
     Config,
     FileSinkConfig,
     FileSourceConfig,
+    GateConfig,
+    HttpConfig,
+    IceServerConfig,
+    KeepAliveConfig,
+    LatencyConfig,
     ModelConfig,
     RtspSinkConfig,
     RtspSourceConfig,
@@ -22,10 +30,17 @@ from streamer.config import (
     SinkConfig,
     SourceConfig,
     StreamConfig,
+    WebRtcConfig,
     WhepSinkConfig,
     WhipSourceConfig,
+    WindowConfig,
     webrtc_name,
 )
+from streamer.core.blend import FULL, Blend
+from streamer.core.gate import MotionGate, SceneCutDetector
+from streamer.core.keepalive import KeepAlive
+from streamer.core.latency import LatencyBudget
+from streamer.core.windower import OutputPosition, Windower
 from streamer.engine.pipeline import OpenHook, Outcome, OutputHook, Pipeline, ResizeHook
 from streamer.engine.scheduler import InferenceScheduler
 from streamer.engine.telemetry import StageObserver, ignore
@@ -33,6 +48,7 @@ from streamer.engine.tiers import AUTO, TierChoice, TierSelector
 from streamer.errors import ConfigError
 from streamer.frame import Frame, StreamInfo
 from streamer.media.hwcodec import NVENC, X264, nvdec_unavailable, nvenc_unavailable
+from streamer.serving.httpserve import HttpLimits
 from streamer.sinks.base import Sink
 from streamer.sinks.file import FileSink
 from streamer.sinks.null import NullSink
@@ -42,17 +58,26 @@ from streamer.sources.base import Source
 from streamer.sources.file import FileSource
 from streamer.sources.rtsp import RtspSource
 from streamer.sources.synthetic import SyntheticSource
+from streamer.webrtc.ice import IceServer
 from streamer.webrtc.server import WebRtcServer
 from streamer.webrtc.sink import WhepSink
 from streamer.webrtc.source import WhipSource
 
 __all__ = [
     "build_backend",
+    "build_blend",
+    "build_cuts",
+    "build_gate",
+    "build_http_limits",
+    "build_ice_server",
+    "build_keepalive",
+    "build_latency",
     "build_pipeline",
     "build_server",
     "build_sink",
     "build_source",
     "build_stream",
+    "build_windower",
     "choose_tier",
     "probe_engines",
 ]
@@ -72,15 +97,83 @@ def build_server(config: Config) -> WebRtcServer | None:
         w.ice_addresses,
         w.max_body_bytes,
         stun_servers=tuple(w.stun_servers),
-        ice_servers=tuple(s.server() for s in w.ice_servers),
+        ice_servers=tuple(build_ice_server(s) for s in w.ice_servers),
         advertise_ice_servers=w.advertise_ice_servers,
         cors_origins=w.cors_origins,
         connect_timeout_s=w.connect_timeout_s,
         publisher_stale_s=w.publisher_stale_s,
         max_sessions=w.max_sessions,
         max_players=w.max_players,
-        limits=w.limits(),
+        limits=build_http_limits(w),
     )
+
+
+def build_ice_server(config: IceServerConfig) -> IceServer:
+    """A STUN or TURN server for the WebRTC server, its credential revealed."""
+    return IceServer(tuple(config.urls), config.username, config.secret())
+
+
+def build_http_limits(config: HttpConfig | WebRtcConfig) -> HttpLimits:
+    """What one connection may take of an HTTP server: the operations endpoint's or the WebRTC server's."""
+    return HttpLimits(
+        header_timeout_s=config.header_timeout_s,
+        body_timeout_s=config.body_timeout_s,
+        idle_timeout_s=config.idle_timeout_s,
+        max_request_line=config.max_request_line,
+        max_header_bytes=config.max_header_bytes,
+        max_headers=config.max_headers,
+        max_connections=config.max_connections,
+        max_connections_per_client=config.max_connections_per_client,
+    )
+
+
+def build_windower(config: WindowConfig, t: int, position: OutputPosition) -> Windower:
+    """The stream's windows, of the model's ``t`` frames and output ``position`` where the config leaves
+    them to the model."""
+    return Windower(
+        t=config.t if config.t is not None else t,
+        stride=config.stride,
+        position=config.position if config.position is not None else position,
+        edge=config.edge,
+        max_gap=config.max_gap_s,
+    )
+
+
+def build_cuts(config: WindowConfig) -> SceneCutDetector:
+    """The editing cuts that end a run of windows."""
+    return SceneCutDetector(config.scene_cut)
+
+
+def build_gate(config: GateConfig) -> MotionGate:
+    return MotionGate(
+        enabled=config.enabled,
+        downscale_width=config.downscale_width,
+        pixel_threshold=config.pixel_threshold,
+        area_on=config.area_on,
+        area_off=config.area_off,
+        hold=config.hold,
+        refresh_s=config.refresh_s,
+        tile=config.tile,
+        halo=config.halo,
+        max_region=config.max_region,
+        tile_area=config.tile_area,
+    )
+
+
+def build_latency(config: LatencyConfig) -> LatencyBudget:
+    return LatencyBudget(config.budget_ms, config.on_miss)
+
+
+def build_keepalive(config: KeepAliveConfig, fps: float) -> KeepAlive:
+    """A live output's keep-alive at the source's frame rate (30 where it has none)."""
+    return KeepAlive(1.0 / fps if fps > 0 else 1.0 / 30, config.card_after_s)
+
+
+def build_blend(model: ModelConfig) -> Blend | None:
+    """The stream's blend; None: the model's own."""
+    if model.blend == "auto":
+        return None
+    return FULL if model.blend == "off" else Blend.parse(model.blend, "model.blend")
 
 
 def _need(server: WebRtcServer | None, what: str) -> WebRtcServer:
@@ -230,10 +323,9 @@ def build_sink(config: SinkConfig, server: WebRtcServer | None = None, relay_ori
 
 
 CPU_WORKERS = 2
-"""``model.workers`` where unset, on the CPU provider: beside decode and encode on 2 cores, two calls of
-one thread each enhanced 80% of a live 360p30 stream (stream_t5_lite) where one call of two threads
-enhanced 63% (``streamer bench live --workers 1,2``): a call's threads wait for each other at every op,
-so a core lent to a codec stalls all of them, while two calls go on at their own pace."""
+"""``model.workers`` where unset, on the CPU provider: a call's threads wait for each other at every op,
+so a core lent to a codec stalls all of them, while two calls of one thread each go on at their own
+pace beside decode and encode (``streamer bench live --workers 1,2`` compares the two)."""
 
 
 TRITON_WORKERS = 2
@@ -325,25 +417,25 @@ def build_stream(
         build_source(stream.source, runtime.queue_size, server, stream.id, keep_audio=keep_audio),
         sink,
         backend,
-        stream.window.build(model.t, model.output_position),
-        stream.gate.build(),
-        stream.latency.build(),
+        build_windower(stream.window, model.t, model.output_position),
+        build_gate(stream.gate),
+        build_latency(stream.latency),
         on_skip=stream.gate.on_skip,
         max_batch=runtime.batch_for(model.provider),
         queue_size=runtime.queue_size,
         ring_capacity=runtime.ring_capacity,
         on_output=_relaying(sink, on_output),
-        scene_cuts=stream.window.build_cuts(),
+        scene_cuts=build_cuts(stream.window),
         scheduler=scheduler,
         observe=observe,
         on_open=on_open,
         on_resize=on_resize,
         tile=stream.model.tile,
         tile_overlap=stream.model.tile_overlap,
-        keepalive=stream.keepalive.build if stream.keepalive.enabled else None,
+        keepalive=functools.partial(build_keepalive, stream.keepalive) if stream.keepalive.enabled else None,
         warm_up=stream.model.warm_up,
         strength=stream.model.strength,
-        blend=stream.model.build_blend(),
+        blend=build_blend(stream.model),
     )
     for whep in _wheps(sink):
         whep.server.declare_figures(whep.stream_id, _figures_of(stream, pipeline))

@@ -16,8 +16,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from enum import StrEnum
 from typing import Any
+
+from streamer.config.model import GpuWait
 
 __all__ = ["GpuWait", "cuda_runtime", "set_gpu_wait"]
 
@@ -25,17 +26,6 @@ log = logging.getLogger(__name__)
 
 _CUDART = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
 _SCHEDULE_MASK = 0x07
-
-
-class GpuWait(StrEnum):
-    """How a host thread waits for the GPU at the end of a call (``model.gpu_wait``)."""
-
-    BLOCKING = "blocking"
-    """Sleep on a synchronisation primitive until the GPU is done: no core held while it works."""
-    SPIN = "spin"
-    """Poll the GPU: the fastest return, a core held at 100% for the whole wait."""
-    AUTO = "auto"
-    """CUDA's own choice: a spin unless CUDA contexts outnumber the cores."""
 
 
 _FLAGS = {GpuWait.AUTO: 0x00, GpuWait.SPIN: 0x01, GpuWait.BLOCKING: 0x04}

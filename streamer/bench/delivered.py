@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from streamer.app import build_windower
 from streamer.backend.base import Backend
 from streamer.bench.metrics import Clip
 from streamer.config import WindowConfig
@@ -60,7 +61,7 @@ def delivered(
     default window settings for the model, no gate, no budget, the model's own blend unless ``blend``),
     written at the file output's default quality (or ``crf``) to ``out``, and decoded again."""
     info = backend.info
-    windower = WindowConfig().build(info.t, info.output_position)
+    windower = build_windower(WindowConfig(), info.t, info.output_position)
     pipeline = Pipeline(FileSource(stream), _sink(out, crf), backend, windower, blend=blend)
     asyncio.run(pipeline.run())
     return decoded(out)

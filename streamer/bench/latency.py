@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from streamer.app import build_backend
+from streamer.app import build_backend, build_windower
 from streamer.bench.harness import cpu_name, isa_text
 from streamer.bench.latency_measure import PATHS, PathResult, Settings, Skipped, parse_size
 from streamer.bench.latency_report import LatencyReport, format_markdown, format_table
@@ -83,7 +83,7 @@ def run_latency(settings: Settings) -> LatencyReport:
     backend = build_backend(config.model)
     model = backend.info
     backend.close()
-    lookahead = WindowConfig().build(model.t, model.output_position).lookahead
+    lookahead = build_windower(WindowConfig(), model.t, model.output_position).lookahead
     rows, skipped = asyncio.run(_run(settings))
     on_skip = config.gate.on_skip.value if settings.gate else "gate off"
     reuse = (

@@ -34,7 +34,7 @@ import numpy as np
 from av.video.stream import VideoStream
 from skimage import data as skdata
 
-from streamer.app import build_backend, build_pipeline
+from streamer.app import build_backend, build_gate, build_pipeline
 from streamer.bench.harness import (
     LoadWatch,
     Machine,
@@ -330,7 +330,7 @@ def run_motion(scene_args: dict[str, Any], extra: dict[str, Any], tile: int = 32
     backend.close()
     gate_settings = config.gate.model_dump(mode="json", exclude={"enabled", "tile"})
     if gate_settings["halo"] is None:  # what the gate took: the model's reach, rounded up
-        made = config.gate.build()
+        made = build_gate(config.gate)
         made.fit_reach(model.reach_px)
         gate_settings["halo"] = (
             f"{made.halo} (the default: no reach in the model's card)"

@@ -37,7 +37,7 @@ import av.error
 import numpy as np
 from av.video.stream import VideoStream
 
-from streamer.app import build_backend, build_pipeline
+from streamer.app import build_backend, build_cuts, build_gate, build_pipeline, build_windower
 from streamer.bench.harness import (
     LoadWatch,
     Machine,
@@ -284,9 +284,9 @@ def core_cost(pool: Sequence[np.ndarray[Any, Any]], frames: int, config: Config)
     info = backend.info
     backend.close()
     t = info.t
-    windower = config.window.build(t, info.output_position)
-    gate = config.gate.build()
-    cuts = config.window.build_cuts()
+    windower = build_windower(config.window, t, info.output_position)
+    gate = build_gate(config.gate)
+    cuts = build_cuts(config.window)
     ring = RingBuffer(config.runtime.ring_capacity or windower.history)
     fps = Fraction(30)
     time_base = 1 / fps

@@ -23,7 +23,6 @@ import io
 import logging
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Literal
 
 import av
 import av.logging
@@ -33,6 +32,7 @@ from av.container import InputContainer
 from av.video.codeccontext import VideoCodecContext
 from av.video.stream import VideoStream
 
+from streamer.config.codecs import COMPRESSED_CODECS, NVENC, X264, Decode, VideoCodec
 from streamer.errors import ConfigError
 
 __all__ = [
@@ -49,31 +49,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Decode = Literal["cpu", "nvdec", "auto"]
-"""``cpu``: libavcodec's decoder; ``nvdec``: the GPU's decoder (frames come back to host memory, a
-stream NVDEC cannot take falls back to the CPU's); ``auto``: NVDEC where it works."""
-
-VideoCodec = Literal["libx264", "h264_nvenc", "auto"]
-"""The H.264 encoder of an output: ``auto`` is h264_nvenc where NVENC works, libx264 otherwise."""
-
-NVENC = "h264_nvenc"
-X264 = "libx264"
-
-COMPRESSED_CODECS = (
-    "auto",
-    X264,
-    NVENC,
-    "libopenh264",
-    "libx265",
-    "hevc_nvenc",
-    "libvpx",
-    "libvpx-vp9",
-    "libaom-av1",
-    "libsvtav1",
-    "mpeg4",
-)
-"""Encoders that compress: what an output added through the control API may name by default."""
 
 _NVENC_PRESETS = {
     "ultrafast": "p1",

@@ -30,6 +30,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import TypeAdapter, ValidationError
 
+from streamer.app import build_http_limits
 from streamer.config import HttpConfig, Strength, stream_config
 from streamer.engine.pipeline import PipelineReport
 from streamer.errors import (
@@ -92,7 +93,7 @@ class ControlServer:
     async def start(self) -> None:
         if self._runner is None:
             self._runner, self._port = await serve(
-                self.app, self.config.host, self._port, "http", self.config.limits()
+                self.app, self.config.host, self._port, "http", build_http_limits(self.config)
             )
             log.info("operations endpoint on %s (/healthz /readyz /metrics /streams)", self.url)
 
@@ -191,7 +192,7 @@ class ControlServer:
         if request.content_length is not None and request.content_length > _MAX_BODY:
             raise too_large
         try:
-            data: Any = json.loads(await read_body(request, self.config.limits(), "http"))
+            data: Any = json.loads(await read_body(request, build_http_limits(self.config), "http"))
         except web.HTTPRequestEntityTooLarge:
             raise too_large from None
         except ConnectionError:

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from streamer.app import build_backend, build_server, build_stream, choose_tier, probe_engines
+from streamer.app import build_backend, build_server, build_stream, build_windower, choose_tier, probe_engines
 from streamer.assets import AUTO_TIERS
 from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
@@ -390,7 +390,7 @@ class Service:
         cached maps (T, and one more per window that may be in flight), and the activations of the model
         calls it may have under way at once (a tile's each, with model.tile)."""
         runtime, model, calls = self.config.runtime, backend.info, max(1, backend.workers)
-        ring = runtime.ring_capacity or stream.window.build(model.t, model.output_position).history
+        ring = runtime.ring_capacity or build_windower(stream.window, model.t, model.output_position).history
         cached = model.t + calls
         return stream_cost(
             width,

@@ -37,6 +37,7 @@ import av.error
 from av.container import OutputContainer
 from av.video.stream import VideoStream
 
+from streamer.config.codecs import DEFAULT_CRF
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.media.audio import AudioTrack
@@ -52,9 +53,6 @@ __all__ = ["DEFAULT_CRF", "NEAR_LOSSLESS_CRF", "FileSink"]
 log = logging.getLogger(__name__)
 
 
-DEFAULT_CRF = 12
-"""libx264's constant quality for recordings: the re-encode's cost to a camera's compressed stream is
-then small beside what a model gains on it (``streamer bench quality``, delivered)."""
 NEAR_LOSSLESS_CRF = 4
 """A recording setting that keeps nearly all of the picture it is given, at several times the size."""
 

@@ -14,13 +14,10 @@ never sends ``Access-Control-Allow-Credentials``: a ``*`` never meets cookies.
 
 from __future__ import annotations
 
-import ipaddress
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from streamer.errors import ConfigError
-from streamer.redact import redact_url
+from streamer.config.net import MAX_ORIGIN, check_origins
 
 __all__ = ["ALLOWED_HEADERS", "EXPOSED_HEADERS", "CorsPolicy", "Preflight", "check_origins"]
 
@@ -33,63 +30,7 @@ ETag and PATCH formats where a server sends them."""
 MAX_AGE_S = 600
 """How long a browser may reuse a preflight's answer."""
 
-_MAX_ORIGIN = 300
-"""Longer than any origin (scheme, a 253-character host, a port): a longer header is not one."""
 _MAX_REQUEST_HEADERS = 1024
-_MAX_ORIGINS = 64
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def check_origins(origins: Sequence[str]) -> tuple[str, ...]:
-    """``origins`` as browsers write them in ``Origin`` (lower case, no default port), or a ConfigError
-    naming the first that is not an origin and how to write it."""
-    if len(origins) > _MAX_ORIGINS:
-        raise ConfigError(f"webrtc.cors_origins lists {len(origins)} origins; at most {_MAX_ORIGINS}")
-    if "*" in origins:
-        if len(origins) > 1:
-            raise ConfigError(
-                "webrtc.cors_origins: '*' allows every origin and stands alone; list '*' or origins"
-            )
-        return ("*",)
-    return tuple(dict.fromkeys(_origin(o) for o in origins))
-
-
-def _shown(text: str) -> str:
-    """A configured origin as an error shows it: user info or a query in it may hold a secret."""
-    return redact_url(text) if any(c in text for c in "@?#") else text
-
-
-def _origin(text: str) -> str:
-    how = "write it as scheme://host, with a port where it has one, e.g. 'https://studio.example.net' or 'http://localhost:3000'"
-    if len(text) > _MAX_ORIGIN:
-        raise ConfigError(f"webrtc.cors_origins: {_shown(text[:60])!r}... is longer than any origin; {how}")
-    try:
-        parts = urllib.parse.urlsplit(text)
-        port = parts.port
-    except ValueError:
-        raise ConfigError(f"webrtc.cors_origins: {_shown(text)!r} is not an origin; {how}") from None
-    host = parts.hostname
-    if (
-        parts.scheme not in _DEFAULT_PORTS
-        or not host
-        or parts.username is not None
-        or parts.password is not None
-    ):
-        raise ConfigError(f"webrtc.cors_origins: {_shown(text)!r} is not an http or https origin; {how}")
-    if parts.path or parts.query or parts.fragment or text.endswith(("?", "#")):
-        bare = f"{parts.scheme}://{parts.netloc}"
-        raise ConfigError(
-            f"webrtc.cors_origins: {_shown(text)!r} has a path; an origin has none: write {bare!r}"
-        )
-    if ":" in host:  # an IPv6 literal, unbracketed by urlsplit: browsers send its compressed form
-        try:
-            host = f"[{ipaddress.IPv6Address(host).compressed}]"
-        except ValueError:
-            raise ConfigError(
-                f"webrtc.cors_origins: {_shown(text)!r} has a malformed IPv6 address; {how}"
-            ) from None
-    shown = f"{parts.scheme.lower()}://{host.lower()}"
-    return shown if port is None or port == _DEFAULT_PORTS[parts.scheme.lower()] else f"{shown}:{port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +54,7 @@ class CorsPolicy:
 
     def allowed(self, origin: str | None) -> str | None:
         """The ``Access-Control-Allow-Origin`` value for a request from ``origin``, or None (no CORS)."""
-        if origin is None or not self.origins or len(origin) > _MAX_ORIGIN:
+        if origin is None or not self.origins or len(origin) > MAX_ORIGIN:
             return None
         if self.any_origin:
             return "*"
@@ -138,7 +79,7 @@ class CorsPolicy:
         vary = {} if self.any_origin else {"Vary": "Origin"}
         allow = self.allowed(origin)
         if allow is None:
-            shown = "no Origin" if origin is None else f"origin {origin[:_MAX_ORIGIN]!r}"
+            shown = "no Origin" if origin is None else f"origin {origin[:MAX_ORIGIN]!r}"
             return Preflight(False, vary, f"{shown} is not allowed (webrtc.cors_origins)")
         if method not in methods:
             return Preflight(

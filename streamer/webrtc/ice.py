@@ -22,13 +22,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import ipaddress
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import aioice.ice
 from aiortc import RTCConfiguration, RTCIceServer
 
+from streamer.config.net import check_ice_server, check_ice_url, is_loopback
 from streamer.errors import ConfigError
 
 __all__ = [
@@ -93,16 +93,6 @@ def restrict_host_addresses(addresses: Sequence[str] | None) -> Iterator[None]:
         _RESTRICTED.reset(token)
 
 
-def is_loopback(host: str) -> bool:
-    """True for 'localhost' and loopback IP literals: a bind address no other machine can reach."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def default_ice_addresses(host: str) -> list[str] | None:
     """The candidates a server bound to ``host`` offers: that address, or every interface (None).
 
@@ -122,76 +112,6 @@ def default_ice_addresses(host: str) -> list[str] | None:
         ) from None
 
 
-_ICE_URL = re.compile(
-    r"(?P<scheme>stuns?|turns?):(?P<host>[A-Za-z0-9.-]{1,253})(?::(?P<port>[0-9]{1,5}))?"
-    r"(?:\?transport=(?P<transport>udp|tcp))?"
-)
-"""An RFC 7064 STUN or RFC 7065 TURN URI with a hostname or IPv4 host: aiortc's own parser takes no
-IPv6 literal (``[::1]``), and a URL it cannot parse would fail every peer connection."""
-_HOSTNAME_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
-_MAX_URL = 512
-_MAX_SECRET = 512
-_SECRET_CHARS = re.compile(r"[\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]+")
-"""Printable ASCII but space, ``"``, ``,``, ``;`` and ``\\``: what survives inside a quoted ``Link``
-attribute even for clients that split the header naively on ``,`` and ``;`` (OBS Studio does)."""
-
-
-def check_ice_url(url: str) -> str:
-    """``url`` if it is a STUN or TURN URL that aiortc and browsers accept, else a ConfigError naming it."""
-    example = "e.g. 'turn:turn.example.net:3478?transport=udp' or 'stun:stun.example.net:3478'"
-    if "@" in url:
-        raise ConfigError(
-            f"ICE server URL {_shown(url)!r} carries user info; give the username and credential as fields "
-            "of their own"
-        )
-    match = _ICE_URL.fullmatch(url) if len(url) <= _MAX_URL else None
-    if match is None:
-        raise ConfigError(
-            f"ICE server URL {_shown(url)!r} is not a stun:, stuns:, turn: or turns: URL of a hostname or "
-            f"IPv4 address with an optional port and ?transport=udp|tcp; write it as {example}"
-        )
-    scheme, host, port, transport = match.group("scheme", "host", "port", "transport")
-    if not _is_host(host):
-        raise ConfigError(
-            f"ICE server URL {url!r}: {host!r} is neither a hostname nor an IPv4 address; {example}"
-        )
-    if port is not None and not 1 <= int(port) <= 65535:
-        raise ConfigError(f"ICE server URL {url!r}: port {port} is out of range; use 1-65535")
-    if scheme.startswith("stun") and transport is not None:
-        raise ConfigError(f"ICE server URL {url!r}: a STUN URL takes no ?transport (RFC 7064); drop it")
-    if scheme == "turns" and transport == "udp":
-        raise ConfigError(f"ICE server URL {url!r}: TURN over TLS runs on TCP; use ?transport=tcp or drop it")
-    return url
-
-
-def _shown(url: str) -> str:
-    """A URL that failed the check, as an error shows it: its user info and query values may be secrets."""
-    head, mark, query = url.partition("?")
-    scheme, colon, rest = head.partition(":")
-    if "@" in rest:
-        rest = "***@" + rest.rpartition("@")[2]
-    shown = scheme + colon + rest + mark + re.sub(r"=[^&]*", "=***", query)
-    return shown if len(shown) <= 100 else shown[:85] + "..."
-
-
-def _is_host(host: str) -> bool:
-    if host.replace(".", "").isdigit():
-        try:
-            return ipaddress.ip_address(host).version == 4
-        except ValueError:
-            return False
-    return all(_HOSTNAME_LABEL.fullmatch(label) for label in host.removesuffix(".").split("."))
-
-
-def _check_secret(value: str, what: str) -> None:
-    """A ConfigError naming ``what`` (never the value: it may be a password) if it cannot be advertised."""
-    if not 1 <= len(value) <= _MAX_SECRET or not _SECRET_CHARS.fullmatch(value):
-        raise ConfigError(
-            f"the TURN {what} must be 1-{_MAX_SECRET} printable ASCII characters without spaces, '\"', ',', "
-            f"';' or '\\' (it travels in a Link header); choose another (the value is not shown)"
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class IceServer:
     """One STUN or TURN server with its credentials, as browsers' ``RTCIceServer``; checked on creation.
@@ -205,22 +125,7 @@ class IceServer:
     credential: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.urls) <= 8:
-            raise ConfigError(f"an ICE server lists {len(self.urls)} URLs; give 1 to 8")
-        for url in self.urls:
-            check_ice_url(url)
-        if self.has_turn:
-            if self.username is None or self.credential is None:
-                raise ConfigError(
-                    f"TURN server {self.urls[0]!r} needs a username and a credential (its long-term password)"
-                )
-            _check_secret(self.username, "username")
-            _check_secret(self.credential, "credential")
-        elif self.username is not None or self.credential is not None:
-            raise ConfigError(
-                f"STUN server {self.urls[0]!r} takes no username or credential; drop them, or list a "
-                "turn: URL"
-            )
+        check_ice_server(self.urls, self.username, self.credential)
 
     @property
     def has_turn(self) -> bool:

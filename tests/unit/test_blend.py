@@ -16,6 +16,7 @@ import pytest
 
 from export.calibrate_blend import Measured, blend_of
 from export.calibrate_blend import main as calibrate_main
+from streamer.app import build_blend
 from streamer.backend.onnx import OnnxBackend
 from streamer.bench.delivered import identity_model
 from streamer.bench.quality import crf_roundtrip
@@ -58,9 +59,9 @@ def test_a_blend_is_parsed_from_its_text_and_a_bad_one_refused_naming_the_form()
 
 
 def test_the_config_takes_auto_off_or_ramps() -> None:
-    assert ModelConfig().build_blend() is None
-    assert ModelConfig(blend="off").build_blend() is FULL
-    assert ModelConfig(blend="28:33,0.5:1").build_blend() == BLEND_28_33
+    assert build_blend(ModelConfig()) is None
+    assert build_blend(ModelConfig(blend="off")) is FULL
+    assert build_blend(ModelConfig(blend="28:33,0.5:1")) == BLEND_28_33
     with pytest.raises(ValueError, match=r"QP_NONE:QP_FULL,SIGMA_NONE:SIGMA_FULL"):
         ModelConfig(blend="strong")
 

@@ -443,11 +443,12 @@ def test_the_camera_profile_runs_the_model_that_takes_a_strength_on_the_streams_
 
 
 def test_the_low_latency_profile_waits_for_no_later_frame() -> None:
+    from streamer.app import build_windower
     from streamer.backend.onnx import OnnxBackend
 
     config = load_config(CONFIGS / "low-latency.yaml")
     model = OnnxBackend(config.model.file()).info
-    assert config.window.build(model.t, model.output_position).lookahead == 0
+    assert build_windower(config.window, model.t, model.output_position).lookahead == 0
     assert config.source.kind == config.sink.kind == "rtsp"
 
 

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from streamer.app import build_ice_server
 from streamer.config import load_config
 from streamer.errors import ConfigError
 from streamer.webrtc import WebRtcServer, WhipSource
@@ -141,7 +142,7 @@ def test_config_declares_turn_servers_and_hides_the_credential(tmp_path: Path) -
         )
     )
     w = config.webrtc
-    assert w.ice_servers[0].server() == IceServer(
+    assert build_ice_server(w.ice_servers[0]) == IceServer(
         ("turn:turn.example.net:3478?transport=udp", "turn:turn.example.net:3478?transport=tcp"),
         "alice",
         SECRET,
