@@ -2,15 +2,15 @@
 
 Which tier a CPU can run live depends on the frame size, the source's frame rate, the cores and their
 instruction sets (INT8 pays on VNNI/AMX far more than on AVX2), so no tier is right everywhere. Once a
-stream's source has opened, ``TierSelector.choose`` times each shipped tier alone on frames of that size
-(the steady state the pipeline runs: a streaming tier encodes one new frame and fuses T cached maps per
-output frame) and takes the first, best quality first, that runs ``headroom`` times the source's frame
-rate; decode, encode and the event loop need the rest of the cores. The cheapest tier is timed first,
-and a better tier that its card (scaled by how fast this machine ran the cheapest against its own card)
-puts under half the need is not timed at all; one timed plainly too slow is timed only until that is
-plain; one timed near the need is timed again for longer, so that choosing where the better tiers run
-far under the need costs one tier's timing, not every tier's. Probes are kept per size and model settings, so the second stream of a size starts at once. Where no
-tier keeps up, the fastest is taken and the choice says so.
+stream's source has opened, ``TierSelector.choose`` times each shipped tier alone on frames of that size (the
+steady state the pipeline runs: a streaming tier encodes one new frame and fuses T cached maps per output
+frame) and takes the first, best quality first, that runs ``headroom`` times the source's frame rate; decode,
+encode and the event loop need the rest of the cores. The cheapest tier is timed first, and a better tier that
+its card (scaled by how fast this machine ran the cheapest against its own card) puts under half the need is
+not timed at all; one timed plainly too slow is timed only until that is plain; one timed near the need is
+timed again for longer, so that choosing where the better tiers run far under the need costs one tier's
+timing, not every tier's. Probes are kept per size and model settings, so the second stream of a size starts
+at once. Where no tier keeps up, the fastest is taken and the choice says so.
 
 Timing tiers once a source has opened holds its first frames while they run, and a live source does not
 wait. So a service first calibrates (``TierSelector.calibrate``, before any source opens or a stream

@@ -422,12 +422,12 @@ class Service:
             self.budget.admit(stream.id, self._cost(stream, info.width, info.height, runner.pipeline.backend))
             if stream.model.path != AUTO:
                 return None
-            choice = self._start_tier(stream, info)
-            if choice is None:
-                choice = await choose_tier(self._tiers, stream.model, info, stream.id)
+            fps = float(info.fps) if info.fps > 0 else 30.0
+            choice = self._start_tier(stream, info, fps) or await choose_tier(
+                self._tiers, stream.model, info, stream.id
+            )
             model = await self._load(stream.model.with_file(choice.path))
             runner.choice = choice
-            fps = float(info.fps) if info.fps > 0 else 30.0
             runner.retier = Retier(choice, fps, stream.model.headroom, time.monotonic())
             runner.model_key = _model_key(stream.model.with_file(choice.path))
             await self._release_models()
@@ -444,10 +444,9 @@ class Service:
             self._tiers.calibrate, lambda path: build_backend(model.with_file(path)), model.session_key()
         )
 
-    def _start_tier(self, stream: StreamConfig, info: StreamInfo) -> TierChoice | None:
+    def _start_tier(self, stream: StreamConfig, info: StreamInfo, fps: float) -> TierChoice | None:
         """The tier an auto stream starts on at once, from the calibration and the cards (logged); None
         where there is none to go on, and the tiers are timed instead."""
-        fps = float(info.fps) if info.fps > 0 else 30.0
         model = stream.model
         choice = self._tiers.start(model.session_key(), info.width, info.height, fps, model.headroom)
         if choice is not None:
