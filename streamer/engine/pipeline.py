@@ -1,15 +1,19 @@
 """One stream, end to end: source -> ring -> windower -> gate -> backend -> sink.
 
-Three asyncio tasks joined by bounded channels:
+Three asyncio tasks joined by bounded channels, each a module of its own:
 
-- *ingest* reads frames, keeps them in the ring, asks the windower for ready windows and the gate
-  whether each needs the model, and queues a :class:`_Work` per frame in order;
-- *infer* takes queued work, asks the latency budget whether each window can still make it, submits the
-  admitted ones to the model's :class:`~streamer.engine.scheduler.InferenceScheduler` (shared with the other
-  streams of that model, which batches windows across them; a recurrent model's steps run one after the
-  other, carrying this stream's hidden state, each batched with other streams' steps) and resolves
-  reused and passed-through frames in order;
-- *output* writes frames to the sink and records end-to-end latency.
+- *ingest* (:mod:`streamer.engine.ingest`) reads frames, keeps them in the ring, asks the windower for
+  ready windows and the gate whether each needs the model, and queues a
+  :class:`~streamer.engine.work.Work` per frame in order;
+- *inference* (:mod:`streamer.engine.inference`) takes queued work, asks the latency budget whether
+  each window can still make it, runs the admitted ones on the stream's model (held by a
+  :class:`~streamer.engine.binding.ModelBinding`, shared with the other streams of that model through
+  its scheduler) and resolves reused and passed-through frames in order;
+- *egress* (:mod:`streamer.engine.egress`) writes frames to the sink and records end-to-end latency.
+
+The :class:`Pipeline` builds them, opens the source and the sink, picks (``on_open``) and warms the
+model, runs the three, and is what the rest of the program holds: the stream's figures, its settings
+(:class:`~streamer.engine.settings.PipelineSettings`), ``stop()`` and ``move_to()``.
 
 Every input frame leaves exactly once (enhanced, reused, passed through: by the gate, the budget, or a
 model server that cannot answer) unless the budget drops it,
@@ -19,103 +23,44 @@ and leaves in order with its own PTS, because work never overtakes other work.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from streamer.backend.base import Backend
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.core.blend import Blend, QuantizerEstimate
-from streamer.core.card import no_signal_card
 from streamer.core.features import FeatureCacheStats
-from streamer.core.gate import GateReason, MotionGate, Region, SceneCutDetector, SkipAction
-from streamer.core.keepalive import Filler, KeepAlive
-from streamer.core.latency import Admission, LatencyBudget, MissAction
+from streamer.core.gate import MotionGate, SceneCutDetector, SkipAction
+from streamer.core.keepalive import KeepAlive
+from streamer.core.latency import LatencyBudget
 from streamer.core.misswatch import MissWatch, MissWatchStats
 from streamer.core.noise import NoiseEstimator
 from streamer.core.ring import RingBuffer
-from streamer.core.windower import Windower, WindowTask
-from streamer.engine.runners import Runner, Runners, Stream, Window, choose_runner, runner_kind
-from streamer.engine.scheduler import BatchResult, InferenceScheduler, Late
+from streamer.core.windower import Windower
+from streamer.engine.binding import ModelBinding
+from streamer.engine.egress import Egress, OutputHook
+from streamer.engine.inference import Inference
+from streamer.engine.ingest import Ingest, ResizeHook
+from streamer.engine.scheduler import InferenceScheduler
+from streamer.engine.settings import PipelineSettings
 from streamer.engine.snapshot import StreamSnapshot
 from streamer.engine.tally import Outcome, PipelineReport, Tally
 from streamer.engine.telemetry import Stage, StageObserver, ignore
-from streamer.engine.tiers import remedy
-from streamer.errors import (
-    ConfigError,
-    EndOfStream,
-    ModelMismatchError,
-    ModelUnavailableError,
-    SourceError,
-    StreamerError,
-)
-from streamer.frame import Frame, Hyperframe, Pixels, StreamInfo, Yuv420
+from streamer.engine.work import Output, Work
+from streamer.frame import StreamInfo
 from streamer.media.colour import resolve
-from streamer.media.resize import upscale
 from streamer.sinks.base import Sink
 from streamer.sources.base import Source
 
 if TYPE_CHECKING:
     from streamer.media.audio import AudioTrack
 
-__all__ = ["Outcome", "Pipeline", "PipelineReport"]
+__all__ = ["OpenHook", "Outcome", "OutputHook", "Pipeline", "PipelineReport", "ResizeHook"]
 
 log = logging.getLogger(__name__)
-
-
-class _Plan(enum.Enum):
-    ENHANCE = "enhance"
-    SKIP = "skip"
-    STRIDE = "stride"
-
-
-@dataclass(frozen=True, slots=True)
-class _Work:
-    frame: Frame
-    plan: _Plan
-    run: int
-    window: Hyperframe | None = None
-    region: Region | None = None
-    """Set for a region run: ``window`` holds the crop, and only ``region.paste`` replaces the last output."""
-    weight: float = 1.0
-    """The share of the model's change the frame gets (``streamer.core.blend``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Output:
-    source: Frame
-    frame: Frame
-    outcome: Outcome
-    handed_on: float = field(default_factory=time.monotonic)
-    """When the frame left the model's stage: the budget learns the time from here to written."""
-
-
-_Enhanced = tuple[dict[int, Frame], set[int], bool]
-"""Enhanced frames by index, the indices the budget dropped, whether the model was unavailable."""
-
-_Started = tuple[list["_Work"], int, asyncio.Future[_Enhanced]]
-"""A batch under way: its windows, the worker slots it holds, and its model call (or what the budget
-decided for windows that call no model)."""
-
-
-def _decided(dropped: set[int]) -> asyncio.Future[_Enhanced]:
-    """The outcome of windows that call no model: already known."""
-    future: asyncio.Future[_Enhanced] = asyncio.get_running_loop().create_future()
-    future.set_result(({}, dropped, False))
-    return future
-
-
-OutputHook = Callable[[Frame, Frame, Outcome], None]
-"""Called for each frame written, with the source frame, the frame sent and how it was made."""
-
-ResizeHook = Callable[[int, int], None]
-"""Called with a frame's (width, height) when a stream's frame size changes, before the frame is used;
-raising refuses it: the stream ends there, its earlier frames still written, with that error."""
 
 OpenHook = Callable[[StreamInfo], Awaitable[tuple[InferenceScheduler, bool] | None]]
 """Called once the source has opened, before the first frame is read, with what it opened: may refuse
@@ -154,185 +99,121 @@ class Pipeline:
         blend: Blend | None = None,
     ) -> None:
         self.source = source
-        self._blend = blend
-        """The blend set for the stream; None: the model's own (``ModelInfo.blend``)."""
+        self.sink = sink
+        self.windower = windower
+        self.gate = gate if gate is not None else MotionGate(enabled=False)
+        self.settings = PipelineSettings(
+            on_skip, max_batch, queue_size, ring_capacity, tile, tile_overlap, warm_up
+        )
+        self.binding = ModelBinding(source.stream_id, backend, scheduler, windower, self.gate, self.settings)
+        """The stream's model, its scheduler and runners (``streamer.engine.binding``)."""
+        self.budget = budget if budget is not None else LatencyBudget()
+        self.cuts = scene_cuts if scene_cuts is not None else SceneCutDetector(None)
         self.strength = strength
         """A model that takes a strength gets this per window: a noise sigma, or ``auto`` (the
         stream's noise estimate, the model's default until there is one); the control API sets it live."""
-        self.sink = sink
-        self.backend = backend
-        self.windower = windower
-        self.gate = gate if gate is not None else MotionGate(enabled=False)
-        self.on_skip = on_skip
-        self.scale = backend.info.scale
-        """Output frames are this many times the source's size: unenhanced ones are scaled up to match."""
-        self._fit(backend)
+        self._blend = blend
+        """The blend set for the stream; None: the model's own (``ModelInfo.blend``)."""
+        self.tally = Tally()
+        """What the stream has done so far (``streamer.engine.tally``)."""
+        self._observe = observe
         self._on_open = on_open
-        self._on_resize = on_resize
-        self._warm_up = warm_up
         self._keepalive_for = keepalive if sink.live else None
         self.keepalive: KeepAlive | None = None
         """Made once the source's frame rate is known, for a live sink; None otherwise."""
-        self._card: Pixels | None = None
-        self.tile = tile
-        self.tile_overlap = tile_overlap
-        self.budget = budget if budget is not None else LatencyBudget()
-        self.cuts = scene_cuts if scene_cuts is not None else SceneCutDetector(None)
-        self.max_batch = max(1, max_batch)
-        if scheduler is not None and scheduler.backend is not backend:
-            raise ConfigError(
-                f"the scheduler given to stream {source.stream_id!r} runs model "
-                f"{scheduler.backend.info.name!r}, not this pipeline's backend; share one per backend"
-            )
-        self._own_scheduler = scheduler is None
-        self._key = f"{source.stream_id}@{id(self):x}"
-        """This pipeline's name in its scheduler: unique even where two sources share a stream id."""
-        self.scheduler = scheduler if scheduler is not None else InferenceScheduler(backend, self.max_batch)
-        self._observe = observe
-        if ring_capacity is not None and ring_capacity < windower.history:
-            raise ConfigError(
-                f"runtime.ring_capacity is {ring_capacity}, below the {windower.history} frames a "
-                f"T={windower.t} window can span; raise it or leave it unset"
-            )
-        self.ring = RingBuffer(ring_capacity or windower.history, stream_id=source.stream_id)
-        self._work: Channel[_Work] = Channel(queue_size, DropPolicy.BLOCK, name=f"work:{source.stream_id}")
-        self._out: Channel[_Output] = Channel(queue_size, DropPolicy.BLOCK, name=f"out:{source.stream_id}")
-        self._on_output = on_output
         self._audio: AudioTrack | None = None
         """The source's audio, when the sink writes it: its queue shows beside the channels."""
-        self._stopping = False
         self.opened = False
-        self.last_frame_at: float | None = None
-        """Monotonic time the source last delivered a frame: how the service sees a stall."""
-        self.last_sent_at: float | None = None
-        self.sending_since: float | None = None
-        """When the sink write under way started (None: none is): how the service sees a blocked sink."""
-        self.tally = Tally()
-        """What the stream has done so far (``streamer.engine.tally``)."""
-        self.frame_size: tuple[int, int] | None = None
-        """(width, height) of the source's latest frame."""
-        self._source_error: StreamerError | None = None
-        """What ended the source (or refused its new size), kept until its frames are written."""
-        self._probing: asyncio.Task[None] | None = None
-        self._next_model: tuple[InferenceScheduler, asyncio.Future[None]] | None = None
-        """A model to move to between calls (``move_to``), and who waits for the move."""
-        self._run = -1
-        self._model_down = False
-        """The last model call found the model unavailable (a server's outage): logged once."""
-        self._misses = misses if misses is not None else MissWatch()
-        """Over 5% of due frames unenhanced in a minute: one warning per minute while it lasts."""
-        self._runners = self._choose_runners()
-        """How the stream's windows run on its model (``streamer.engine.runners``), chosen once per model."""
-        self.noise = NoiseEstimator()
+        stream = source.stream_id
+        self._work: Channel[Work] = Channel(queue_size, DropPolicy.BLOCK, name=f"work:{stream}")
+        self._out: Channel[Output] = Channel(queue_size, DropPolicy.BLOCK, name=f"out:{stream}")
+        self._ingest = Ingest(
+            source,
+            windower,
+            self.gate,
+            self.cuts,
+            self.binding,
+            self.settings,
+            self._work,
+            self.tally,
+            strength=self.strength_now,
+            weight=self.weight_now,
+            observe=observe,
+            on_resize=on_resize,
+        )
+        self._inference = Inference(
+            self.binding, self.settings, self._work, self._out, self.budget, self.tally, misses, observe
+        )
+        self._egress = Egress(sink, self._out, self.scale, self.budget, self.tally, observe, on_output)
+
+    @property
+    def backend(self) -> Backend:
+        """The model the stream runs on now (``on_open`` and ``move_to`` change it)."""
+        return self.binding.backend
+
+    @property
+    def scheduler(self) -> InferenceScheduler:
+        """The scheduler the stream shares with the other streams of its model."""
+        return self.binding.scheduler
+
+    @property
+    def scale(self) -> int:
+        """Output frames are this many times the source's size: unenhanced ones are scaled up to match."""
+        return self.binding.scale
+
+    @property
+    def ring(self) -> RingBuffer:
+        """The source's frames a window may still need (``streamer.core.ring``)."""
+        return self._ingest.ring
+
+    @property
+    def noise(self) -> NoiseEstimator:
         """How noisy the source is (``streamer.core.noise``)."""
-        self.quantizer = QuantizerEstimate()
+        return self._ingest.noise
+
+    @property
+    def quantizer(self) -> QuantizerEstimate:
         """How hard the camera's encoder quantized it (``streamer.core.blend``)."""
+        return self._ingest.quantizer
 
-    def _fit(self, backend: Backend) -> None:
-        """Refuse a model whose T or output slot differs from the windower's; drop gate.tile for a
-        model that cannot run on a region."""
-        model = backend.info
-        windower = self.windower
-        if windower.t != model.t:
-            raise ModelMismatchError(
-                f"window.t is {windower.t} but model {model.name!r} was exported with T={model.t}; "
-                f"set window.t to {model.t} or leave it unset to take the model's"
-            )
-        if windower.position is not model.output_position:
-            raise ModelMismatchError(
-                f"window.position is {windower.position.value!r} but model {model.name!r} outputs the "
-                f"{model.output_position.value!r} frame; set window.position to "
-                f"{model.output_position.value!r}"
-            )
-        if model.scale != self.scale:
-            raise ModelMismatchError(
-                f"model {model.name!r} scales frames {model.scale}x, but stream {self.source.stream_id!r}'s "
-                f"output was opened for {self.scale}x; a stream keeps one output size"
-            )
-        region_ok = runner_kind(model).local and self.on_skip is SkipAction.REUSE and model.scale == 1
-        self.gate.fit_reach(model.reach_px)
-        if self.gate.tile is not None and not region_ok:
-            # A region pasted over the last output needs a model whose output is a function of the
-            # window alone (not of a recurrent state), on the source's pixel grid, and a last output.
-            log.info(
-                "stream %s: gate.tile ignored: regions need a window or streaming model (not a recurrent "
-                "or a super-resolution one) and gate.on_skip reuse",
-                self.source.stream_id,
-            )
-            self.gate.tile = None
+    @property
+    def max_batch(self) -> int:
+        """Windows of this stream one model call may take."""
+        return self.settings.max_batch
 
-    async def _switch(self, scheduler: InferenceScheduler, owned: bool) -> None:
-        """Run on the model ``on_open`` picked; before the first frame, so no window straddles two."""
-        self._fit(scheduler.backend)
-        self.scheduler.detach(self._key)
-        if self._own_scheduler:
-            await self.scheduler.aclose()
-        self.scheduler, self.backend, self._own_scheduler = scheduler, scheduler.backend, owned
-        self.scheduler.attach(self._key)
-        self._runners = self._choose_runners()
+    @property
+    def last_frame_at(self) -> float | None:
+        """Monotonic time the source last delivered a frame: how the service sees a stall."""
+        return self._ingest.last_frame_at
 
-    def move_to(self, scheduler: InferenceScheduler) -> asyncio.Future[None]:
-        """Run the stream's next windows on ``scheduler``'s model (``model: auto`` moving tiers): once
-        the calls under way have ended, so no window runs on two models; a model of the same T, output
-        slot, scale and kind (windows already cut carry over). The future is done once the stream has
-        moved (or with the error that refused the model)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        old, self._next_model = self._next_model, (scheduler, done)
-        if old is not None:
-            old[1].cancel()
-        return done
+    @property
+    def frame_size(self) -> tuple[int, int] | None:
+        """(width, height) of the source's latest frame."""
+        return self._ingest.frame_size
 
-    async def _move(self, slots: asyncio.Semaphore, limit: int) -> None:
-        """Apply a ``move_to``: every worker slot taken (the calls under way ended), the model swapped."""
-        pending, self._next_model = self._next_model, None
-        if pending is None:
-            return
-        scheduler, done = pending
-        for _ in range(limit):
-            await slots.acquire()
-        try:
-            old = self.backend.info
-            new = scheduler.backend.info
-            if runner_kind(new) is not runner_kind(old) or (new.t, new.output_position, new.scale) != (
-                old.t,
-                old.output_position,
-                old.scale,
-            ):
-                raise ModelMismatchError(
-                    f"stream {self.source.stream_id!r} cannot move from model {old.name!r} to {new.name!r} "
-                    "mid-stream: they differ in kind, T, output slot or scale"
-                )
-            self.scheduler.detach(self._key)
-            self.scheduler, self.backend = scheduler, scheduler.backend
-            self.scheduler.attach(self._key)
-            self._runners = self._choose_runners()
-            self.budget.model_changed()
-        except StreamerError as err:
-            if not done.done():
-                done.set_exception(err)
-        else:
-            if not done.done():
-                done.set_result(None)
-        finally:
-            for _ in range(limit):
-                slots.release()
+    @property
+    def last_sent_at(self) -> float | None:
+        """Monotonic time the last write to the sink returned: how the service sees a stall."""
+        return self._egress.last_sent_at
 
-    def _choose_runners(self) -> Runners:
-        """The stream's runners on its scheduler's model; a feature cache holds the frames of every
-        window that may be in flight at once (a batch of up to ``max_batch`` windows on each of the
-        model's workers, and a budget probe)."""
-        features = self.windower.t + self.scheduler.workers * self.max_batch
-        stream = Stream(self.source.stream_id, self._key, features, self.tile, self.tile_overlap)
-        return choose_runner(self.scheduler, stream)
+    @property
+    def sending_since(self) -> float | None:
+        """When the sink write under way started (None: none is): how the service sees a blocked sink."""
+        return self._egress.sending_since
 
     @property
     def stopping(self) -> bool:
-        return self._stopping
+        """Whether ``stop()`` was called."""
+        return self._ingest.stopping
 
     def stop(self) -> None:
         """Stop reading the source; frames already read are still enhanced and written."""
-        self._stopping = True
-        self.source.interrupt()
+        self._ingest.stop()
+
+    def move_to(self, scheduler: InferenceScheduler) -> asyncio.Future[None]:
+        """Run the stream's next windows on ``scheduler``'s model once the calls under way have ended
+        (``model: auto`` moving tiers; :meth:`ModelBinding.move_to`)."""
+        return self.binding.move_to(scheduler)
 
     def counters(self) -> dict[str, int]:
         """A cheap snapshot for live displays."""
@@ -394,11 +275,11 @@ class Pipeline:
 
     def miss_stats(self) -> MissWatchStats:
         """How often this stream was warned about for passing over 5% of its frames through in a minute."""
-        return self._misses.stats()
+        return self._inference.misses.stats()
 
     def feature_stats(self) -> FeatureCacheStats:
         """Frames encoded, reused and cache resets of a streaming model (all zero for other models)."""
-        return self._runners.fits.feature_stats()
+        return self.binding.runners.fits.feature_stats()
 
     def snapshot(self, now: float) -> StreamSnapshot:
         """The stream's figures now, for ``/streams``, ``/metrics`` and the viewer."""
@@ -438,9 +319,11 @@ class Pipeline:
         return [*([src] if src is not None else []), self._work.stats(), self._out.stats(), *audio]
 
     async def run(self) -> PipelineReport:
+        """Opens the source and the sink, runs the stream until the source ends (or ``stop()``), closes
+        both and says what the stream did."""
         started = time.monotonic()
         self.source.observe_decode(lambda seconds: self._observe(Stage.DECODE, seconds))
-        self.scheduler.attach(self._key)
+        self.binding.attach()
         try:
             info = await self.source.open()
             self.opened = self._on_open is None
@@ -452,9 +335,7 @@ class Pipeline:
             finally:
                 await self.source.aclose()
         finally:
-            self.scheduler.detach(self._key)
-            if self._own_scheduler:
-                await self.scheduler.aclose()
+            await self.binding.release()
         return self._report(info, time.monotonic() - started)
 
     def _pair_audio(self) -> None:
@@ -478,13 +359,13 @@ class Pipeline:
             if self._on_open is not None:  # the sink is open, so players are not kept waiting for it
                 chosen = await self._on_open(info)
                 if chosen is not None:
-                    await self._switch(*chosen)
+                    await self.binding.switch(*chosen)
                 self.opened = True  # a model probe reads as connecting, not as a stall
             await self._warmed(info)
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._ingest(info), name=f"ingest-{stream}")
-                group.create_task(self._infer(), name=f"infer-{stream}")
-                group.create_task(self._output(), name=f"output-{stream}")
+                group.create_task(self._ingest.run(info, self.keepalive), name=f"ingest-{stream}")
+                group.create_task(self._inference.run(), name=f"infer-{stream}")
+                group.create_task(self._egress.run(self.keepalive), name=f"output-{stream}")
         except BaseExceptionGroup as group_error:
             error = group_error.exceptions[0]
         finally:
@@ -498,7 +379,7 @@ class Pipeline:
                 )
         if error is not None:
             raise error from None
-        failed = self._source_error
+        failed = self._ingest.error
         if failed is not None:
             raise type(failed)(
                 f"{failed} ({self.tally.frames_out} frames delivered before it were written)"
@@ -508,11 +389,11 @@ class Pipeline:
         """The model run once at the stream's size (a tile's, for frames it tiles), in a worker thread,
         where ``warm_up`` says so (None: on GPU providers)."""
         backend = self.backend
-        wanted = self._warm_up if self._warm_up is not None else not backend.info.on_cpu
+        wanted = self.settings.warm_up if self.settings.warm_up is not None else not backend.info.on_cpu
         if not wanted:
             return
         width, height = info.width, info.height
-        tiled = self._runners.tiled
+        tiled = self.binding.runners.tiled
         if tiled is not None and max(width, height) > tiled.tile:
             width, height = min(width, tiled.tile), min(height, tiled.tile)
         started = time.monotonic()
@@ -530,385 +411,6 @@ class Pipeline:
             backend.info.provider,
             1000 * (time.monotonic() - started),
         )
-
-    async def _ingest(self, info: StreamInfo) -> None:
-        size = (info.width, info.height)
-        fps = float(info.fps) if info.fps > 0 else 30.0
-        try:
-            while not self._stopping:
-                try:
-                    frame = await self.source.recv()
-                except EndOfStream:
-                    break
-                except SourceError as err:  # what it delivered is still enhanced and written
-                    self._source_error = err
-                    break
-                if (frame.width, frame.height) != size and self._on_resize is not None:
-                    try:
-                        self._on_resize(frame.width, frame.height)
-                    except StreamerError as err:  # as a source error: what came before is written
-                        self._source_error = err
-                        break
-                size = self.frame_size = (frame.width, frame.height)
-                self.last_frame_at = time.monotonic()
-                self.tally.received(self.last_frame_at)
-                if self.keepalive is not None:
-                    self.keepalive.received(self.last_frame_at)
-                self.ring.push(frame)
-                self.noise.observe(frame.picture, frame.time if frame.time is not None else frame.index / fps)
-                self.quantizer.observe(frame.quantizer)
-                if self.cuts.is_cut(frame.picture):
-                    frame = dataclasses.replace(frame, discontinuity=True)
-                for task in self.windower.push(frame):
-                    await self._work.put(self._plan(task, info))
-                self.ring.release_before(self.windower.oldest_needed)
-            for task in self.windower.flush():
-                await self._work.put(self._plan(task, info))
-        finally:
-            self._work.close()
-
-    def _plan(self, task: WindowTask, info: StreamInfo) -> _Work:
-        frame = self.ring.get(task.target)
-        if task.run != self._run:
-            self._run = task.run
-            self.gate.reset()
-        if not task.enhance:
-            return _Work(frame, _Plan.STRIDE, task.run)
-        strength = self.strength_now() if self.backend.info.strength else None
-        # A model that gives the encoder 4:2:0 planes makes them in the colour the sinks encode with.
-        colour = resolve(info.colour, frame.height * self.scale) if self.backend.info.yuv420 else None
-        window = Hyperframe(
-            tuple(self.ring.get(i) for i in task.indices), task.slot, info.fps, strength, colour
-        )
-        started = time.monotonic()
-        self._observe(Stage.WINDOW_WAIT, started - frame.arrival)
-        now = frame.time if frame.time is not None else frame.index / float(info.fps)
-        decision = self.gate.decide(window, now=now)
-        self._observe(Stage.GATE, time.monotonic() - started)
-        if decision.reason is GateReason.FIRST and task.run > 0:
-            log.info("stream %s: new run %d at frame %d", frame.stream_id, task.run, frame.index)
-        runner = self._runners.of(frame.width, frame.height)
-        region = decision.region if not runner.exclusive else None
-        self.tally.pixels_due += frame.width * frame.height
-        if region is not None and runner.regions_on_grid:
-            # Its cached maps are of whole frames: the crop is cut from them, on the model's grid.
-            region = region.aligned(self.backend.info.pad_multiple, frame.height, frame.width)
-        elif region is not None:
-            top, bottom, left, right = region.crop
-            window = Hyperframe(
-                tuple(f.with_pixels(f.pixels[top:bottom, left:right]) for f in window.frames),
-                window.target,
-                window.fps,
-                window.strength,
-            )
-        if decision.run_model:
-            whole = frame.width * frame.height
-            self.tally.pixels_enhanced += region.crop_pixels if region is not None else whole
-        plan = _Plan.ENHANCE if decision.run_model else _Plan.SKIP
-        return _Work(frame, plan, task.run, window, region, self.weight_now())
-
-    async def _infer(self) -> None:
-        """Starts the model on windows, up to the model's ``workers`` at once (one for a recurrent model,
-        whose steps chain; a frame larger than ``tile`` alone, as tiles are there to bound memory), and
-        hands their frames on in order."""
-        limit = self._runners.fits.concurrency
-        slots = asyncio.Semaphore(limit)
-        started: asyncio.Queue[_Started | None] = asyncio.Queue()
-
-        async def start(group: asyncio.TaskGroup) -> None:
-            try:
-                while True:
-                    await self._move(slots, limit)
-                    await slots.acquire()
-                    try:
-                        batch = [await self._work.get()]
-                    except EndOfStream:
-                        break
-                    while len(batch) < self.max_batch and (more := self._work.get_nowait()) is not None:
-                        batch.append(more)
-                    admitted, dropped = self._admit(batch)
-                    # Frames the budget refused ahead of the first one admitted leave now, not after
-                    # the call: they are what a long call would otherwise carry past the budget.
-                    if not admitted:
-                        started.put_nowait((batch, 1, _decided(dropped)))
-                        continue
-                    cut = next(i for i, work in enumerate(batch) if work is admitted[0])
-                    if cut:
-                        started.put_nowait((batch[:cut], 0, _decided(dropped)))
-                    held = limit if self._runner(admitted[0]).exclusive else 1
-                    for _ in range(held - 1):
-                        await slots.acquire()
-                    call = group.create_task(self._enhance(admitted, dropped))
-                    started.put_nowait((batch[cut:], held, call))
-            finally:
-                started.put_nowait(None)
-
-        async def hand_on() -> None:
-            last: tuple[int, Frame] | None = None
-            while (item := await started.get()) is not None:
-                batch, held, running = item
-                try:
-                    enhanced, dropped, failed_open = await running
-                finally:
-                    for _ in range(held):
-                        slots.release()
-                for work in batch:
-                    out = self._resolve(work, enhanced, dropped, last, failed_open)
-                    if out is None:
-                        continue
-                    if out.outcome is Outcome.ENHANCED:
-                        last = (work.run, out.frame)
-                    await self._out.put(out)
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(start(group), name=f"start-{self.source.stream_id}")
-                group.create_task(hand_on(), name=f"hand-on-{self.source.stream_id}")
-        except BaseExceptionGroup as failed:
-            raise failed.exceptions[0] from None
-        finally:
-            self._out.close()
-            if self._probing is not None:
-                self._probing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._probing
-
-    def _admit(self, batch: list[_Work]) -> tuple[list[_Work], set[int]]:
-        """Which windows of ``batch`` the latency budget lets run the model, and the indices it drops."""
-        now = time.monotonic()
-        admitted: list[_Work] = []
-        dropped: set[int] = set()
-        for work in batch:
-            if work.plan is _Plan.ENHANCE:
-                admission = self.budget.admit(work.frame.arrival, now)
-                if admission is Admission.RUN:
-                    admitted.append(work)
-                    continue
-                if admission is Admission.PROBE:
-                    self._probe(work)
-                if self.budget.on_miss is MissAction.DROP:
-                    dropped.add(work.frame.index)
-        return admitted, dropped
-
-    async def _enhance(self, admitted: list[_Work], dropped: set[int]) -> _Enhanced:
-        """Runs the admitted windows in one backend call.
-
-        Returns the enhanced frames by index, the indices the budget dropped (``dropped`` and windows
-        refused where their call was formed), and whether the model was unavailable (a model server
-        down or failing: the admitted frames pass through, and the stream goes on).
-        """
-        t0 = time.monotonic()
-        try:
-            windows = [self._window(w) for w in admitted]
-            results = await self._runner(admitted[0]).run(windows, self._deadlines(admitted))
-            frames = []
-            for work, result in zip(admitted, results, strict=True):
-                if isinstance(result, BatchResult):
-                    frames.append(work.frame.enhanced(result.pixels, work.weight))
-                    continue
-                self.budget.late()
-                if self.budget.on_miss is MissAction.DROP:
-                    dropped.add(work.frame.index)
-            ran = [r for r in results if isinstance(r, BatchResult)]
-            if not ran:
-                # What a call would have taken after this wait: the estimate the scheduler refused
-                # on, so this stream stops sending windows that cannot make it, and probes instead.
-                waited = time.monotonic() - t0
-                self.budget.observe(waited + max(r.expected_s for r in results if isinstance(r, Late)))
-                return {}, dropped, False
-            for result in ran:
-                self.tally.called(result.call, result.batch_size)
-        except ModelUnavailableError as err:
-            self._unavailable(err)
-            return {}, dropped, True
-        elapsed = time.monotonic() - t0
-        self.budget.observe(elapsed)
-        self.tally.inference.record(elapsed)
-        for _ in frames:
-            self._observe(Stage.INFERENCE, elapsed)
-        return {f.index: f for f in frames}, dropped, False
-
-    def _deadlines(self, admitted: list[_Work]) -> list[float | None]:
-        """When each window's call must have ended: its frame's arrival plus the budget, less the time
-        a frame takes after its call."""
-        return [self.budget.deadline(w.frame.arrival) for w in admitted]
-
-    def _unavailable(self, err: ModelUnavailableError) -> None:
-        """One warning when an outage starts (and one line when it ends, in ``_resolve``), not one
-        per frame."""
-        if not self._model_down:
-            self._model_down = True
-            log.warning(
-                "stream %s: the model is unavailable, frames pass through until it answers: %s",
-                self.source.stream_id,
-                err,
-            )
-
-    def _probe(self, work: _Work) -> None:
-        """Time the model on a window whose frame has left unenhanced, so a stale estimate can recover;
-        the result is thrown away, and one probe at a time is enough. It runs as the stream's windows
-        do (a streaming model's through its feature cache: what it encodes, later windows reuse)."""
-        if work.window is None or (self._probing is not None and not self._probing.done()):
-            return
-        runner, window = self._runner(work), self._window(work)
-
-        async def measure() -> None:
-            started = time.monotonic()
-            try:
-                await runner.probe(window)
-            except StreamerError as err:
-                log.info("stream %s: a budget probe failed: %s", self.source.stream_id, err)
-                return
-            self.budget.observe(time.monotonic() - started)
-
-        self._probing = asyncio.create_task(measure(), name=f"probe-{self.source.stream_id}")
-
-    def _runner(self, work: _Work) -> Runner:
-        """The runner for the work's frame size (tiles for frames larger than ``tile``)."""
-        return self._runners.of(work.frame.width, work.frame.height)
-
-    @staticmethod
-    def _window(work: _Work) -> Window:
-        window = work.window
-        assert window is not None
-        crop = None if work.region is None else work.region.crop
-        return Window(window, work.run, crop, work.frame)
-
-    def _resolve(
-        self,
-        work: _Work,
-        enhanced: dict[int, Frame],
-        dropped: set[int],
-        last: tuple[int, Frame] | None,
-        failed_open: bool = False,
-    ) -> _Output | None:
-        frame = work.frame
-        if work.plan is _Plan.STRIDE:
-            return self._count(_Output(frame, frame, Outcome.STRIDE_PASSTHROUGH))
-        if work.plan is _Plan.ENHANCE and failed_open and frame.index not in dropped:
-            return self._count(_Output(frame, frame, Outcome.UNAVAILABLE_PASSTHROUGH))
-        if work.plan is _Plan.ENHANCE:
-            done = enhanced.get(frame.index)
-            if done is not None and self._model_down:
-                self._model_down = False
-                log.warning("stream %s: the model answers again; frames are enhanced", self.source.stream_id)
-            if self.budget.budget_ms is not None:
-                self._watch_misses(frame, missed=done is None)
-            if done is not None and work.region is not None:
-                done = frame.enhanced(self._paste(work.region, frame, done, last, work.run), work.weight)
-            if done is not None:
-                return self._count(_Output(frame, done, Outcome.ENHANCED))
-            if frame.index in dropped:
-                self.tally.left(Outcome.BUDGET_DROP, time.monotonic())
-                return None
-            return self._count(_Output(frame, frame, Outcome.BUDGET_PASSTHROUGH))
-        if self.on_skip is SkipAction.REUSE and last is not None and last[0] == work.run:
-            return self._count(_Output(frame, frame.showing(last[1]), Outcome.REUSED))
-        return self._count(_Output(frame, frame, Outcome.GATE_PASSTHROUGH))
-
-    @staticmethod
-    def _paste(region: Region, frame: Frame, crop: Frame, last: tuple[int, Frame] | None, run: int) -> Pixels:
-        """The last output with the region's tiles replaced by their newly enhanced pixels; without a
-        last output of this run, the region over the original frame. The last output is taken as the
-        model made it (before its blend): the blend is applied to the whole pasted picture once."""
-        top, bottom, left, right = region.paste
-        y, x = top - region.crop[0], left - region.crop[2]
-        base = frame.pixels
-        if last is not None and last[0] == run:
-            made = last[1].picture
-            base = last[1].pixels if isinstance(made, Yuv420) else made
-        out = base.copy()
-        out[top:bottom, left:right] = crop.pixels[y : y + bottom - top, x : x + right - left]
-        return out
-
-    def _watch_misses(self, frame: Frame, missed: bool) -> None:
-        if not self._misses.observe(time.monotonic(), missed):
-            return
-        model = self.backend.info
-        log.warning(
-            "stream %s: %.0f%% of the frames due for enhancement left unenhanced over the last minute "
-            "(model %s at %dx%d, latency.budget_ms %g): this machine cannot keep that up; %s",
-            frame.stream_id,
-            100 * self._misses.share(),
-            model.name,
-            frame.width,
-            frame.height,
-            self.budget.budget_ms,
-            remedy(model.name),
-        )
-
-    def _count(self, out: _Output) -> _Output:
-        self.tally.left(out.outcome, time.monotonic())
-        return out
-
-    async def _output(self) -> None:
-        """Writes frames in order; for a live sink, keeps the output's clock while none come."""
-        keepalive = self.keepalive
-        last: Frame | None = None
-        waiting: asyncio.Future[_Output] | None = None
-        try:
-            while True:
-                if waiting is None:
-                    waiting = asyncio.ensure_future(self._out.get())
-                due = None if keepalive is None else keepalive.due_in(time.monotonic())
-                done, _ = await asyncio.wait({waiting}, timeout=due)
-                if not done:  # a timeout: only a keep-alive sets one, once a frame has gone out
-                    filler = None if keepalive is None else keepalive.fill(time.monotonic())
-                    if filler is not None and last is not None:
-                        last = self._filler(last, filler)
-                        await self._write(last)
-                    continue
-                try:
-                    out = waiting.result()
-                except EndOfStream:
-                    break
-                finally:
-                    waiting = None
-                if keepalive is not None and keepalive.stale(out.source.arrival, time.monotonic()):
-                    continue
-                if self.scale > 1 and out.frame.width != out.source.width * self.scale:
-                    out = dataclasses.replace(out, frame=await asyncio.to_thread(self._scaled_up, out.frame))
-                began = await self._write(out.frame)
-                last = out.frame
-                if keepalive is not None:
-                    keepalive.sent(began)
-                done_at = self.last_sent_at or time.monotonic()
-                self.budget.observe_tail(done_at - out.handed_on)
-                self._observe(Stage.END_TO_END, done_at - out.source.arrival)
-                self.tally.written(done_at - out.source.arrival, done_at)
-                if self._on_output is not None:
-                    self._on_output(out.source, out.frame, out.outcome)
-        finally:
-            if waiting is not None:
-                waiting.cancel()
-
-    async def _write(self, frame: Frame) -> float:
-        """Sends ``frame``; returns when the send began, which is what a keep-alive times from: every send
-        (a filler's too) takes about as long, so fillers then leave a frame period apart."""
-        self.sending_since = started = time.monotonic()
-        await self.sink.send(frame)
-        self.sending_since = None
-        self.last_sent_at = time.monotonic()
-        self._observe(Stage.ENCODE, self.last_sent_at - started)
-        return started
-
-    def _scaled_up(self, frame: Frame) -> Frame:
-        """A frame that leaves unenhanced, at the output's size (a super-resolution model's stream)."""
-        return frame.with_pixels(upscale(frame.pixels, self.scale))
-
-    def _filler(self, last: Frame, filler: Filler) -> Frame:
-        """The frame a silent source leaves the output: ``last`` again, or the card, one period on."""
-        keepalive = self.keepalive
-        assert keepalive is not None
-        pts = None
-        if last.pts is not None:
-            pts = last.pts + max(1, round(keepalive.period_s / float(last.time_base)))
-        moved = dataclasses.replace(last, pts=pts, arrival=time.monotonic(), discontinuity=False)
-        if filler is Filler.CARD:
-            if self._card is None or self._card.shape[:2] != (last.height, last.width):
-                self._card = no_signal_card(last.width, last.height)
-            return moved.with_pixels(self._card)
-        return moved.showing(last)
 
     def _report(self, info: StreamInfo, wall: float) -> PipelineReport:
         src = self.source.stats()

@@ -17,7 +17,6 @@ FUNCTION_LINES = 80
 
 OVER_MODULES = {
     "streamer/backend/onnx.py": 893,
-    "streamer/engine/pipeline.py": 936,
     "streamer/backend/device_frames.py": 701,
     "streamer/webrtc/server.py": 676,
 }
@@ -25,7 +24,6 @@ OVER_MODULES = {
 
 OVER_FUNCTIONS = {
     "streamer/backend/onnx.py:OnnxBackend.__init__": 102,
-    "streamer/engine/pipeline.py:Pipeline.__init__": 101,
     "streamer/webrtc/server.py:WebRtcServer.__init__": 82,
 }
 """Functions still over the limit, and their lines today."""

@@ -19,7 +19,12 @@ from streamer.engine.runners import (
     runner_kind,
 )
 
-PIPELINE = Path(__file__).parents[2] / "streamer" / "engine" / "pipeline.py"
+ENGINE = Path(__file__).parents[2] / "streamer" / "engine"
+PIPELINE = [
+    ENGINE / f"{name}.py"
+    for name in ("pipeline", "binding", "ingest", "inference", "egress", "work", "settings")
+]
+"""The pipeline and the modules of its stages: none of them asks which kind of model it runs."""
 
 PLAIN = ModelInfo("m", 5, Layout.NCTHW, OutputPosition.CENTER)
 
@@ -47,7 +52,7 @@ def test_only_a_recurrent_models_output_is_not_a_function_of_its_window() -> Non
     ]
 
 
-def test_the_pipeline_never_asks_which_kind_of_model_it_runs() -> None:
-    source = PIPELINE.read_text()
-    asked = re.findall(r"info\.(state|streaming|device_frames|features)\b", source)
+@pytest.mark.parametrize("path", PIPELINE, ids=lambda p: p.name)
+def test_the_pipeline_never_asks_which_kind_of_model_it_runs(path: Path) -> None:
+    asked = re.findall(r"info\.(state|streaming|device_frames|features)\b", path.read_text())
     assert asked == []
