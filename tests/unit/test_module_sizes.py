@@ -18,13 +18,11 @@ FUNCTION_LINES = 80
 OVER_MODULES = {
     "streamer/backend/onnx.py": 893,
     "streamer/backend/device_frames.py": 701,
-    "streamer/webrtc/server.py": 676,
 }
 """Modules still over the limit, and their lines today."""
 
 OVER_FUNCTIONS = {
     "streamer/backend/onnx.py:OnnxBackend.__init__": 102,
-    "streamer/webrtc/server.py:WebRtcServer.__init__": 82,
 }
 """Functions still over the limit, and their lines today."""
 
