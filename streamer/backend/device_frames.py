@@ -4,12 +4,13 @@ Built for a GPU: the host path hands onnxruntime a whole T-frame window for ever
 and T=5, 13.8 MB of uint8 up per frame, 55 MB as float32), although each frame belongs to T windows.
 Here each frame goes up once, as its own uint8 bytes (``upload``; ``upload_planes``: a decoder's
 4:2:0 planes, half those bytes), and a small graph makes it (1, 3, H, W) uint8 RGB in device memory
-(:func:`upload_graph`: a transpose, or the conversion from planes), which the stream's
-:class:`~streamer.core.features.FeatureCache` keeps for the T windows it belongs to, as a streaming
-model's feature maps are kept. So each frame is rearranged or converted once, not once per window it is
-in (T times). One graph takes the window's T frames, arranges them as the model wants
-(``streamer.contract.layout.to_model_nodes``, the layout's graph form), scales them, runs the model and hands
-back the uint8 frame (``run``), through IO binding, so nothing but one frame comes down.
+(:func:`~streamer.backend.device_graphs.upload_graph`: a transpose, or the conversion from planes),
+which the stream's :class:`~streamer.core.features.FeatureCache` keeps for the T windows it belongs
+to, as a streaming model's feature maps are kept. So each frame is rearranged or converted once, not
+once per window it is in (T times). One graph takes the window's T frames, arranges them as the model
+wants, scales them, runs the model and hands back the uint8 frame (``run``), through IO binding, so
+nothing but one frame comes down. The graphs are made in ``streamer.backend.device_graphs``; this
+module opens and runs them and carries the frames to and from them.
 
 Windows of several streams share one call (``run_batch``): the batch graph concatenates each slot's
 frames along the batch axis first. A graph's inputs are fixed, so there is one session per batch size,
@@ -25,14 +26,14 @@ step, where the host path carries the whole state both ways. Steps of several st
 (``step_batch``) as windows do: each stream's state goes in and comes out as its own row.
 
 The same graph runs on the CPU provider, where device memory is host memory: CI tests this path
-against the host path (``OnnxBackend(device_frames=True)``). Making the graph needs the onnx package
-(in the CUDA image; the CPU image, which has no use for this path, leaves it out), imported only here.
+against the host path (``OnnxBackend(device_frames=True)``). Making the graphs needs the onnx package
+(in the CUDA image; the CPU image, which has no use for this path, leaves it out), which only
+``streamer.backend.device_graphs`` imports.
 """
 
 from __future__ import annotations
 
 import collections
-import importlib.util
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -45,12 +46,24 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.backend.base import STRENGTH, ModelInfo, device_of
+from streamer.backend.device_graphs import (
+    HOST_RGB,
+    UP_RGB,
+    UP_UV,
+    UP_Y,
+    batch_size,
+    frame_input,
+    frame_output,
+    graph_tools_missing,
+    read_model,
+    state_name,
+    upload_graph,
+    window_graph,
+    yuv_outputs,
+)
 from streamer.backend.host_buffers import BufferPool, cuda_host_memory
-from streamer.contract import NAMESPACE
-from streamer.contract.layout import from_model_nodes, to_model_nodes
-from streamer.errors import BackendError, ConfigError, FrameError, ModelError
+from streamer.errors import BackendError, FrameError, ModelError
 from streamer.frame import Colour
-from streamer.media.yuv import i420_nodes, rgb_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -68,15 +81,6 @@ __all__ = [
     "yuv_outputs",
 ]
 
-_PIXELS = NAMESPACE + "pixels"
-_Y = NAMESPACE + "y"
-_UV = NAMESPACE + "uv"
-_FRAME = NAMESPACE + "frame_{}"
-_ROW_FRAME = NAMESPACE + "window_{}.frame_{}"
-_HOST_RGB = NAMESPACE + "host_rgb"
-_UP_Y, _UP_UV = NAMESPACE + "up.y", NAMESPACE + "up.uv"
-_UP_RGB = NAMESPACE + "up.rgb"
-_UPLOAD_OPSET = 17
 DEVICE_FRAMES_KEPT = 1024
 """Device frames of one size kept for reuse: a stream's cache holds T plus the frames of its windows in
 flight, so this covers dozens of streams (6.2 MB each at 1080p); past it, frames are allocated anew.
@@ -85,133 +89,6 @@ OUTPUTS_KEPT = 256
 """Host buffers of one size kept for output frames: those in flight to the encoders of every stream."""
 STAGING_KEPT = 16
 """Page-locked buffers of one size kept for frames on their way up: one per upload under way."""
-_SLOT = NAMESPACE + "slot"
-
-
-def graph_tools_missing() -> bool:
-    """Whether the onnx package, which makes the window graph, is absent (the CPU image)."""
-    return importlib.util.find_spec("onnx") is None
-
-
-def frame_input(slot: int, row: int, batch: int) -> str:
-    """The window graph's input for the frame in ``slot`` of the window in ``row`` of a batch."""
-    return _FRAME.format(slot) if batch == 1 else _ROW_FRAME.format(row, slot)
-
-
-def frame_output(row: int, batch: int) -> str:
-    """The window graph's output for the window in ``row`` of a batch."""
-    return _PIXELS if batch == 1 else f"{_PIXELS}_{row}"
-
-
-def yuv_outputs(row: int, batch: int) -> tuple[str, str]:
-    """A 4:2:0 window graph's outputs for the window in ``row``: its Y plane and its U and V planes."""
-    suffix = "" if batch == 1 else f"_{row}"
-    return f"{_Y}{suffix}", f"{_UV}{suffix}"
-
-
-def window_graph(
-    model: onnx.ModelProto,
-    info: ModelInfo,
-    batch: int = 1,
-    yuv: Colour | None = None,
-) -> onnx.ModelProto:
-    """``model`` taking ``batch`` windows as T frames each (:func:`frame_input`), each (1, 3, H, W)
-    uint8 RGB as :func:`upload_graph` makes it, and giving each window's (1, H*scale, W*scale, 3)
-    uint8 RGB frame (:func:`frame_output`), each its own output so that each comes down into a buffer
-    of its own; normalisation folded in where the model takes floats. A recurrent model's state inputs
-    and outputs are per window too (:func:`state_name`). With ``yuv``, each window's frame comes out as
-    4:2:0 planes in that matrix and range instead (:func:`yuv_outputs`: (1, 1, H', W') and (1, 2,
-    H'/2, W'/2) uint8; H' and W' must be even). Changed in place and returned."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from streamer.backend.fold import fold_uint8_io
-
-    if batch < 1:
-        raise ConfigError(f"a window graph takes at least one window; got a batch of {batch}")
-
-    graph = model.graph
-    if info.uint8_input != info.uint8_output:
-        raise ModelError(
-            f"model {info.name} takes {'uint8' if info.uint8_input else 'float'} and gives "
-            f"{'uint8' if info.uint8_output else 'float'}: frames kept on the device need both alike"
-        )
-    if not info.uint8_input:
-        fold_uint8_io(model, info.value_range)
-    # The frames input: the first one that is neither the strength nor a recurrent state (those stay
-    # inputs as they are, and the state's outputs outputs).
-    kept = {STRENGTH, *(s.input for s in info.state)}
-    window = next(i for i in graph.input if i.name not in kept)
-    made = graph.output[0]
-    inputs = [frame_input(k, b, batch) for b in range(batch) for k in range(info.t)]
-    rows: list[onnx.NodeProto] = []
-    slots = [_FRAME.format(k) for k in range(info.t)]
-    if batch > 1:  # each slot's frames, one per window, stacked along the batch axis
-        slots = [f"{_SLOT}_{k}" for k in range(info.t)]
-        rows = [
-            helper.make_node("Concat", [frame_input(k, b, batch) for b in range(batch)], [slot], axis=0)
-            for k, slot in enumerate(slots)
-        ]
-    head, head_consts = to_model_nodes(slots, info.layout, info.channel_order, window.name)
-    tail, tail_consts = from_model_nodes(made.name, info.channel_order, _PIXELS, planar=yuv is not None)
-    if yuv is None:
-        outputs = [frame_output(b, batch) for b in range(batch)]
-        made_as = {_PIXELS: outputs}
-        shapes: list[list[str | int]] = [[1, "OH", "OW", 3]] * batch
-    else:
-        nodes, consts = i420_nodes(_PIXELS, yuv, _Y, _UV)
-        tail += nodes
-        tail_consts += consts
-        rows_out = [yuv_outputs(b, batch) for b in range(batch)]
-        made_as = {_Y: [y for y, _ in rows_out], _UV: [uv for _, uv in rows_out]}
-        outputs = [name for pair in rows_out for name in pair]
-        shapes = [[1, 1, "OH", "OW"], [1, 2, "OH2", "OW2"]] * batch
-    if batch > 1:  # one output per window, and a recurrent model's state in and out per window
-        ones = numpy_helper.from_array(np.ones(batch, np.int64), f"{_PIXELS}_rows")
-        for whole, parts in made_as.items():
-            tail.append(helper.make_node("Split", [whole, ones.name], parts, axis=0))
-        tail_consts.append(ones)
-        for spec in info.state:
-            names = [state_name(spec.input, b, batch) for b in range(batch)]
-            rows.append(helper.make_node("Concat", names, [spec.input], axis=0))
-            _per_row(graph.input, spec.input, names)
-            names = [state_name(spec.output, b, batch) for b in range(batch)]
-            tail.append(helper.make_node("Split", [spec.output, ones.name], names, axis=0))
-            _per_row(graph.output, spec.output, names)
-    given = [helper.make_tensor_value_info(name, TensorProto.UINT8, [1, 3, "H", "W"]) for name in inputs]
-    nodes = [*rows, *head, *graph.node, *tail]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    graph.initializer.extend([*head_consts, *tail_consts])
-    graph.input.remove(window)
-    for k, value in enumerate(given):  # the frames first, then the strength where there is one
-        graph.input.insert(k, value)
-    graph.output.remove(made)
-    for k, (name, shape) in enumerate(zip(outputs, shapes, strict=True)):
-        graph.output.insert(k, helper.make_tensor_value_info(name, TensorProto.UINT8, shape))
-    return model
-
-
-def upload_graph(planes: Colour | None = None) -> onnx.ModelProto:
-    """The graph that makes an uploaded frame what every window graph takes, (1, 3, H, W) uint8 RGB:
-    from a (1, H, W, 3) RGB frame a transpose; from 4:2:0 planes in ``planes``' matrix and range,
-    (1, 1, H, W) Y and (1, 2, H/2, W/2) U and V, the conversion (``streamer.media.yuv.rgb_nodes``)."""
-    from onnx import TensorProto, helper
-
-    if planes is None:
-        nodes = [helper.make_node("Transpose", [_HOST_RGB], [_UP_RGB], perm=[0, 3, 1, 2])]
-        consts: list[onnx.TensorProto] = []
-        given = [helper.make_tensor_value_info(_HOST_RGB, TensorProto.UINT8, [1, "H", "W", 3])]
-    else:
-        nodes, consts = rgb_nodes(_UP_Y, _UP_UV, planes, _UP_RGB)
-        given = [
-            helper.make_tensor_value_info(_UP_Y, TensorProto.UINT8, [1, 1, "H", "W"]),
-            helper.make_tensor_value_info(_UP_UV, TensorProto.UINT8, [1, 2, "H2", "W2"]),
-        ]
-    made = helper.make_tensor_value_info(_UP_RGB, TensorProto.UINT8, [1, 3, "H", "W"])
-    graph = helper.make_graph(nodes, NAMESPACE + "upload", given, [made], consts)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _UPLOAD_OPSET)])
-    model.ir_version = 8  # opset 17's, which every onnxruntime this runs on reads
-    return model
 
 
 def _uploaded_as(planes: Colour | None) -> str:
@@ -223,27 +100,6 @@ def _gather(host: npt.NDArray[np.uint8], parts: Sequence[npt.NDArray[np.uint8]])
     """``parts`` (arrays of one shape, strided or not) copied one after another into ``host``."""
     for row, part in zip(host.reshape(len(parts), *parts[0].shape), parts, strict=True):
         np.copyto(row, part)
-
-
-def state_name(name: str, row: int, batch: int) -> str:
-    """A recurrent state's input or output for the window in ``row``: its own name in a graph of one."""
-    return name if batch == 1 else f"{name}.row_{row}"
-
-
-def _per_row(tensors: Any, name: str, names: Sequence[str]) -> None:
-    """Replaces the graph input or output ``name`` (batch first) with one of batch 1 per row."""
-    from onnx import helper
-
-    whole = next(t for t in tensors if t.name == name)
-    dims = [d.dim_param or d.dim_value for d in whole.type.tensor_type.shape.dim]
-    kind = whole.type.tensor_type.elem_type
-    tensors.remove(whole)
-    tensors.extend(helper.make_tensor_value_info(n, kind, [1, *dims[1:]]) for n in names)
-
-
-def batch_size(rows: int) -> int:
-    """The size of the graph that runs ``rows`` windows: the power of two at or above it."""
-    return 1 << (rows - 1).bit_length()
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,12 +127,7 @@ class DeviceFrames:
     ) -> None:
         """``starved``: called with a failed call's error and what it ran on, before the BackendError
         this raises, to raise its own where the device ran out of memory (the host path's rule)."""
-        import onnx
-
-        try:
-            self._model = onnx.load(str(path))
-        except (OSError, ValueError) as err:
-            raise ModelError(f"cannot read {str(path)!r} to keep its frames on the device: {err}") from err
+        self._model = read_model(path)
         self._info = info
         self._starved = starved
         self._options = options
@@ -389,7 +240,7 @@ class DeviceFrames:
         """One (H, W, 3) uint8 frame, padded to the model's multiple, copied into device memory and
         made (1, 3, H, W) there."""
         h, w, _ = frame.shape
-        value = self._made_rgb(None, {_HOST_RGB: self._put((1, h, w, 3), [frame])}, h, w)
+        value = self._made_rgb(None, {HOST_RGB: self._put((1, h, w, 3), [frame])}, h, w)
         with self._lock:
             self._uploads += 1
             self._uploaded += frame.nbytes
@@ -406,9 +257,9 @@ class DeviceFrames:
             binding.bind_ortvalue_input(name, value)
         made = self._device_frame((1, 3, h, w)) if self.reuse else None
         if made is None:
-            binding.bind_output(_UP_RGB, self.device, 0)
+            binding.bind_output(UP_RGB, self.device, 0)
         else:
-            binding.bind_ortvalue_output(_UP_RGB, made)
+            binding.bind_ortvalue_output(UP_RGB, made)
         try:
             session.run_with_iobinding(binding)
         except Exception as err:
@@ -446,7 +297,7 @@ class DeviceFrames:
         multiple, copied into device memory (half the bytes of its RGB) and made (1, 3, H, W) RGB
         there."""
         h, w = y.shape
-        uploaded = {_UP_Y: self._put((1, 1, h, w), [y]), _UP_UV: self._put((1, 2, *u.shape), [u, v])}
+        uploaded = {UP_Y: self._put((1, 1, h, w), [y]), UP_UV: self._put((1, 2, *u.shape), [u, v])}
         value = self._made_rgb(colour, uploaded, h, w)
         with self._lock:
             self._uploads += 1

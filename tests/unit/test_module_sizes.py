@@ -15,15 +15,10 @@ PACKAGES = ("streamer", "export")
 MODULE_LINES = 600
 FUNCTION_LINES = 80
 
-OVER_MODULES = {
-    "streamer/backend/onnx.py": 893,
-    "streamer/backend/device_frames.py": 701,
-}
+OVER_MODULES: dict[str, int] = {}
 """Modules still over the limit, and their lines today."""
 
-OVER_FUNCTIONS = {
-    "streamer/backend/onnx.py:OnnxBackend.__init__": 102,
-}
+OVER_FUNCTIONS: dict[str, int] = {}
 """Functions still over the limit, and their lines today."""
 
 
