@@ -13,6 +13,7 @@ import contextlib
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ __all__ = [
     "Declared",
     "FeatureSpec",
     "FrameFeatures",
+    "GpuWait",
     "Layout",
     "ModelInfo",
     "State",
@@ -48,6 +50,17 @@ __all__ = [
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
 TENSORRT_PROVIDER = "TensorrtExecutionProvider"
+
+
+class GpuWait(StrEnum):
+    """How a host thread waits for the GPU at the end of a call (``model.gpu_wait``)."""
+
+    BLOCKING = "blocking"
+    """Sleep on a synchronisation primitive until the GPU is done: no core held while it works."""
+    SPIN = "spin"
+    """Poll the GPU: the fastest return, a core held at 100% for the whole wait."""
+    AUTO = "auto"
+    """CUDA's own choice: a spin unless CUDA contexts outnumber the cores."""
 
 
 def on_cpu(provider: str) -> bool:

@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any
 
-from streamer.config.model import GpuWait
+from streamer.backend.base import GpuWait
 
 __all__ = ["GpuWait", "cuda_runtime", "set_gpu_wait"]
 

@@ -5,29 +5,17 @@ from __future__ import annotations
 
 import os
 import re
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, resolve_shipped
-from streamer.backend.base import ChannelOrder, Declared, Layout
+from streamer.backend.base import ChannelOrder, Declared, GpuWait, Layout
 from streamer.config.base import Strict
 from streamer.core.blend import Blend
 
 __all__ = ["GpuWait", "ModelConfig", "Strength", "TensorRtConfig", "TritonModelConfig"]
-
-
-class GpuWait(StrEnum):
-    """How a host thread waits for the GPU at the end of a call (``model.gpu_wait``)."""
-
-    BLOCKING = "blocking"
-    """Sleep on a synchronisation primitive until the GPU is done: no core held while it works."""
-    SPIN = "spin"
-    """Poll the GPU: the fastest return, a core held at 100% for the whole wait."""
-    AUTO = "auto"
-    """CUDA's own choice: a spin unless CUDA contexts outnumber the cores."""
 
 
 _MAX_PAD_MULTIPLE = 16
