@@ -38,12 +38,12 @@ from tqdm import tqdm
 
 from export.measured import store_measured
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.delivered import delivered, reencoded
-from streamer.bench.metrics import Clip, psnr
-from streamer.bench.quality import camera_stream, load_clip, parse_size
 from streamer.contract import Key
 from streamer.core.blend import FULL, Blend
 from streamer.core.noise import noise_sigma
+from streamer.measure.clips import camera_stream, load_clip, parse_size
+from streamer.measure.delivered import delivered, reencoded
+from streamer.measure.metrics import Clip, psnr
 from streamer.media.colour import to_rgb, yuv_of
 from streamer.media.quantizer import DECODER_OPTIONS, quantizer
 from streamer.media.samples import sample_clip

@@ -29,11 +29,12 @@ from tqdm import tqdm
 
 from export.measured import store_measured
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.metrics import Clip, psnr
-from streamer.bench.quality import add_noise, load_clip, model_frames, parse_size
 from streamer.contract import Key, strength_curve
 from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError
+from streamer.measure.clips import add_noise, load_clip, parse_size
+from streamer.measure.enhanced import model_frames
+from streamer.measure.metrics import Clip, psnr
 from streamer.media.samples import sample_clip
 
 __all__ = ["Level", "calibrate", "curve_of", "main", "write_curve"]

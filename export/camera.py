@@ -20,8 +20,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from streamer.bench.roundtrip import x264_roundtrip
 from streamer.errors import ConfigError
+from streamer.measure.roundtrip import x264_roundtrip
 
 __all__ = ["CameraDamage", "CameraModel", "damage"]
 

@@ -115,7 +115,7 @@ def bench_summary(result: dict[str, Any], sizes: Sequence[tuple[int, int]], meas
 
 def cpu_description() -> dict[str, Any]:
     """The machine a CPU figure was measured on: model name, ISA flags, cores, onnxruntime."""
-    from streamer.bench.harness import cpu_isa, cpu_name
+    from streamer.measure.machine import cpu_isa, cpu_name
 
     return {
         "onnxruntime": ort.__version__,

@@ -478,7 +478,7 @@ def _quantize(args: argparse.Namespace, model: Path, card_path: Path) -> None:
         measure_int8,
         quantize_streaming,
     )
-    from streamer.bench.harness import finite
+    from streamer.measure.records import finite
 
     frames = calibration_frames(args.calibrate, args.calibrate_frames)
     pair = quantize_streaming(

@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from export.camera import CameraModel, damage
-from streamer.bench.roundtrip import x264_roundtrip
 from streamer.errors import ConfigError
+from streamer.measure.roundtrip import x264_roundtrip
 from streamer.media.samples import sample_clip
 
 __all__ = [

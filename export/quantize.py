@@ -35,10 +35,10 @@ import numpy.typing as npt
 import onnx
 import onnxruntime as ort
 
-from streamer.bench.harness import cpu_isa, cpu_name
 from streamer.contract import Key
 from streamer.engine.tiers import model_fps
 from streamer.errors import ConfigError, ModelError, SourceError
+from streamer.measure.machine import cpu_isa, cpu_name
 from streamer.media.samples import resolve_sample
 
 __all__ = [
@@ -335,7 +335,7 @@ class _FlickerCheck:
         size: tuple[int, int],
         features: Sequence[Any],
     ) -> _FlickerCheck:
-        from streamer.bench.metrics import flicker_index
+        from streamer.measure.metrics import flicker_index
 
         h, w = size
         cases = []
@@ -358,7 +358,7 @@ class _FlickerCheck:
         return cls(tuple(cases), reference)
 
     def measure(self, fusion: Path) -> dict[float, float]:
-        from streamer.bench.metrics import flicker_index
+        from streamer.measure.metrics import flicker_index
 
         return {
             sigma: flicker_index(np.concatenate(_outputs(fusion, feeds)), targets)
@@ -452,8 +452,9 @@ def _psnr(got: list[npt.NDArray[Any]], reference: list[npt.NDArray[Any]]) -> flo
 def measure_int8(fp32: Path, int8: Path, frames: int = 30) -> dict[str, Any]:
     """Quality of ``int8`` against ``fp32`` on held-out footage, and both models' fps, for the card."""
     from streamer.backend.onnx import OnnxBackend
-    from streamer.bench.metrics import flicker_index, psnr
-    from streamer.bench.quality import add_noise, default_clip, load_clip, model_frames
+    from streamer.measure.clips import add_noise, default_clip, load_clip
+    from streamer.measure.enhanced import model_frames
+    from streamer.measure.metrics import flicker_index, psnr
 
     clean, _ = load_clip(default_clip(), frames, None)
     result: dict[str, Any] = {"clip": f"bikes.mp4 (held out), first {len(clean)} frames"}

@@ -78,7 +78,7 @@ def _under_isa(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
 
 def _machine(args: argparse.Namespace) -> int:
-    from streamer.bench.harness import LoadWatch
+    from streamer.measure.machine import LoadWatch
 
     print(LoadWatch().machine().line())
     return 0

@@ -22,8 +22,9 @@ from typing import Any
 import aiohttp
 
 from streamer.assets import DEFAULT_MODEL
-from streamer.bench.harness import LoadWatch, Machine, Target, emit, markdown_targets, table_footer
+from streamer.bench.harness import Target, emit, markdown_targets, table_footer
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 
 __all__ = ["AdmissionRow", "run_scenario"]
 

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from streamer.app import build_backend
-from streamer.bench.harness import LoadWatch, Machine, Target, emit, format_targets, parse_size
+from streamer.bench.harness import Target, emit, format_targets, parse_size
 from streamer.config import Config, load_config
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 from streamer.serving.service import Service
 
 __all__ = ["BatchingReport", "Round", "Side", "format_markdown", "run_batching", "run_from_args"]

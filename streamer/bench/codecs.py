@@ -41,9 +41,10 @@ from av.video.codeccontext import VideoCodecContext
 from av.video.stream import VideoStream
 
 from streamer.bench.gpu import gpu_name
-from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
+from streamer.bench.harness import emit, parse_sizes
 from streamer.errors import ConfigError
 from streamer.frame import Yuv420
+from streamer.measure.machine import cpu_isa, cpu_name
 from streamer.media.colour import from_rgb, to_rgb, yuv_frame, yuv_of
 from streamer.media.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
 

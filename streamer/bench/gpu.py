@@ -69,9 +69,10 @@ from streamer.bench.gpu_providers import (
     provider_options,
 )
 from streamer.bench.gpu_report import GpuReport, Parity, Speed, format_report, streams_1080p30
-from streamer.bench.harness import cpu_isa, cpu_name, emit, parse_sizes
+from streamer.bench.harness import emit, parse_sizes
 from streamer.errors import ConfigError
 from streamer.frame import Colour
+from streamer.measure.machine import cpu_isa, cpu_name
 from streamer.media.yuv import matrices
 
 __all__ = ["on_device", "run_gpu_bench"]

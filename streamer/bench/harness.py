@@ -1,10 +1,11 @@
-"""What the overhead, motion, overload and soak benchmarks share: the machine line, resident memory,
-the issue's targets as PASS/FAIL lines, config overrides from ``--set``, and timed pipeline runs.
+"""What the overhead, motion, overload and soak benchmarks share: resident memory, the issue's targets
+as PASS/FAIL lines, config overrides from ``--set``, the printed table's footer and its JSON and
+markdown files, and timed pipeline runs.
 
 Every figure a benchmark prints is measured in one run, beside the figure it is compared with, on a
-machine other people may be using: the load average at start and end says how busy it was. The
-pipeline's modules are imported where a pipeline runs, so ``bench gpu`` runs on a GPU machine that has
-numpy and onnxruntime alone.
+machine other people may be using: the machine line (:mod:`streamer.measure.machine`), with the load
+average at start and end, says how busy it was. The pipeline's modules are imported where a pipeline
+runs, so ``bench gpu`` runs on a GPU machine that has numpy and onnxruntime alone.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import math
-import os
-import platform
 import textwrap
 import threading
 import time
@@ -24,10 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnxruntime as ort
 
-from streamer.bench.isa import HIDDEN, masked_isa
 from streamer.errors import ConfigError
+from streamer.measure.records import finite
 
 if TYPE_CHECKING:
     from streamer.config import Config
@@ -35,20 +32,11 @@ if TYPE_CHECKING:
     from streamer.frame import Frame
 
 __all__ = [
-    "ISA_FLAGS",
     "LiveResult",
-    "LoadWatch",
-    "Machine",
     "RssSampler",
     "Target",
-    "cpu_isa",
-    "cpu_name",
     "emit",
-    "finite",
     "format_targets",
-    "isa_caption",
-    "isa_text",
-    "load_average",
     "markdown_targets",
     "overrides",
     "parse_size",
@@ -64,91 +52,6 @@ __all__ = [
     "table_footer",
     "wrapped",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Machine:
-    cpu: str
-    cores: int
-    onnxruntime: str
-    providers: str
-    """What onnxruntime offers here; the pipelines run on the first one their config asks for."""
-    load_start: float
-    load_end: float
-    isa: tuple[str, ...] = ()
-    """The CPU features INT8 and fp32 speed follow (``cpu_isa()``)."""
-    isa_cap: str | None = None
-    """Set when ``bench --isa`` hid the newer features: the kernels ran as on a CPU with only these."""
-
-    def line(self) -> str:
-        isa = f" ({isa_caption(self.isa, self.isa_cap)})"
-        return (
-            f"{self.cpu}{isa}, {self.cores} cores; onnxruntime {self.onnxruntime} ({self.providers}); "
-            f"load average {self.load_start:.2f} at start, {self.load_end:.2f} at end"
-        )
-
-
-def load_average() -> float:
-    return os.getloadavg()[0]
-
-
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")
-"""The CPU features CPU inference speed follows, fp32 and INT8: what every CPU figure is read beside."""
-
-
-def _cpuinfo(key: str) -> str | None:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        name, _, value = line.partition(":")
-        if name.strip() == key:
-            return value.strip()
-    return None
-
-
-def cpu_name() -> str:
-    return _cpuinfo("model name") or platform.processor() or platform.machine()
-
-
-def cpu_isa() -> tuple[str, ...]:
-    """Which of ``ISA_FLAGS`` this process's kernels can use (empty where /proc/cpuinfo cannot tell):
-    the CPU's, less those ``bench --isa`` hides from CPUID."""
-    flags = set((_cpuinfo("flags") or "").split())
-    cap = masked_isa()
-    hidden = set(HIDDEN[cap]) if cap else set()
-    return tuple(f for f in ISA_FLAGS if f in flags and f not in hidden)
-
-
-def isa_caption(isa: Sequence[str], cap: str | None) -> str:
-    """ISA flags for a figure's caption, saying so when ``bench --isa`` masked CPUID to ``cap``."""
-    masked = f"; CPUID masked to {cap}, this core's clocks and caches" if cap else ""
-    return f"{', '.join(isa) or 'none of ' + '/'.join(ISA_FLAGS)}{masked}"
-
-
-def isa_text() -> str:
-    """This process's ``isa_caption``."""
-    return isa_caption(cpu_isa(), masked_isa())
-
-
-class LoadWatch:
-    """Notes the load average when made; ``machine()`` notes it again and describes the machine."""
-
-    def __init__(self) -> None:
-        self.load = load_average()
-
-    def machine(self) -> Machine:
-        return Machine(
-            cpu=cpu_name(),
-            cores=os.cpu_count() or 1,
-            onnxruntime=ort.__version__,
-            providers=", ".join(ort.get_available_providers()),
-            load_start=self.load,
-            load_end=load_average(),
-            isa=cpu_isa(),
-            isa_cap=masked_isa(),
-        )
 
 
 def rss_bytes() -> int:
@@ -298,17 +201,6 @@ def sparkline(values: Sequence[float]) -> str:
     if span <= 0:
         return _BARS[0] * len(values)
     return "".join(_BARS[min(len(_BARS) - 1, int((v - lo) / span * len(_BARS)))] for v in values)
-
-
-def finite(value: Any) -> Any:
-    """JSON has no inf or nan: they are written as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
 
 
 def parse_size(text: str, flag: str) -> tuple[int, int]:

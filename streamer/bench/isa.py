@@ -21,27 +21,16 @@ from importlib import resources
 from pathlib import Path
 
 from streamer.errors import ConfigError
+from streamer.measure.machine import HIDDEN, masked_isa
 
-__all__ = ["ISA_CAPS", "MASKED_ENV", "REQUEST_ENV", "caps_env", "masked_isa", "run_as"]
+__all__ = ["ISA_CAPS", "REQUEST_ENV", "caps_env", "run_as"]
 
 
 REQUEST_ENV = "STREAMER_ISA_CAP"
 """Set by ``run_as`` for the new process: the features the shim is to leave visible."""
 
-MASKED_ENV = "STREAMER_CPUID_MASKED"
-"""Set by the shim itself once CPUID faulting is on: proof, inside the process, that the mask holds."""
-
-HIDDEN = {"avx2": ("avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")}
-"""Which of the benchmarks' ``ISA_FLAGS`` each cap hides."""
-
 ISA_CAPS = ("native", *HIDDEN)
 """``native``: the CPU as it is; ``avx2``: AVX-512, VNNI (AVX-512 and AVX) and AMX hidden."""
-
-
-def masked_isa() -> str | None:
-    """The cap this process runs under, or None when CPUID is not masked."""
-    cap = os.environ.get(MASKED_ENV)
-    return cap if cap in HIDDEN else None
 
 
 def _cache_dir() -> Path:

@@ -28,8 +28,7 @@ import numpy as np
 
 from streamer.app import build_pipeline
 from streamer.assets import STREAMING_LITE_MODEL
-from streamer.bench import rtsp_relay
-from streamer.bench.harness import LoadWatch, Machine, Target, emit, markdown_targets, table_footer
+from streamer.bench.harness import Target, emit, markdown_targets, table_footer
 from streamer.bench.latency_measure import Camera, Settings, parse_size
 from streamer.bench.latency_rtsp import Relay, RtspCamera
 from streamer.config import (
@@ -44,6 +43,8 @@ from streamer.config import (
 from streamer.engine.pipeline import Outcome
 from streamer.errors import ConfigError, SourceError
 from streamer.frame import Frame
+from streamer.measure import rtsp_relay
+from streamer.measure.machine import LoadWatch, Machine
 from streamer.media import framecode
 
 __all__ = ["KeepAliveResult", "run_keepalive"]

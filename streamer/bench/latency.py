@@ -8,7 +8,7 @@ frames that really came out rather than on timestamps a server may rewrite. The 
 the other in one run, each with its own pipeline built from the default config (``streamer.app``):
 
 - ``rtsp``: PyAV camera -> GStreamer relay ``/cam`` -> RtspSource -> Pipeline -> RtspSink -> relay
-  ``/out`` -> PyAV reader. The relay is :mod:`streamer.bench.rtsp_relay`, a process of Debian's python3;
+  ``/out`` -> PyAV reader. The relay is :mod:`streamer.measure.rtsp_relay`, a process of Debian's python3;
   the path is skipped, saying why, when that interpreter cannot import GstRtspServer.
 - ``webrtc``: aiortc publisher -> WHIP -> WhipSource -> Pipeline -> WhepSink -> WHEP -> aiortc player.
 
@@ -42,13 +42,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from streamer.app import build_backend, build_windower
-from streamer.bench.harness import cpu_name, isa_text
 from streamer.bench.latency_measure import PATHS, PathResult, Settings, Skipped, parse_size
 from streamer.bench.latency_report import LatencyReport, format_markdown, format_table
 from streamer.bench.latency_rtsp import run_rtsp
 from streamer.bench.latency_webrtc import run_webrtc
 from streamer.config import WindowConfig
 from streamer.errors import ConfigError
+from streamer.measure.machine import cpu_name, isa_text
 from streamer.media import framecode
 
 __all__ = ["run_from_args", "run_latency"]

@@ -1,7 +1,7 @@
 """The RTSP path of ``streamer bench latency``: PyAV camera -> GStreamer relay ``/cam`` -> RtspSource
 -> Pipeline -> RtspSink -> relay ``/out`` -> PyAV reader. The stream runs in a
 :class:`~streamer.serving.service.Service`, as ``streamer run`` runs it, so ``model: auto`` chooses and
-moves tiers as it does for a user. The relay is :mod:`streamer.bench.rtsp_relay`, a process of Debian's
+moves tiers as it does for a user. The relay is :mod:`streamer.measure.rtsp_relay`, a process of Debian's
 python3; the path is skipped, saying why, when that interpreter cannot import GstRtspServer.
 ``streamer bench keepalive`` publishes through the same relay and camera."""
 
@@ -24,7 +24,6 @@ from av.packet import Packet
 from av.stream import Stream
 from av.video.stream import VideoStream
 
-from streamer.bench import rtsp_relay
 from streamer.bench.latency_measure import (
     CAMERA_X264,
     SETUP_S,
@@ -42,6 +41,7 @@ from streamer.bench.latency_measure import (
 from streamer.config import RtspSinkConfig, RtspSourceConfig
 from streamer.engine.pipeline import PipelineReport
 from streamer.errors import SourceError, StreamerError
+from streamer.measure import rtsp_relay
 from streamer.media import framecode
 from streamer.serving.service import Service, StreamResult
 from streamer.sinks.nodelay import disable_nagle, rtsp_peer

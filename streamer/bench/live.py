@@ -23,12 +23,13 @@ from typing import Any
 
 from streamer.app import build_backend
 from streamer.assets import AUTO_TIERS
-from streamer.bench.harness import LoadWatch, Machine, Target, emit, parse_sizes, table_footer
+from streamer.bench.harness import Target, emit, parse_sizes, table_footer
 from streamer.bench.latency import run_latency
 from streamer.bench.latency_measure import Settings, TierShift, parse_size
 from streamer.config import ModelConfig
 from streamer.engine.tiers import AUTO, model_fps
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 
 __all__ = ["LOAD_SECONDS", "LOAD_WINDOW", "LiveRow", "check_targets", "run_from_args", "run_live_bench"]
 

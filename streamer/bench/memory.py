@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from streamer.assets import AUTO_TIERS, DEFAULT_MODEL
-from streamer.bench.harness import LoadWatch, Machine, emit, parse_size, wrapped
+from streamer.bench.harness import emit, parse_size, wrapped
 from streamer.contract import CARD_BYTES_KEY
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 
 __all__ = ["MemoryRow", "measure_bytes_per_pixel"]
 

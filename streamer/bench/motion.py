@@ -36,8 +36,6 @@ from skimage import data as skdata
 
 from streamer.app import build_backend, build_gate, build_pipeline
 from streamer.bench.harness import (
-    LoadWatch,
-    Machine,
     Target,
     emit,
     markdown_targets,
@@ -51,6 +49,7 @@ from streamer.config import Config, load_config
 from streamer.engine.pipeline import Outcome
 from streamer.errors import ConfigError
 from streamer.frame import Frame, Pixels
+from streamer.measure.machine import LoadWatch, Machine
 from streamer.sources.noise import GaussianNoise
 
 __all__ = [

@@ -39,8 +39,6 @@ from av.video.stream import VideoStream
 
 from streamer.app import build_backend, build_cuts, build_gate, build_pipeline, build_windower
 from streamer.bench.harness import (
-    LoadWatch,
-    Machine,
     Target,
     emit,
     markdown_targets,
@@ -55,6 +53,7 @@ from streamer.config import Config, FileSinkConfig, load_config
 from streamer.core.ring import RingBuffer
 from streamer.errors import ConfigError, SourceError, SourceNotFoundError
 from streamer.frame import Frame, Hyperframe
+from streamer.measure.machine import LoadWatch, Machine
 from streamer.media.samples import sample_clip
 
 __all__ = [

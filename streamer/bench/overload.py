@@ -21,8 +21,6 @@ from streamer.app import build_backend
 from streamer.assets import DEFAULT_MODEL
 from streamer.bench.harness import (
     LiveResult,
-    LoadWatch,
-    Machine,
     Target,
     emit,
     markdown_targets,
@@ -36,6 +34,7 @@ from streamer.bench.harness import (
 )
 from streamer.config import load_config
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 
 __all__ = ["MAX_RSS_GROWTH", "OverloadReport", "OverloadRun", "check_targets", "format_table", "run_overload"]
 

@@ -22,8 +22,9 @@ import numpy as np
 
 from streamer.assets import STREAMING_LITE_MODEL
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.harness import LoadWatch, Machine, emit, parse_size, wrapped
+from streamer.bench.harness import emit, parse_size, wrapped
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 
 __all__ = ["NodeTime", "OpTime", "ProfileResult", "profile_model"]
 

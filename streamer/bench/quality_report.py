@@ -47,7 +47,7 @@ class Row:
     fps: float | None
     delivered: float | None = None
     """PSNR of what a user receives: the degraded stream through streamer's source, frames path, this
-    method and the file output at its default quality, decoded (``streamer.bench.delivered``). On the
+    method and the file output at its default quality, decoded (``streamer.measure.delivered``). On the
     degraded input's row: its frames re-encoded by that output alone, the encoder's own cost."""
 
 

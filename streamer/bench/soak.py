@@ -17,8 +17,6 @@ from typing import Any
 from streamer.app import build_backend
 from streamer.assets import TEMPORAL_FILTER
 from streamer.bench.harness import (
-    LoadWatch,
-    Machine,
     Target,
     emit,
     markdown_targets,
@@ -34,6 +32,7 @@ from streamer.bench.harness import (
 )
 from streamer.config import load_config
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 
 __all__ = ["MAX_RSS_GROWTH", "SoakReport", "check_targets", "format_markdown", "format_table", "run_soak"]
 

@@ -19,17 +19,10 @@ from typing import Any
 
 from streamer.assets import SHIPPED_PREFIX, resolve_shipped
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.harness import (
-    LoadWatch,
-    Machine,
-    Target,
-    emit,
-    markdown_targets,
-    parse_size,
-    table_footer,
-)
+from streamer.bench.harness import Target, emit, markdown_targets, parse_size, table_footer
 from streamer.engine.tiers import model_fps
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 
 __all__ = ["DEFAULT_MODELS", "SpeedRow", "compare", "speed_rows"]
 

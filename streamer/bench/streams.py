@@ -41,20 +41,12 @@ import av
 import numpy as np
 
 from streamer.assets import DEFAULT_MODEL
-from streamer.bench.harness import (
-    LoadWatch,
-    Machine,
-    Target,
-    emit,
-    markdown_targets,
-    parse_size,
-    percentiles,
-    table_footer,
-)
+from streamer.bench.harness import Target, emit, markdown_targets, parse_size, percentiles, table_footer
 from streamer.config import Config, load_config
 from streamer.engine.pipeline import Outcome
 from streamer.errors import ConfigError
 from streamer.frame import Frame
+from streamer.measure.machine import LoadWatch, Machine
 from streamer.serving.service import Service
 
 __all__ = [

@@ -1,6 +1,6 @@
 """``streamer bench triton``: what a model on a Triton server costs a sidecar, against the same model local.
 
-A real tritonserver on loopback (``streamer.bench.tritonserver``) serves each model folded to uint8 in
+A real tritonserver on loopback (``streamer.measure.tritonserver``) serves each model folded to uint8 in
 and out (``streamer.backend.fold``: one uint8 window up, one uint8 frame down); the same file runs
 locally with onnxruntime. Per size and model, in alternating rounds so a noisy machine's drift falls on each
 path alike: the p50 of one window's call, locally, through Triton over gRPC and through Triton with the
@@ -32,10 +32,10 @@ from streamer.backend.base import Backend
 from streamer.backend.fold import fold_uint8_io
 from streamer.backend.onnx import OnnxBackend
 from streamer.backend.triton import TritonBackend
-from streamer.bench.harness import LoadWatch, Machine
-from streamer.bench.tritonserver import TritonServer
 from streamer.contract import Key
 from streamer.errors import ConfigError, ModelUnavailableError
+from streamer.measure.machine import LoadWatch, Machine
+from streamer.measure.tritonserver import TritonServer
 
 __all__ = ["OutageRow", "TritonRow", "run_from_args"]
 

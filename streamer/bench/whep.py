@@ -29,15 +29,7 @@ from aiortc.mediastreams import MediaStreamError
 
 from streamer.app import build_pipeline, build_server
 from streamer.assets import TEMPORAL_FILTER
-from streamer.bench.harness import (
-    LoadWatch,
-    Machine,
-    RssSampler,
-    Target,
-    emit,
-    markdown_targets,
-    table_footer,
-)
+from streamer.bench.harness import RssSampler, Target, emit, markdown_targets, table_footer
 from streamer.config import (
     Config,
     GateConfig,
@@ -47,6 +39,7 @@ from streamer.config import (
     WhepSinkConfig,
 )
 from streamer.errors import ConfigError
+from streamer.measure.machine import LoadWatch, Machine
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 
 __all__ = ["WhepBurstResult", "run_whep_burst"]

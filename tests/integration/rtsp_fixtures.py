@@ -23,7 +23,7 @@ import av.error
 import numpy as np
 import pytest
 
-from streamer.bench import rtsp_relay
+from streamer.measure import rtsp_relay
 from streamer.media import framecode
 
 __all__ = ["Publisher", "Reader", "RtspServer", "camera_frames", "free_port", "rtsp_server", "until"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from streamer.bench.batching import BatchingReport, Side
-from streamer.bench.harness import Machine
 from streamer.errors import ConfigError
+from streamer.measure.machine import Machine
 from tests.bench_cli import run_bench
 
 FAST_MODEL = Path(__file__).parents[2] / "streamer" / "assets" / "temporal_filter_t5.onnx"

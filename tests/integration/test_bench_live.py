@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from streamer.assets import AUTO_TIERS, TEMPORAL_FILTER
-from streamer.bench import rtsp_relay
-from streamer.bench.harness import Machine
 from streamer.bench.latency_measure import TierShift
 from streamer.bench.live import LiveRow, check_targets, format_markdown, format_table
 from streamer.errors import ConfigError
+from streamer.measure import rtsp_relay
+from streamer.measure.machine import Machine
 from tests.bench_cli import run_bench
 
 

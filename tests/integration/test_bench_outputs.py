@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from streamer.assets import TEMPORAL_FILTER
-from streamer.bench import rtsp_relay
 from streamer.errors import ConfigError
+from streamer.measure import rtsp_relay
 from tests.bench_cli import run_bench
 
 pytestmark = pytest.mark.slow

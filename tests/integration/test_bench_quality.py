@@ -14,11 +14,14 @@ import pytest
 
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.metrics import psnr
-from streamer.bench.quality import DEFAULT_MODELS, add_noise, default_models, h264_roundtrip, model_frames
+from streamer.bench.quality import DEFAULT_MODELS, default_models
 from streamer.bench.quality_report import CAMERA_PROFILE, Row, Section
 from streamer.bench.quality_targets import check_targets
 from streamer.errors import ConfigError, SourceNotFoundError
+from streamer.measure.clips import add_noise
+from streamer.measure.enhanced import model_frames
+from streamer.measure.metrics import psnr
+from streamer.measure.roundtrip import h264_roundtrip
 from tests.bench_cli import run_bench
 from tests.onnx_models import ema_model, strength_model
 

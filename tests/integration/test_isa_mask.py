@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from streamer.bench.isa import MASKED_ENV, build_shim, caps_env
+from streamer.bench.isa import build_shim, caps_env
 from streamer.errors import ConfigError
+from streamer.measure.machine import MASKED_ENV
 
 PROBE = """
 import json, os, sys

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from streamer.assets import TEMPORAL_FILTER
-from streamer.bench import rtsp_relay
+from streamer.measure import rtsp_relay
 from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

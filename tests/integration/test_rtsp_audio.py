@@ -21,9 +21,9 @@ import pytest
 
 from streamer.app import build_pipeline
 from streamer.assets import TEMPORAL_FILTER
-from streamer.bench import rtsp_relay
 from streamer.config import Config, load_config
 from streamer.engine.pipeline import PipelineReport
+from streamer.measure import rtsp_relay
 from tests.integration.rtsp_fixtures import free_port
 from tests.integration.test_audio import FPS, Clip, audio_of, make_clip, offsets
 

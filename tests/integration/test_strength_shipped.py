@@ -12,9 +12,10 @@ import pytest
 
 from streamer.assets import CAMERA_MODEL
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.metrics import psnr
-from streamer.bench.quality import add_noise, crf_roundtrip, default_clip, load_clip
 from streamer.core.noise import noise_sigma
+from streamer.measure.clips import add_noise, default_clip, load_clip
+from streamer.measure.metrics import psnr
+from streamer.measure.roundtrip import crf_roundtrip
 
 
 @pytest.fixture(scope="module")

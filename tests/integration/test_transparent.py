@@ -19,13 +19,13 @@ import pytest
 
 from streamer.assets import TEMPORAL_FILTER
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.delivered import decoded, delivered, identity_model, reencoded
-from streamer.bench.metrics import psnr
-from streamer.bench.quality import crf_roundtrip, load_clip
-from streamer.bench.roundtrip import x264_roundtrip
 from streamer.core.blend import FULL, Blend
 from streamer.core.windower import Windower
 from streamer.engine.pipeline import Pipeline
+from streamer.measure.clips import load_clip
+from streamer.measure.delivered import decoded, delivered, identity_model, reencoded
+from streamer.measure.metrics import psnr
+from streamer.measure.roundtrip import crf_roundtrip, x264_roundtrip
 from streamer.media.samples import sample_clip
 from streamer.sinks import FileSink
 from streamer.sources import FileSource

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from streamer.bench.tritonserver import TOKEN_ENV, TritonServer, triton_python
 from streamer.errors import ConfigError
+from streamer.measure.tritonserver import TOKEN_ENV, TritonServer, triton_python
 
 __all__ = ["TOKEN", "TOKEN_ENV", "TritonServer", "server_for", "serving"]
 

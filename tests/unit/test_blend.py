@@ -18,14 +18,13 @@ from export.calibrate_blend import Measured, blend_of
 from export.calibrate_blend import main as calibrate_main
 from streamer.app import build_blend
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.delivered import identity_model
-from streamer.bench.quality import crf_roundtrip
-from streamer.bench.roundtrip import x264_roundtrip
 from streamer.config import ModelConfig
 from streamer.contract import Key
 from streamer.core.blend import FULL, Blend, QuantizerEstimate
 from streamer.errors import ConfigError, ModelError
 from streamer.frame import Colour, Frame, Yuv420
+from streamer.measure.delivered import identity_model
+from streamer.measure.roundtrip import crf_roundtrip, x264_roundtrip
 from streamer.media.quantizer import DECODER_OPTIONS, quantizer
 from streamer.sources import FileSource
 from tests.unit.test_yuv import picture, swscale_planes

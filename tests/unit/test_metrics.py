@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from streamer.bench.metrics import flicker_index, psnr, ssim, temporal_variation
 from streamer.errors import FrameError
+from streamer.measure.metrics import flicker_index, psnr, ssim, temporal_variation
 
 
 def _clip(frames: int = 4, h: int = 24, w: int = 32, seed: int = 0) -> np.ndarray:

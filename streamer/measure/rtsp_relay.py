@@ -3,7 +3,7 @@
 GStreamer's Python bindings (``gi``) live in Debian's system interpreter, not in the venv, so the relay
 runs as a process of its own::
 
-    /usr/bin/python3 streamer/bench/rtsp_relay.py PORT [NAME ...]
+    /usr/bin/python3 streamer/measure/rtsp_relay.py PORT [NAME ...]
 
 and this module imports nothing but the standard library at module level: the venv imports it for
 :data:`SYSTEM_PYTHON`, :func:`command` and :func:`unavailable`, and only :func:`serve`, run by the

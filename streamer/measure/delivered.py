@@ -1,5 +1,5 @@
 """What a user receives: a camera's stream through streamer's own source, frames path, model and file
-sink, decoded again, for the quality bench's delivered figures.
+sink, decoded again, for the quality bench's delivered figures and export's blend calibration.
 
 A model's gain on RGB frames before the trip back to 4:2:0 and the output's encoder is not what anyone
 watches; on compressed camera video those two cost as much as a model gains. Here a stream file (what a camera
@@ -22,12 +22,12 @@ from onnx import TensorProto, helper
 
 from streamer.app import build_windower
 from streamer.backend.base import Backend
-from streamer.bench.metrics import Clip
 from streamer.config import WindowConfig
 from streamer.contract import Key
 from streamer.core.blend import Blend
 from streamer.engine.pipeline import Pipeline
 from streamer.errors import EndOfStream
+from streamer.measure.metrics import Clip
 from streamer.media.colour import to_rgb
 from streamer.sinks import FileSink
 from streamer.sources import FileSource
