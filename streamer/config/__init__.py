@@ -2,8 +2,9 @@
 
 Only the CLI calls :func:`load_config`; library code takes the validated objects, and ``streamer.app``
 builds the runtime's objects from them. Every model forbids unknown keys, so a typo fails loudly instead
-of silently running on a default. The schema imports nothing of the runtime: the codec names and network
-checks it shares with the runtime live here (:mod:`streamer.config.codecs`, :mod:`streamer.config.net`).
+of silently running on a default. The schema imports nothing of the runtime's libraries: the network
+checks it shares with the runtime live here (:mod:`streamer.config.net`), the codecs' names in the leaf
+:mod:`streamer.media.codecs`, the model settings' enums beside the backend port they configure.
 """
 
 from __future__ import annotations

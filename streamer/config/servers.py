@@ -10,8 +10,8 @@ from typing import Any, Self
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from streamer.config.base import Strict
-from streamer.config.codecs import COMPRESSED_CODECS
 from streamer.config.net import check_ice_server, check_ice_url, check_origins, is_loopback
+from streamer.media.codecs import COMPRESSED_CODECS
 
 __all__ = ["PLACEHOLDER_TOKEN", "HttpConfig", "IceServerConfig", "ServerLimits", "WebRtcConfig"]
 

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from streamer.config.base import STREAM_ID, Backoff, Strict
-from streamer.config.codecs import DEFAULT_CRF, VideoCodec
+from streamer.media.codecs import DEFAULT_CRF, VideoCodec
 
 __all__ = ["FileSinkConfig", "NullSinkConfig", "RtspSinkConfig", "WhepSinkConfig"]
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from streamer.config.base import STREAM_ID, Backoff, Strict
-from streamer.config.codecs import Decode
+from streamer.media.codecs import Decode
 from streamer.media.samples import resolve_sample
 
 __all__ = ["FileSourceConfig", "RtspSourceConfig", "SyntheticSourceConfig", "WhipSourceConfig"]

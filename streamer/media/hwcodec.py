@@ -32,8 +32,8 @@ from av.container import InputContainer
 from av.video.codeccontext import VideoCodecContext
 from av.video.stream import VideoStream
 
-from streamer.config.codecs import COMPRESSED_CODECS, NVENC, X264, Decode, VideoCodec
 from streamer.errors import ConfigError
+from streamer.media.codecs import COMPRESSED_CODECS, NVENC, X264, Decode, VideoCodec
 
 __all__ = [
     "COMPRESSED_CODECS",

@@ -37,10 +37,10 @@ import av.error
 from av.container import OutputContainer
 from av.video.stream import VideoStream
 
-from streamer.config.codecs import DEFAULT_CRF
 from streamer.errors import FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.media.audio import AudioTrack
+from streamer.media.codecs import DEFAULT_CRF
 from streamer.media.colour import encoder_frame
 from streamer.media.hwcodec import encoder_options, resolve_encoder
 from streamer.sinks.audio import AudioWriter

@@ -1,5 +1,6 @@
-"""The names of the codecs and encoder settings a config may choose, owned here so the schema needs no
-codec library; ``streamer.media.hwcodec`` and the file sink take them from here."""
+"""The names of the codecs and encoder settings a config may choose: plain names, so that the config
+schema and the codec modules share them without either importing the other's libraries (``bench
+codecs`` runs with numpy, onnxruntime and PyAV alone)."""
 
 from __future__ import annotations
 
