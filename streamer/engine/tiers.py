@@ -184,18 +184,22 @@ class TierChoice:
     height: int
     source_fps: float
     needed_fps: float
-    """The source's frame rate times the headroom: what a tier must run alone."""
+    """The source's frame rate times the headroom (and the streams sharing the cores): what a tier must
+    run alone."""
     keeps_up: bool
     probes: tuple[TierProbe, ...]
+    streams: int = 1
+    """The streams the choice counted on these cores, this one included."""
 
     def describe(self) -> str:
         """One log line's worth: the choice, the need, every tier's figure."""
         figures = ", ".join(f"{p.name} {p.figure}" for p in self.probes)
         verdict = "" if self.keeps_up else "; no tier keeps up, took the fastest"
         how = "estimated fps (cards x this machine)" if self.estimated else "measured fps"
+        shared = f", {self.streams} streams on these cores" if self.streams > 1 else ""
         return (
             f"model auto chose {self.name} for {self.width}x{self.height} @ {self.source_fps:g} fps "
-            f"(needs {self.needed_fps:.1f} fps alone; {how}: {figures}){verdict}"
+            f"(needs {self.needed_fps:.1f} fps alone{shared}; {how}: {figures}){verdict}"
         )
 
     @property
@@ -210,6 +214,7 @@ class TierChoice:
             "size": f"{self.width}x{self.height}",
             "source_fps": round(self.source_fps, 3),
             "needed_fps": round(self.needed_fps, 1),
+            "streams": self.streams,
             "keeps_up": self.keeps_up,
             "probes": [
                 {
@@ -325,14 +330,17 @@ class TierSelector:
                 self._speeds[settings] = speed
             return self._speeds[settings]
 
-    def start(self, settings: str, width: int, height: int, fps: float, headroom: float) -> TierChoice | None:
+    def start(
+        self, settings: str, width: int, height: int, fps: float, headroom: float, streams: int = 1
+    ) -> TierChoice | None:
         """Instant: the tier a stream starts on, from the cards scaled by the calibration (the best
-        whose estimate runs ``headroom`` times ``fps``, else the cheapest); None where these settings
-        were not calibrated or a tier has no card (then ``choose`` times them)."""
+        whose estimate runs ``headroom`` times ``fps`` for each of ``streams`` streams sharing the
+        cores, else the cheapest); None where these settings were not calibrated or a tier has no card
+        (then ``choose`` times them)."""
         speed = self._speeds.get(settings)
         if speed is None:
             return None
-        needed = fps * headroom
+        needed = fps * headroom * max(1, streams)
         probes: list[TierProbe] = []
         for path in self.tiers:
             recorded = self._cards(path, width, height)
@@ -342,9 +350,11 @@ class TierSelector:
             probes.append(TierProbe(_name(path), path, estimate, bound=estimate < needed, estimated=True))
             if estimate >= needed:
                 break
-        keeps_up = not probes[-1].bound
         best = probes[-1]
-        return TierChoice(best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes))
+        shared = max(1, streams)
+        return TierChoice(
+            best.path, best.name, width, height, fps, needed, not best.bound, tuple(probes), shared
+        )
 
     def choose(
         self, load: Loader, settings: str, width: int, height: int, fps: float, headroom: float

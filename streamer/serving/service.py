@@ -445,10 +445,10 @@ class Service:
         )
 
     def _start_tier(self, stream: StreamConfig, info: StreamInfo, fps: float) -> TierChoice | None:
-        """The tier an auto stream starts on at once, from the calibration and the cards (logged); None
-        where there is none to go on, and the tiers are timed instead."""
-        model = stream.model
-        choice = self._tiers.start(model.session_key(), info.width, info.height, fps, model.headroom)
+        """An auto stream's tier at once, from the calibrated cards and the streams open; None: time them."""
+        others = (r for r in self.runners.values() if r.id != stream.id and not r.done)
+        streams, model = 1 + sum(r.pipeline.opened for r in others), stream.model
+        choice = self._tiers.start(model.session_key(), info.width, info.height, fps, model.headroom, streams)
         if choice is not None:
             (log.info if choice.keeps_up else log.warning)("stream %s: %s", stream.id, choice.describe())
         return choice

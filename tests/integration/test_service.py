@@ -671,6 +671,7 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
                     "size": "160x96",
                     "source_fps": 30.0,
                     "needed_fps": 36.0,
+                    "streams": 1,
                     "keeps_up": True,
                     "probes": [
                         {"model": "stream_t5", "fps": 20.0, "cut_short": False, "estimated": False},

@@ -316,3 +316,17 @@ def test_a_stream_no_tier_keeps_up_for_starts_on_the_cheapest_and_says_so() -> N
     assert choice is not None
     assert (choice.name, choice.keeps_up) == ("stream_t5_quarter_sep", False)
     assert "no tier keeps up" in choice.describe()
+
+
+def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_them_all() -> None:
+    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})
+    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    selector.calibrate(load, "")
+    alone = selector.start("", 640, 360, 30.0, 1.2)
+    shared = selector.start("", 640, 360, 30.0, 1.2, streams=4)
+    assert alone is not None
+    assert shared is not None
+    assert shared.needed_fps == pytest.approx(4 * alone.needed_fps)
+    assert AUTO_TIERS.index(shared.path) > AUTO_TIERS.index(alone.path)  # a cheaper tier
+    assert shared.as_dict()["streams"] == 4
+    assert "4 streams on these cores" in shared.describe()
