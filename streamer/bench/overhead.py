@@ -303,7 +303,7 @@ def core_cost(pool: Sequence[np.ndarray[Any, Any]], frames: int, config: Config)
         t2 = clock()
         tasks = windower.push(frame)
         t3 = clock()
-        for task in tasks:  # as Pipeline._plan
+        for task in tasks:  # as Ingest._plan (streamer.engine.ingest)
             if task.run != run:
                 run = task.run
                 gate.reset()
