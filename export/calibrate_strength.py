@@ -5,7 +5,7 @@ A strength model is trained to remove noise of the sigma it is told, but told th
 be too gentle or too harsh, and the stream's estimate (``streamer.core.noise``) is not the true sigma
 either. So, on clips the model was trained on (never the benchmarks' held-out ``bikes`` and
 ``chelsea``), each is given Gaussian noise of a range of sigmas (0: clean), and the model runs on each
-at every strength of a grid, as live frames run (``streamer.bench.quality.model_frames``); for each
+at every strength of a grid, as live frames run (``streamer.measure.enhanced.model_frames``); for each
 sigma the estimate that ``auto`` would read (the median of the per-frame estimates) is paired with the
 strength whose mean PSNR over the clips is highest. Made monotone (a higher estimate never gets a
 lower strength), the pairs are the curve ``auto`` follows (``ModelInfo.auto_strength``); ``--write``
@@ -42,8 +42,9 @@ __all__ = ["Level", "calibrate", "curve_of", "main", "write_curve"]
 SIGMAS = (6.0, 10.0, 15.0, 20.0, 25.0, 35.0, 50.0)
 """From 6 up: under it, the training clips' own compression (bigbuckbunny is an H.264 file) is most of
 what differs from the reference, and a strength model's low strengths deblock it (as they should on a
-compressed feed), which PSNR against those artifacts counts as harm: on conv3d_t1_strength, strength
-16 "won" on the clips without noise by 1.32 dB. Quieter feeds get the curve's line down to (0, 0)."""
+compressed feed), which PSNR against those artifacts counts as harm, so below 6 the grid's winner
+answers the compression rather than the noise (on conv3d_t1_strength, a clean clip's "best" strength is
+far from 0). Quieter feeds get the curve's line down to (0, 0)."""
 STRENGTHS = (0.0, 3.0, 6.0, 9.0, 12.0, 16.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0, 70.0)
 CLIPS = ("bigbuckbunny", "carphone_pristine")
 """Sample clips in the training data (``export.datapack``); bikes.mp4 is held out for the benchmarks."""

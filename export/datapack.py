@@ -8,9 +8,9 @@ and a validation clip (a pan over the held-out ``chelsea`` photograph, as ``expo
 ``bikes.mp4`` and ``chelsea`` stay out of the training part: they are the benchmarks' clips. No
 degradation is stored: noise is added on the device, per sequence.
 
-Each image is stored as lossless WebP (OpenCV), one array per image in an ``.npz``: at 640x360 a
-frame of bigbuckbunny takes 0.27 MB this way and 0.55 MB as the raw uint8 of ``np.savez_compressed``, and
-the pack must travel within the lent machine's 64 MiB. Loading needs numpy and OpenCV only.
+Each image is stored as lossless WebP (OpenCV), one array per image in an ``.npz``: about half the
+bytes of the raw uint8 in ``np.savez_compressed``, and the pack must travel within the lent machine's
+64 MiB. Loading needs numpy and OpenCV only.
 """
 
 from __future__ import annotations

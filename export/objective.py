@@ -106,8 +106,8 @@ def count_macs(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
     """Multiply-accumulates of the convolutions and matrix products in one forward call on ``inputs``.
 
     Counted on the operators PyTorch dispatches, not on the layers: the models apply most weights
-    through ``F.conv2d`` (folded or reshaped at export), which hooks on ``nn.Conv2d`` never saw; the
-    first count left out conv3d_t5's Conv3d, 30% of its work."""
+    through ``F.conv2d`` (folded or reshaped at export), which hooks on ``nn.Conv2d`` never see (they
+    would miss conv3d_t5's Conv3d, a large part of its work)."""
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         module(*inputs)

@@ -1,11 +1,11 @@
 """INT8 for streaming models: static QDQ quantization calibrated on real noisy frames, quality measured.
 
-``streamer export --int8`` writes ``<stem>.int8.onnx`` and ``<stem>.int8.encoder.onnx`` beside the
-fp32 pair. Weights are per-channel QInt8; activations QUInt8 (QInt8 activations were slower than fp32
-on AVX2 without VNNI, measured in ../shared/RECIPES.md); ``reduce_range`` (7-bit weights) is on where the
-CPU lacks VNNI, whose u8 x s8 dot products would otherwise saturate, and off where it has them. The
-encoder's first convolution (it reads the raw frame) and the fusion's last (it writes the residual
-added to the output pixels) stay fp32: the two places where a quantization step is a visible error.
+``streamer export --int8`` writes ``<stem>.int8.onnx`` and ``<stem>.int8.encoder.onnx`` beside the fp32 pair.
+Weights are per-channel QInt8; activations QUInt8 (QInt8 activations run slower than fp32 on AVX2 without
+VNNI); ``reduce_range`` (7-bit weights) is on where the CPU lacks VNNI, whose u8 x s8 dot products would
+otherwise saturate, and off where it has them. The encoder's first convolution (it reads the raw frame) and
+the fusion's last (it writes the residual added to the output pixels) stay fp32: the two places where a
+quantization step is a visible error.
 
 Calibration (``--calibrate``) reads real footage, not the held-out benchmark clip: frames of a video
 file or a ``sample:NAME`` clip, each degraded with Gaussian noise of a sigma cycling over 0..40, since
@@ -64,8 +64,8 @@ FLICKER_SIGMAS = (15.0, 25.0)
 
 FLICKER_TOLERANCE = 0.10
 """The INT8 graph's flicker index may exceed fp32's by this fraction of it, no more: quantization error
-that changes from frame to frame is shimmer a still scene did not have (with three convolutions in INT8
-stream_t5's flicker at sigma 15 rose 24% on the held-out clip while its PSNR stayed within 0.15 dB)."""
+that changes from frame to frame is shimmer a still scene did not have, and a graph with a few
+convolutions in INT8 can add much of it while its PSNR barely moves, so flicker is checked on its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,14 +386,14 @@ def _choose_fusion_convs(
     say: Callable[[str], None],
     check: _FlickerCheck | None = None,
 ) -> _Choice:
-    """Mixed precision by measured sensitivity: each convolution is quantized alone and its output's
-    PSNR against fp32 taken; the least sensitive go to INT8 first, and the graph keeps the longest
-    such prefix (the last convolution, which writes the output pixels, never) whose whole-graph PSNR
-    stays within the budget. Only convolutions are quantized: with the elementwise ops around them
-    (the residual adds, the target frame's path) also in INT8, one block alone fell to 39 dB. The
-    probes run on the calibration windows themselves: this measures quantization error, not
-    generalisation, which ``measure_int8`` checks on held-out footage. With a flicker ``check``, a
-    prefix must also keep the flicker index on its sequences within ``FLICKER_TOLERANCE`` of fp32's."""
+    """Mixed precision by measured sensitivity: each convolution is quantized alone and its output's PSNR
+    against fp32 taken; the least sensitive go to INT8 first, and the graph keeps the longest such prefix (the
+    last convolution, which writes the output pixels, never) whose whole-graph PSNR stays within the budget.
+    Only convolutions are quantized: with the elementwise ops around them (the residual adds, the target
+    frame's path) also in INT8, one block alone falls far under the budget. The probes run on the calibration
+    windows themselves: this measures quantization error, not generalisation, which ``measure_int8`` checks on
+    held-out footage. With a flicker ``check``, a prefix must also keep the flicker index on its sequences
+    within ``FLICKER_TOLERANCE`` of fp32's."""
     reference = _outputs(model, feeds)
     convs = _convs(onnx.load(str(model)))
     candidates, last = convs[:-1], convs[-1:]

@@ -4,7 +4,7 @@
 The tile gate (``gate.tile``) runs only the box around what changed, widened by a halo that must cover
 this reach, or the box's border pixels differ from the whole frame's (a seam). A fixed halo is either
 wasteful for a model of short reach or wrong for one of long reach: conv3d_t5 reaches 25 pixels, the
-720p tier, whose fusion runs at 1/4 and 1/8 resolution, 35 (past the 32 the halo was fixed at). The
+720p tier, whose fusion runs at 1/4 and 1/8 resolution, 35 (past a 32-pixel halo that covers the first). The
 reach is measured exactly, from the gradient of output pixels with respect to the window (every
 LeakyReLU passes some gradient, so each input pixel within the receptive field gets a non-zero one;
 ``PHASES`` pixels cover every position against the model's strides), and

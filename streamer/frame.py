@@ -43,10 +43,10 @@ class Colour:
 
 @dataclass(frozen=True, slots=True)
 class Yuv420:
-    """A picture as 4:2:0 planes (an H.264 decoder's and encoder's own format), in ``colour``'s matrix
-    and range: what a decoder hands a model on the device and the model hands an encoder
-    (``model.yuv420``), so the host converts nothing between RGB and YUV (at 1080p, half of libx264's
-    host time per frame). The planes may be views of larger buffers (a decoder's frame, padding)."""
+    """A picture as 4:2:0 planes (an H.264 decoder's and encoder's own format), in ``colour``'s matrix and
+    range: what a decoder hands a model on the device and the model hands an encoder (``model.yuv420``), so
+    the host converts nothing between RGB and YUV (a conversion that costs the host a large share of what
+    libx264's encode does). The planes may be views of larger buffers (a decoder's frame, padding)."""
 
     y: npt.NDArray[np.uint8]
     """(H, W), H and W even."""

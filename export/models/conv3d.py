@@ -1,11 +1,11 @@
 """A learned temporal enhancer built to run in real time on a CPU: early temporal fusion at low resolution.
 
-Full-resolution 3D convolutions cost too much on a CPU (one 16-channel Conv3d on a 360p window takes
-~420 ms in onnxruntime), so every frame is first folded into channels by space-to-depth, projected per
-frame by a 1x1 convolution, and the T frames are then fused at once by a Conv3d whose kernel spans all
-T (time collapses in the first layer). The rest is 2D work at 1/2 and 1/4 resolution, depth-to-space
-back to full resolution, and a residual on the target frame, so an untrained or weak model starts near
-the identity instead of inventing pixels.
+Full-resolution 3D convolutions cost too much on a CPU (one 16-channel Conv3d on a 360p window alone runs far
+longer than a frame period in onnxruntime), so every frame is first folded into channels by space-to-depth,
+projected per frame by a 1x1 convolution, and the T frames are then fused at once by a Conv3d whose kernel
+spans all T (time collapses in the first layer). The rest is 2D work at 1/2 and 1/4 resolution, depth-to-space
+back to full resolution, and a residual on the target frame, so an untrained or weak model starts near the
+identity instead of inventing pixels.
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ STRENGTH_SCALE = 50.0
 
 
 def activation(x: torch.Tensor) -> torch.Tensor:
-    """Leaky ReLU: with plain ReLU, training at lr 1e-3 stalled as units died."""
+    """Leaky ReLU: with plain ReLU, units die and training at lr 1e-3 stalls."""
     out: torch.Tensor = F.leaky_relu(x, 0.1)
     return out
 
 
 def up_transposed(up: nn.Conv2d, q: torch.Tensor) -> torch.Tensor:
     """``pixel_shuffle(up(q), 2)`` for a 1x1 ``up`` of 4F maps, as one transposed convolution, which
-    onnxruntime runs 2-3x faster than the 1x1 and the depth-to-space (3.5 ms of a 360p frame's 52 on
-    2 cores): the 1x1's four outputs per map are the 2x2 kernel's taps, and its bias, which differs
-    per tap, comes in through a channel of ones."""
+    onnxruntime runs several times faster than the 1x1 and the depth-to-space apart: the 1x1's four
+    outputs per map are the 2x2 kernel's taps, and its bias, which differs per tap, comes in through a
+    channel of ones."""
     f = up.out_channels // 4
     weight = up.weight[:, :, 0, 0].reshape(f, 2, 2, -1).permute(3, 0, 1, 2)
     bias = cast(torch.Tensor, up.bias).reshape(1, f, 2, 2)
@@ -125,10 +125,10 @@ class Conv3dEnhancer(nn.Module):
     resolution; a strided convolution takes the fused features to 1/4 resolution, where the residual
     blocks work cheaply with a wide receptive field; they come back by depth-to-space and join the 1/2
     features through a skip, which carries the per-pixel detail a 1/4 bottleneck alone would lose.
-    ``fine`` residual blocks at 1/2 resolution after the skip add capacity at the scale of a compressed
-    feed's damage (block edges and ringing, a few pixels wide) rather than at 1/4 (tried for issue 14:
-    two of them went into Gaussian denoising, not deblocking; docs/benchmarks.md); each starts as the
-    identity (its last convolution zero), so a model warm-started from one without them begins as it.
+    ``fine`` residual blocks at 1/2 resolution after the skip add capacity at the scale of a compressed feed's
+    damage (block edges and ringing, a few pixels wide) rather than at 1/4 (where blocks added go into
+    Gaussian denoising, not deblocking); each starts as the identity (its last convolution zero), so a model
+    warm-started from one without them begins as it.
     H and W must be multiples of ``pad_multiple`` (4); the runtime pads and crops. T=1 is the
     single-frame ablation of the same architecture.
 
@@ -204,16 +204,15 @@ class Conv3dEnhancer(nn.Module):
 
     def entry(self, frames: torch.Tensor) -> torch.Tensor:
         """The fused features at 1/2 resolution of (B, T*3, H, W) stacked frames: the Conv3d's parameters
-        applied as one 2-D convolution with no transpose of the input (a 7-D transpose and the Conv3d
-        took half of onnxruntime's time). Space-to-depth x2 and the per-frame 1x1 embedding are one 2x2
-        stride-2 convolution of each frame, and the Conv3d spanning all T frames a 3x3 over their
-        embeddings; with no activation between, the two are one 6x6 stride-2 convolution of the
-        stacked frames (the entry's only pass over full resolution: about 1.8x as fast in onnxruntime
-        on a 2-core CPU as the two with the layout changes between them, and no T x embed maps in
-        memory). The embedding's bias, which the 3x3 saw only inside the frame (its padding is zeros,
-        not an embedded black block), comes in as a map: the taps that fall inside, summed, from a 3x3
-        convolution of ones. The weights are composed here, in the graph: the exported file keeps the
-        factors (``export.recover`` reads them) and onnxruntime folds the composition when it loads."""
+        applied as one 2-D convolution with no transpose of the input (a 7-D transpose and the Conv3d would be
+        much of onnxruntime's time). Space-to-depth x2 and the per-frame 1x1 embedding are one 2x2 stride-2
+        convolution of each frame, and the Conv3d spanning all T frames a 3x3 over their embeddings; with no
+        activation between, the two are one 6x6 stride-2 convolution of the stacked frames (the entry's only
+        pass over full resolution: faster in onnxruntime than the two with the layout changes between them,
+        and no T x embed maps in memory). The embedding's bias, which the 3x3 saw only inside the frame (its
+        padding is zeros, not an embedded black block), comes in as a map: the taps that fall inside, summed,
+        from a 3x3 convolution of ones. The weights are composed here, in the graph: the exported file keeps
+        the factors (``export.recover`` reads them) and onnxruntime folds the composition when it loads."""
         t, embed, h, w = self.t, self.embed_channels, frames.shape[2], frames.shape[3]
         k = self.embed.weight.reshape(embed, 3, 2, 2)
         # Centred input (x - 0.5; on raw [0, 1] input training stalled) folded into the bias.

@@ -1,8 +1,8 @@
 """A causal recurrent enhancer: the per-frame model's spatial path, a ConvLSTM memory, and the previous
 output frame as a second memory.
 
-The first ConvLSTM learned its spatial denoising from scratch with the recurrence, and lost to the
-per-frame model by 2.5 dB: a frame after a reset came out as noisy as it went in. Here the spatial path
+A ConvLSTM that learns its spatial denoising from scratch with the recurrence loses to the per-frame
+model: a frame after a reset comes out as noisy as it went in. Here the spatial path
 is conv3d_t1's, layer for layer and under the same names (``embed``, ``fuse``, ``down``, ``body``,
 ``up``, ``refine``, ``head``), so training starts from its weights (``--init conv3d_t1.onnx``) and the
 untrained recurrence is switched off: the model starts as the per-frame model and the recurrence only
@@ -13,8 +13,8 @@ has to add what time gives. Two memories are carried (as in EMVD's recurrent fus
   pixel: where the scene is still, a recursive average over many frames; where it moved, the blend
   falls. A fourth plane of it is 1 once a frame has been enhanced and 0 in the runtime's zero state, so
   after a reset the previous frame is switched off exactly, not learned. The learned blend alone
-  ghosted where a pixel changed abruptly on a still background (a block flipping from black to white
-  came out halfway between, as an on-screen clock's digits would): ``guard`` fades it out by the
+  ghosts where a pixel changes abruptly on a still background (a block flipping from black to white
+  comes out halfway between, as an on-screen clock's digits would): ``guard`` fades it out by the
   change itself, to nothing where the new estimate and the previous frame differ by ``guard`` or more;
 - a ConvLSTM (gates i, f, o, g) at 1/4 resolution for what changes slowly: how noisy the stream is,
   where it moves, whether it was just cut.

@@ -259,10 +259,10 @@ class StreamingEnhancer(nn.Module):
         levels, before rounding, as e x e cells (B, 3*e*e, H/e, W/e): what ``pixel_shuffle`` by e turns
         into the frame.
 
-        The target's strided convolutions (its cells' entry, the linear skip, and the identity that adds
-        the target itself) become one, and the head is scaled to levels, so an exported fusion graph
-        touches the full-resolution frame only in that convolution and in a uint8 depth-to-space: no
-        float frame is added, divided, rounded or reordered (~10% of a 720p frame's time on the CPU)."""
+        The target's strided convolutions (its cells' entry, the linear skip, and the identity that adds the
+        target itself) become one, and the head is scaled to levels, so an exported fusion graph touches the
+        full-resolution frame only in that convolution and in a uint8 depth-to-space: no float frame is added,
+        divided, rounded or reordered (each such pass costs a share of a frame's CPU time)."""
         *maps, target = inputs
         e = self.entry_stride
         cells = 3 * e * e

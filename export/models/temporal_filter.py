@@ -4,9 +4,9 @@ Each neighbour frame is averaged into the target in proportion to how well it ma
 locally, so static areas are averaged over the whole window (noise drops) while areas that moved keep
 mostly the target's own pixels (no ghost trails). Nothing is learned: the defaults (k = 0.08,
 sigma_t = 2 slots) were tuned so Gaussian noise of sigma 15/255 reads as a match and real motion does
-not. On the moving test scene of ``tests/unit/test_temporal_filter.py`` they gain +5.3 dB PSNR overall
-(+5.7 dB static, +2.2 dB where things move), and on the noise-free scene the moving areas stay at
-46 dB where a plain temporal mean falls to 14 dB.
+not. ``tests/unit/test_temporal_filter.py`` holds them to it: on a noisy moving scene they gain PSNR,
+more where it is still than where things move, and on the noise-free scene the moving areas stay
+sharp (over 42 dB) where a plain temporal mean smears them (under 20 dB).
 """
 
 from __future__ import annotations

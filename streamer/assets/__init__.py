@@ -50,11 +50,12 @@ of fp32 on the calibration windows."""
 
 STREAMING_LITE_MODEL: Path = ASSETS / "stream_t5_lite.onnx"
 """The cheaper live tier (``stream_t5_lite.encoder.onnx`` beside it): half stream_t5's multiply-adds,
-distilled from conv3d_t5; 0.16 dB below it at sigma 25 on the held-out clip."""
+distilled from conv3d_t5, giving up a little of its quality for the speed."""
 
 STREAMING_SEPARABLE_MODEL: Path = ASSETS / "stream_t5_lite_sep.onnx"
-"""stream_t5_lite with its 3x3 mix of the cached maps made separable (depthwise 3x3, then 1x1): ~1.5x its
-speed, fine-tuned from it against conv3d_t5; the 360p tier for CPUs where the lite tier falls behind."""
+"""stream_t5_lite with its 3x3 mix of the cached maps made separable (depthwise 3x3, then 1x1): fewer
+multiply-adds and faster, fine-tuned from it against conv3d_t5; the 360p tier for CPUs where the lite tier
+falls behind."""
 
 STREAMING_QUARTER_MODEL: Path = ASSETS / "stream_t5_quarter_sep.onnx"
 """The 720p tier (``stream_t5_quarter_sep.encoder.onnx`` beside it): the whole fusion at a quarter of the

@@ -2,12 +2,11 @@
 page-locking host memory (``streamer.backend.host_buffers``) and how a host thread waits for the GPU
 (:func:`set_gpu_wait`).
 
-onnxruntime ends every call on a GPU provider by waiting for the GPU (``cudaStreamSynchronize``, its
-copies of outputs to host memory too). CUDA's default wait on a machine with more cores than CUDA
-contexts is a spin: the calling thread holds a core at 100% for as long as the GPU works. On the H100
-of session 13, the device path's host CPU per 720p frame (0.96-1.10 ms) matched the GPU's own time per
-frame, as a spin would. Those are the cores that decode and encode every stream; a thread that
-blocks on a synchronisation primitive gives them back and is woken when the GPU is done (TensorRT's
+onnxruntime ends every call on a GPU provider by waiting for the GPU (``cudaStreamSynchronize``, its copies of
+outputs to host memory too). CUDA's default wait on a machine with more cores than CUDA contexts is a spin:
+the calling thread holds a core at 100% for as long as the GPU works, so the device path's host CPU time per
+frame follows the GPU's own time per frame. Those are the cores that decode and encode every stream; a thread
+that blocks on a synchronisation primitive gives them back and is woken when the GPU is done (TensorRT's
 ``trtexec`` waits so by default; spinning is its ``--useSpinWait``).
 """
 

@@ -3,9 +3,10 @@
 The runtime feeds a float model a float32 window it builds on the host (a T-frame window at 1080p is
 124 MB per output frame) and rounds its float output back to levels there. A model whose graph casts
 and scales its uint8 input, and scales, clips, rounds and casts its output, takes the window as the
-frames' own bytes and returns the frame's: a quarter of the transfer and none of the host's float work
-(`streamer bench gpu`: 13 -> 215 fps at 1080p on an H200's host path). The runtime reads uint8 tensors
-as such a contract, so a folded file needs nothing else declared. Graph surgery with onnx alone.
+frames' own bytes and returns the frame's: a quarter of the transfer and none of the host's float work,
+which on a GPU's host path is most of a frame's time (`streamer bench gpu` compares the two). The
+runtime reads uint8 tensors as such a contract, so a folded file needs nothing else declared. Graph
+surgery with onnx alone.
 
 And ``fold_constants``: the parts of a graph that depend only on its weights, computed once before a
 conversion to float16 (whose CPU kernels onnxruntime lacks for some of them, so it would run them on

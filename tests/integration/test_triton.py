@@ -1,5 +1,5 @@
 """The triton backend against a real Triton Inference Server (PyTriton's tritonserver,
-streamer.bench.tritonserver), serving a repository ``export.triton_repo`` wrote from the shipped
+streamer.measure.tritonserver), serving a repository ``export.triton_repo`` wrote from the shipped
 models: the same contract and output as the local file, for window, recurrent and streaming models,
 over gRPC and shared memory; a server stopped and started again mid-stream costs no frame and no
 order."""

@@ -1,4 +1,4 @@
-"""The stand-in Triton server (streamer.bench.tritonserver) for tests: skipped where no PyTriton
+"""The stand-in Triton server (streamer.measure.tritonserver) for tests: skipped where no PyTriton
 interpreter is installed, except under CI, which installs one (.ci/run) and fails instead."""
 
 from __future__ import annotations

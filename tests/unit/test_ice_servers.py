@@ -198,7 +198,7 @@ def test_server_refuses_what_would_expose_it_or_advertise_nothing() -> None:
 
 def test_options_advertises_the_servers_only_to_authorised_clients(caplog: pytest.LogCaptureFixture) -> None:
     """OPTIONS gathers nothing, so no STUN or TURN server needs to answer here; the 201's Link headers
-    are checked against a real TURN server in tests/integration/test_webrtc_turn.py."""
+    are checked against a real TURN server in tests/integration/test_turn.py."""
 
     async def scenario() -> None:
         server = WebRtcServer(
