@@ -241,7 +241,8 @@ def test_a_hung_server_is_detected_as_a_stall_and_reconnected(rtsp_server: RtspS
         asyncio.run(scenario())
     finally:
         camera.stop()
-    assert seen["error"] == "no data for 1.0 s"
+    # FFmpeg's read interrupt or, on a loaded machine, the decoded-frame watchdog may see it first
+    assert seen["error"] in {"no data for 1.0 s", "no frame decoded for 1.0 s"}
     assert source.rtsp_stats().reconnects >= 1
 
 
