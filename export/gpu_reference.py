@@ -207,7 +207,8 @@ def onnxruntime_kernels(path: Path, size: tuple[int, int], batch: int, count: in
     import onnxruntime as ort
 
     from streamer.backend.onnx import OnnxBackend
-    from streamer.bench.gpu import fold_uint8_io, half_precision, on_device, pattern_window
+    from streamer.measure.synthetic import pattern_window
+    from streamer.measure.variants import fold_uint8_io, half_precision, on_device
 
     if hasattr(ort, "preload_dlls"):
         ort.preload_dlls()

@@ -38,13 +38,13 @@ import numpy.typing as npt
 from av.codec.hwaccel import HWAccel
 from av.container import InputContainer
 from av.video.codeccontext import VideoCodecContext
-from av.video.stream import VideoStream
 
 from streamer.bench.gpu import gpu_name
 from streamer.bench.harness import emit, parse_sizes
 from streamer.errors import ConfigError
 from streamer.frame import Yuv420
 from streamer.measure.machine import cpu_isa, cpu_name
+from streamer.measure.synthetic import camera_clip
 from streamer.media.colour import from_rgb, to_rgb, yuv_frame, yuv_of
 from streamer.media.hwcodec import NVENC, X264, encoder_options, nvdec_unavailable, nvenc_unavailable
 
@@ -108,43 +108,6 @@ class CodecReport:
     speeds: list[CodecSpeed]
     streams: list[StreamCount]
     wall_s: float
-
-
-def camera_clip(
-    width: int, height: int, frames: int, fps: int, seed: int = 0
-) -> tuple[bytes, list[npt.NDArray[np.uint8]]]:
-    """H.264 (Annex B) of a panning picture with a sensor's noise, as a camera sends it, and its rgb24
-    frames: what the decode rows read and the encode rows write."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    pixels = []
-    for k in range(frames):
-        shift = 6.0 * k
-        base = np.stack(
-            [
-                127 + 100 * np.sin((x + shift) / 37.0) * np.cos(y / 53.0),
-                127 + 100 * np.sin((x - y + shift) / 71.0),
-                127 + 100 * np.cos((y + shift) / 29.0),
-            ],
-            axis=-1,
-        )
-        noisy = base + rng.normal(0.0, 3.0, base.shape)
-        pixels.append(np.clip(noisy, 0, 255).astype(np.uint8))
-    out = io.BytesIO()
-    with av.open(out, "w", format="h264") as container:
-        stream = container.add_stream(
-            X264,
-            rate=fps,
-            options={"preset": "veryfast", "crf": "23", "bf": "0", "g": str(fps), "sc_threshold": "0"},
-        )
-        assert isinstance(stream, VideoStream)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        for k, frame in enumerate(pixels):
-            made = av.VideoFrame.from_ndarray(frame, format="rgb24")
-            made.pts, made.time_base = k, Fraction(1, fps)
-            container.mux(stream.encode(made))
-        container.mux(stream.encode(None))
-    return out.getvalue(), pixels
 
 
 def _timed(once: Rounds, seconds: float) -> tuple[float, float, float, int]:

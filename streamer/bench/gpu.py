@@ -54,7 +54,6 @@ import numpy.typing as npt
 import onnxruntime as ort
 
 from streamer.assets import DEFAULT_MODEL
-from streamer.backend.base import STRENGTH, device_of
 from streamer.backend.cuda_runtime import GpuWait
 from streamer.backend.device_frames import DeviceFrames
 from streamer.backend.host_buffers import cuda_host_memory
@@ -73,9 +72,11 @@ from streamer.bench.harness import emit, parse_sizes
 from streamer.errors import ConfigError
 from streamer.frame import Colour
 from streamer.measure.machine import cpu_isa, cpu_name
+from streamer.measure.synthetic import pattern_window
+from streamer.measure.variants import fold_uint8_io, half_precision, on_device
 from streamer.media.yuv import matrices
 
-__all__ = ["on_device", "run_gpu_bench"]
+__all__ = ["run_gpu_bench"]
 
 HD_TV = Colour(1, 1)
 """BT.709 in tv range: the colour a 720p or 1080p stream that states none is encoded in."""
@@ -98,40 +99,6 @@ def gpu_name() -> str:
     return "; ".join(line.strip() for line in done.stdout.splitlines() if line.strip()) or "none found"
 
 
-def pattern_window(batch: int, t: int, width: int, height: int, seed: int = 0) -> npt.NDArray[np.uint8]:
-    """(B, T, 3, H, W) uint8: a drifting smooth pattern with noise, so outputs span the levels."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    frames = []
-    for k in range(t):
-        phase = 0.15 * k
-        base = np.stack(
-            [
-                128 + 100 * np.sin(x / 37.0 + phase) * np.cos(y / 29.0),
-                128 + 90 * np.sin((x + y) / 53.0 - phase),
-                128 + 80 * np.cos(x / 23.0 - y / 41.0 + phase),
-            ]
-        )
-        frames.append(base)
-    clean = np.stack(frames)[None].repeat(batch, axis=0)
-    noisy = clean + rng.normal(0.0, 20.0, clean.shape).astype(np.float32)
-    window: npt.NDArray[np.uint8] = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
-    return window
-
-
-def half_precision(model: Path, folder: Path) -> Path:
-    """``model`` with fp16 weights and activations, its float32 inputs and outputs and metadata kept."""
-    import onnx  # only fp16 needs it
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    from streamer.backend.fold import fold_constants
-
-    half = convert_float_to_float16(fold_constants(onnx.load(str(model))), keep_io_types=True)
-    path = folder / f"{model.stem}.fp16.onnx"
-    onnx.save(half, str(path))
-    return path
-
-
 def _timed(
     once: Callable[[], object], frames: int, seconds: float, min_runs: int
 ) -> tuple[float, float, int, float]:
@@ -151,38 +118,6 @@ def _timed(
         times.append(time.perf_counter() - t0)
     cpu = time.process_time() - cpu0
     return statistics.median(times), cpu / (len(times) * frames), len(times), first
-
-
-def on_device(backend: OnnxBackend, window: npt.NDArray[np.uint8]) -> Callable[[], None]:
-    """A call of ``backend``'s model on ``window`` already in device memory, its output left there
-    (IO binding): the model's own speed, nothing crossing PCIe."""
-    info, session = backend.info, backend.session
-    where = device_of(info.provider)
-    feed = backend.model_input(window)
-    x = ort.OrtValue.ortvalue_from_numpy(feed, where, 0)
-    # A preallocated output keeps every address fixed, as CUDA graphs need.
-    shape = [window.shape[0], 3, feed.shape[-2] * info.scale, feed.shape[-1] * info.scale]
-    y = ort.OrtValue.ortvalue_from_shape_and_type(
-        shape, np.uint8 if info.uint8_output else np.float32, where, 0
-    )
-    binding = session.io_binding()
-    binding.bind_ortvalue_input(session.get_inputs()[0].name, x)
-    binding.bind_ortvalue_output(session.get_outputs()[0].name, y)
-    b, _, _, h, w = window.shape
-    for spec, zero in zip(info.state, backend.initial_state(b, h, w), strict=True):
-        # a recurrent model's state stays on the device both ways, as on its frames path
-        given = ort.OrtValue.ortvalue_from_numpy(zero, where, 0) if isinstance(zero, np.ndarray) else zero
-        binding.bind_ortvalue_input(spec.input, given)
-        binding.bind_output(spec.output, where, 0)
-    if info.strength:
-        binding.bind_cpu_input(STRENGTH, np.full((b, 1), info.strength_default, np.float32))
-
-    def once() -> None:
-        session.run_with_iobinding(binding)
-        # a replayed CUDA graph returns before the GPU is done: wait for it, or the time is a lie
-        binding.synchronize_outputs()
-
-    return once
 
 
 def _window_steps(
@@ -343,18 +278,6 @@ def recurrent_parity(gpu: OnnxBackend, cpu: OnnxBackend, provider: str, variant:
     diff = np.abs(mine.astype(np.int16) - reference.astype(np.int16))
     size = f"{width}x{height}"
     return Parity(provider, *variant, size, int(diff.max()), float((diff > 1).mean()), RECURRENT_STEPS)
-
-
-def fold_uint8_io(model: Path, folder: Path, value_range: tuple[float, float]) -> Path:
-    """``model`` with its normalisation folded in (:func:`streamer.backend.fold.fold_uint8_io`), written to
-    ``folder``."""
-    import onnx  # only the uint8 variant needs it
-
-    from streamer.backend.fold import fold_uint8_io as fold_graph
-
-    path = folder / f"{model.stem}.uint8.onnx"
-    onnx.save(fold_graph(onnx.load(str(model)), value_range), str(path))
-    return path
 
 
 def run_gpu_bench(

@@ -13,8 +13,8 @@ import av
 import pytest
 from av.video.frame import PictureType
 
-from streamer.bench.codecs import camera_clip
 from streamer.errors import ConfigError
+from streamer.measure.synthetic import camera_clip
 from streamer.media.hwcodec import nvdec_unavailable, nvenc_unavailable
 from tests.bench_cli import run_bench
 

@@ -14,8 +14,10 @@ import pytest
 
 from streamer.assets import DEFAULT_MODEL
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.gpu import fold_uint8_io, half_precision, pattern_window, recurrent_parity
+from streamer.bench.gpu import recurrent_parity
 from streamer.errors import ConfigError
+from streamer.measure.synthetic import pattern_window
+from streamer.measure.variants import fold_uint8_io, half_precision
 from tests.bench_cli import run_bench
 
 TINY = ["--sizes", "64x48,96x64", "--batches", "1,2", "--seconds", "0.01"]

@@ -29,13 +29,13 @@ from streamer.assets import DEFAULT_MODEL, TEMPORAL_FILTER
 from streamer.backend.base import CachedWindow, FrameFeatures
 from streamer.backend.device_frames import window_graph
 from streamer.backend.onnx import OnnxBackend
-from streamer.bench.gpu import pattern_window
 from streamer.config import load_config
 from streamer.core.features import FeatureCache
 from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
 from streamer.engine.scheduler import InferenceScheduler, SchedulerStats
 from streamer.errors import ConfigError, FrameError
 from streamer.frame import Colour, Frame, Hyperframe, Yuv420
+from streamer.measure.synthetic import pattern_window
 from streamer.media.colour import from_rgb, tag, yuv_of
 from streamer.sources.file import FileSource
 from tests.onnx_models import ema_model, kind_model

@@ -14,11 +14,11 @@ import pytest
 from av.video.codeccontext import VideoCodecContext
 from onnx import TensorProto, helper
 
-from streamer.bench.codecs import camera_clip
 from streamer.core.gate import luma_thumbnail
 from streamer.core.noise import noise_sigma
 from streamer.errors import ConfigError, FrameError
 from streamer.frame import Colour, Frame, Yuv420
+from streamer.measure.synthetic import camera_clip
 from streamer.media.colour import encoder_frame, from_rgb, resolve, rgb_frame, tag, to_rgb, yuv_frame, yuv_of
 from streamer.media.yuv import i420_nodes, matrices, rgb_nodes
 from streamer.webrtc.playback import FrameHub
