@@ -133,6 +133,12 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "live: it encodes each frame on these cores as it sends it (ahead)",
     )
     live.add_argument(
+        "--headroom",
+        type=float,
+        help="model.headroom for auto: how many times the camera's rate a tier must run alone to be "
+        "started on or moved up to (its default, 1.2)",
+    )
+    live.add_argument(
         "--load",
         action="store_true",
         help="another process takes one core from 30 to 60 s after the camera starts, as a neighbour on "

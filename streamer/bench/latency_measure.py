@@ -77,6 +77,8 @@ class Settings:
     camera_ahead: bool = False
     """The RTSP camera encodes every frame before the run and only sends packets during it, as an IP
     camera whose encoder is its own chip: the machine's cores are left to streamer (and the player)."""
+    headroom: float | None = None
+    """``model.headroom`` for ``model: auto`` (None: its default)."""
     load: tuple[float, float] | None = None
     """The RTSP path: another process keeps one core busy from the first to the second second after the
     camera starts, as a neighbour on the host would (None: no load)."""
@@ -87,7 +89,11 @@ class Settings:
         model runs on every frame, whatever the camera's quantizer, which is what is measured."""
         return Config(
             model=ModelConfig(
-                path=self.model or DEFAULT_MODEL, threads=self.threads, workers=self.workers, blend="off"
+                path=self.model or DEFAULT_MODEL,
+                threads=self.threads,
+                workers=self.workers,
+                blend="off",
+                **({} if self.headroom is None else {"headroom": self.headroom}),
             ),
             gate=GateConfig(enabled=self.gate),
             latency=LatencyConfig(budget_ms=self.budget_ms),

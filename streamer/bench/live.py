@@ -68,6 +68,8 @@ class LiveRow:
     """``ahead``: the camera's frames were encoded before the run; ``live``: on these cores during it."""
     load: tuple[float, float] | None = None
     """Seconds after the camera started between which another process kept one core busy."""
+    headroom: float | None = None
+    """``model.headroom`` (None: its default)."""
     moves: tuple[TierShift, ...] = ()
     """``model: auto``'s tier moves during the run."""
 
@@ -105,6 +107,7 @@ def _row(
     threads: tuple[int | None, int | None, int | None] = (None, None, None),
     camera: str = "ahead",
     load: tuple[float, float] | None = None,
+    headroom: float | None = None,
 ) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
@@ -122,6 +125,7 @@ def _row(
         encoder_threads=threads[2],
         camera_ahead=camera == "ahead",
         load=load,
+        headroom=headroom,
     )
     cpu_start, wall_start = os.times(), time.monotonic()
     report = run_latency(settings)
@@ -152,6 +156,7 @@ def _row(
         encoder_threads=threads[2],
         camera=camera,
         load=load,
+        headroom=headroom,
         moves=row.moves,
     )
 
@@ -193,7 +198,8 @@ def _moves(rows: list[LiveRow]) -> list[str]:
             continue
         load = f"one core taken {r.load[0]:g}-{r.load[1]:g} s" if r.load is not None else "no load"
         moves = "; ".join(f"{m.after_s:.1f} s {m.tier_from} -> {m.tier_to} ({m.reason})" for m in r.moves)
-        lines.append(f"{r.size} {r.model}: {load}; moves: {moves or 'none'}")
+        headroom = f", headroom {r.headroom:g}" if r.headroom is not None else ""
+        lines.append(f"{r.size} {r.model}: {load}{headroom}; moves: {moves or 'none'}")
     return lines
 
 
@@ -301,13 +307,14 @@ def run_live_bench(
     threads: list[tuple[int | None, int | None, int | None]] | None = None,
     camera: str = "ahead",
     load: tuple[float, float] | None = None,
+    headroom: float | None = None,
 ) -> tuple[list[LiveRow], Machine, float]:
     """One row per size, model and (model workers, model threads, encoder threads), in that nesting."""
     watch = LoadWatch()
     started = time.monotonic()
     pairs = threads or [(None, None, None)]
     rows = [
-        _row(m, w, h, fps, seconds, budget_ms, t, camera, load)
+        _row(m, w, h, fps, seconds, budget_ms, t, camera, load, headroom)
         for w, h in sizes
         for m in models
         for t in pairs
@@ -339,6 +346,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             f"--load takes a core {load[0]:g}-{load[1]:g} s into the run; give --seconds of at least "
             f"{load[1] + 10:g} (or leave it out: {LOAD_SECONDS:g})"
         )
+    if args.headroom is not None and not 1.0 <= args.headroom <= 10.0:
+        raise ConfigError(f"--headroom {args.headroom:g}: give model.headroom's range, 1 to 10")
     if seconds <= 0 or not 1 <= args.fps <= 120 or args.budget_ms <= 0:
         raise ConfigError(
             f"--seconds and --budget-ms must be positive and --fps in 1..120; got {seconds}, "
@@ -355,7 +364,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         for e in _counts(args.encoder_threads, "--encoder-threads")
     ]
     rows, machine, wall = run_live_bench(
-        sizes, models, args.fps, seconds, args.budget_ms, pairs, args.camera, load
+        sizes, models, args.fps, seconds, args.budget_ms, pairs, args.camera, load, args.headroom
     )
     data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
     return emit(

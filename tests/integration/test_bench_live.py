@@ -99,9 +99,11 @@ def test_the_360p_target_needs_one_tier_meeting_all_three() -> None:
     assert verdict(_row("lite", 995, 240.0, lost=1))[0] is False
 
 
-def test_load_needs_a_run_that_outlasts_it() -> None:
+def test_load_needs_a_run_that_outlasts_it_and_headroom_its_range() -> None:
     with pytest.raises(ConfigError, match="--load takes a core 30-60 s into the run"):
         run_bench("live", ["--sizes", "320x180", "--load", "--seconds", "45"])
+    with pytest.raises(ConfigError, match=r"--headroom 0\.5: give model\.headroom.s range"):
+        run_bench("live", ["--sizes", "320x180", "--headroom", "0.5"])
 
 
 def test_the_table_lists_each_tier_move_with_its_time_and_the_load() -> None:
