@@ -207,16 +207,13 @@ class _RtspPlayer(threading.Thread):
 
 
 class BusyCore(threading.Thread):
-    """Another process that spins on one core from ``start_s`` to ``end_s`` after :meth:`begin`: a
-    neighbour taking a core from the sidecar, and giving it back."""
+    """Another process that spins on one core from ``start_s`` to ``end_s``: a neighbour taking a core from
+    the sidecar, and giving it back. The times count from ``start()``."""
 
     def __init__(self, start_s: float, end_s: float) -> None:
         super().__init__(name="bench-busy-core", daemon=True)
         self._start_s, self._end_s = start_s, end_s
         self._halt = threading.Event()
-
-    def begin(self) -> None:
-        self.start()
 
     def halt(self) -> None:
         self._halt.set()
@@ -281,7 +278,7 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
         camera_at = time.time()
         sender.start()
         if busy is not None:
-            busy.begin()
+            busy.start()
         timed_out = await finish(pipeline, running, deadline)  # the camera leaving ends the source
         report = _report(running.result())
         # The sink's TEARDOWN ends /out: the player has seen everything once its session ends.

@@ -21,6 +21,7 @@ keeps up; from there ``streamer.engine.retier`` moves it on its own measured cal
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -248,6 +249,18 @@ CardFps = Callable[[Path, int, int], float | None]
 def card_fps(path: Path, width: int, height: int) -> float | None:
     """From the model card beside ``path`` (``MODEL.json``; an INT8 file's is its fp32 source's): the
     fps recorded at the size nearest in pixels, scaled by the pixel ratio."""
+    recorded = _recorded(path)
+    if not recorded:
+        return None
+    pixels = width * height
+    (w, h), fps = min(recorded.items(), key=lambda item: abs(math.log(item[0][0] * item[0][1] / pixels)))
+    return fps * (w * h) / pixels
+
+
+@functools.lru_cache(maxsize=32)
+def _recorded(path: Path) -> dict[tuple[int, int], float]:
+    """The fps a model's card records per frame size, read once per process: the tier mover asks on
+    the event loop at every decision, and the shipped cards do not change while it runs."""
     int8 = path.name.endswith(".int8.onnx")
     card = (
         path.with_name(path.name.removesuffix(".int8.onnx") + ".json") if int8 else path.with_suffix(".json")
@@ -255,7 +268,7 @@ def card_fps(path: Path, width: int, height: int) -> float | None:
     try:
         data = json.loads(card.read_text())
     except (OSError, ValueError):
-        return None
+        return {}
     recorded: dict[tuple[int, int], float] = {}
     if int8:
         measured = data.get("int8", {}).get("measured", {})
@@ -268,11 +281,7 @@ def card_fps(path: Path, width: int, height: int) -> float | None:
             size = _size(key)
             if size is not None and isinstance(value, dict) and isinstance(value.get("fps"), int | float):
                 recorded[size] = float(value["fps"])
-    if not recorded:
-        return None
-    pixels = width * height
-    (w, h), fps = min(recorded.items(), key=lambda item: abs(math.log(item[0][0] * item[0][1] / pixels)))
-    return fps * (w * h) / pixels
+    return recorded
 
 
 def _size(text: str) -> tuple[int, int] | None:
