@@ -376,20 +376,25 @@ def build_backend(model: ModelConfig) -> Backend:
 
 
 async def choose_tier(
-    selector: TierSelector, model: ModelConfig, info: StreamInfo, stream_id: str
+    selector: TierSelector, model: ModelConfig, info: StreamInfo, stream_id: str, streams: int = 1
 ) -> TierChoice:
-    """``model: auto`` for a stream whose source has opened: probes in a worker thread, logs the choice
-    with every tier's figure (a warning when no tier keeps up)."""
+    """``model: auto`` for a stream whose source has opened: at once from the calibrated cards where the
+    selector was calibrated for these settings (counting ``streams`` on these cores, this one included),
+    else by probes in a worker thread; logs the choice with every tier's figure (a warning when no tier
+    keeps up)."""
     fps = float(info.fps) if info.fps > 0 else 30.0
-    choice = await asyncio.to_thread(
-        selector.choose,
-        lambda path: build_backend(model.with_file(path)),
-        model.session_key(),  # the same for every auto stream with these settings
-        info.width,
-        info.height,
-        fps,
-        model.headroom,
-    )
+    key = model.session_key()  # the same for every auto stream with these settings
+    choice = selector.start(key, info.width, info.height, fps, model.headroom, streams)
+    if choice is None:
+        choice = await asyncio.to_thread(
+            selector.choose,
+            lambda path: build_backend(model.with_file(path)),
+            key,
+            info.width,
+            info.height,
+            fps,
+            model.headroom,
+        )
     (log.info if choice.keeps_up else log.warning)("stream %s: %s", stream_id, choice.describe())
     return choice
 

@@ -422,13 +422,12 @@ class Service:
             self.budget.admit(stream.id, self._cost(stream, info.width, info.height, runner.pipeline.backend))
             if stream.model.path != AUTO:
                 return None
-            fps = float(info.fps) if info.fps > 0 else 30.0
-            choice = self._start_tier(stream, info, fps) or await choose_tier(
-                self._tiers, stream.model, info, stream.id
-            )
+            others = (r for r in self.runners.values() if r.id != stream.id and not r.done)
+            streams = 1 + sum(r.pipeline.opened for r in others)
+            choice = await choose_tier(self._tiers, stream.model, info, stream.id, streams)
             model = await self._load(stream.model.with_file(choice.path))
             runner.choice = choice
-            runner.retier = Retier(choice, fps, stream.model.headroom, time.monotonic())
+            runner.retier = Retier(choice, choice.source_fps, stream.model.headroom, time.monotonic())
             runner.model_key = _model_key(stream.model.with_file(choice.path))
             await self._release_models()
             return model.scheduler, False
@@ -437,21 +436,12 @@ class Service:
 
     async def _calibrate(self, model: ModelConfig) -> None:
         """With ``model: auto``, this machine's speed against the tiers' cards, timed before the stream's
-        source opens (once per model settings), so that it starts at once on a tier (``_start_tier``)."""
+        source opens (once per model settings), so that it starts at once on a tier (``choose_tier``)."""
         if model.path != AUTO:
             return
         await asyncio.to_thread(
             self._tiers.calibrate, lambda path: build_backend(model.with_file(path)), model.session_key()
         )
-
-    def _start_tier(self, stream: StreamConfig, info: StreamInfo, fps: float) -> TierChoice | None:
-        """An auto stream's tier at once, from the calibrated cards and the streams open; None: time them."""
-        others = (r for r in self.runners.values() if r.id != stream.id and not r.done)
-        streams, model = 1 + sum(r.pipeline.opened for r in others), stream.model
-        choice = self._tiers.start(model.session_key(), info.width, info.height, fps, model.headroom, streams)
-        if choice is not None:
-            (log.info if choice.keeps_up else log.warning)("stream %s: %s", stream.id, choice.describe())
-        return choice
 
     def _new_model(self, backend: Backend) -> _Model:
         runtime = self.config.runtime
