@@ -7,6 +7,7 @@ its RGB on first use without the two modules importing each other: nothing here 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -41,6 +42,10 @@ Plane = npt.NDArray[np.uint8]
 
 KEPT_CONVERSIONS = 8
 """How many conversions (sizes, formats, colours) each thread keeps a swscale context for."""
+
+
+_GREY = 128
+"""The level a change is carried on: a picture of it is mid-grey where nothing changed."""
 
 
 class _Reformatters(threading.local):
@@ -134,19 +139,82 @@ def changed_planes(
     weight: float = 1.0,
 ) -> tuple[Plane, Plane, Plane]:
     """``planes`` (Y, U, V in ``matrix`` and ``colour_range``) with the change a model made from
-    ``before``, their RGB, to ``after``: each plane plus the difference between the two RGB pictures'
-    own planes (times ``weight``, rounded), clipped. Where ``after`` equals ``before`` the planes come
-    back exactly, so a model that changes nothing changes no sample; elsewhere the change is what
-    swscale's conversion makes of it, its chroma filtered as swscale filters chroma, and nothing else
-    of the planes is resampled."""
+    ``before``, their RGB, to ``after`` (times ``weight``, rounded): each plane plus that change's own
+    planes, clipped. Where ``after`` equals ``before`` the planes come back exactly, so a model that
+    changes nothing changes no sample; elsewhere the change is what swscale's conversion makes of it,
+    its chroma filtered as swscale filters chroma, and nothing else of the planes is resampled.
+
+    The conversion is linear but for its offsets, so the change is converted once, as a picture of
+    mid-grey plus the change, and the planes of mid-grey taken off again; a change beyond what such a
+    picture holds (more than 127 levels in a channel) is converted as the difference of both
+    pictures' planes instead."""
+    shifted = _shifted(before, after, weight)
+    if shifted is None:
+        change = np.subtract(after, before, dtype=np.int16)
+        if weight != 1.0:
+            change = np.rint(change * np.float32(weight)).astype(np.int16)
+        return _changed_by_both(planes, matrix, colour_range, change, before)
+    converted = rgb_planes(shifted, matrix, colour_range)
+    return _carried(planes, converted, _grey_planes(*before.shape[:2], matrix, colour_range))
+
+
+def _shifted(before: Plane, after: Plane, weight: float) -> Plane | None:
+    """The change from ``before`` to ``after`` (times ``weight``, rounded) on mid-grey, as uint8 RGB;
+    None where some channel changes by more than such a picture holds."""
+    if weight == 1.0:
+        shifted = np.subtract(after, before)
+        shifted += np.uint8(_GREY)  # wraps where the change is out of range: then the signs disagree
+        if np.any(np.greater_equal(after, before) != np.greater_equal(shifted, _GREY)):
+            return None
+        return shifted
+    change = np.rint(np.subtract(after, before, dtype=np.int16) * np.float32(weight)).astype(np.int16)
+    if int(change.min()) < -_GREY or int(change.max()) > 255 - _GREY:
+        return None
+    change += _GREY
+    return change.astype(np.uint8)
+
+
+@functools.lru_cache(maxsize=KEPT_CONVERSIONS)
+def _grey_planes(height: int, width: int, matrix: int, colour_range: int) -> tuple[Plane, Plane, Plane]:
+    """The planes swscale makes of mid-grey RGB of this size in ``matrix`` and ``colour_range``: not
+    one level each, as its chroma rounds one level lower in places (full range)."""
+    grey = rgb_planes(np.full((height, width, 3), _GREY, np.uint8), matrix, colour_range)
+    for plane in grey:
+        plane.flags.writeable = False
+    return grey
+
+
+def _changed_by_both(
+    planes: tuple[Plane, Plane, Plane],
+    matrix: int,
+    colour_range: int,
+    change: npt.NDArray[np.int16],
+    before: Plane,
+) -> tuple[Plane, Plane, Plane]:
+    """The planes with a change too large for one picture: both RGB pictures converted, and the
+    difference of their planes added."""
+    after = np.clip(change + before, 0, 255).astype(np.uint8)
     made = rgb_planes(after, matrix, colour_range)
     were = rgb_planes(before, matrix, colour_range)
     out = []
     for plane, new, old in zip(planes, made, were, strict=True):
         sums = np.subtract(new, old, dtype=np.int16)
-        if weight != 1.0:
-            sums = np.rint(sums * np.float32(weight)).astype(np.int16)
         sums += plane
+        np.clip(sums, 0, 255, out=sums)
+        out.append(sums.astype(np.uint8))
+    return out[0], out[1], out[2]
+
+
+def _carried(
+    planes: tuple[Plane, Plane, Plane],
+    converted: tuple[Plane, Plane, Plane],
+    grey: tuple[Plane, Plane, Plane],
+) -> tuple[Plane, Plane, Plane]:
+    """Each plane plus its converted change less the planes of no change, clipped."""
+    out = []
+    for plane, change, unchanged in zip(planes, converted, grey, strict=True):
+        sums = np.add(plane, change, dtype=np.int16)
+        sums -= unchanged
         np.clip(sums, 0, 255, out=sums)
         out.append(sums.astype(np.uint8))
     return out[0], out[1], out[2]
