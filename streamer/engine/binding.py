@@ -52,6 +52,9 @@ class ModelBinding:
                 f"the scheduler given to stream {stream_id!r} runs model "
                 f"{scheduler.backend.info.name!r}, not this pipeline's backend; share one per backend"
             )
+        self.shed: str | None = None
+        """Why the stream's frames pass through without the model for now (``Pipeline.shed``); None
+        while the model runs."""
         self.key = f"{stream_id}@{id(self):x}"
         """The stream's name in its scheduler: unique even where two sources share a stream id."""
         self.backend = backend

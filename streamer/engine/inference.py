@@ -280,6 +280,8 @@ class Inference:
         frame = work.frame
         if work.plan is Plan.STRIDE:
             return self._count(Output(frame, frame, Outcome.STRIDE_PASSTHROUGH))
+        if work.plan is Plan.SHED:
+            return self._count(Output(frame, frame, Outcome.SHED_PASSTHROUGH))
         if work.plan is Plan.ENHANCE and failed_open and frame.index not in dropped:
             return self._count(Output(frame, frame, Outcome.UNAVAILABLE_PASSTHROUGH))
         if work.plan is Plan.ENHANCE:

@@ -143,6 +143,8 @@ class Ingest:
             self.gate.reset()
         if not task.enhance:
             return Work(frame, Plan.STRIDE, task.run)
+        if self.binding.shed is not None:
+            return Work(frame, Plan.SHED, task.run)
         model = self.binding.backend.info
         strength = self._strength() if model.strength else None
         # A model that gives the encoder 4:2:0 planes makes them in the colour the sinks encode with.

@@ -215,6 +215,17 @@ class Pipeline:
         (``model: auto`` moving tiers; :meth:`ModelBinding.move_to`)."""
         return self.binding.move_to(scheduler)
 
+    def shed(self, reason: str | None) -> None:
+        """With a ``reason``: the stream's next windows call no model, their frames leave as they came
+        (counted as shed) until ``shed(None)`` runs the model on them again. What ``model: auto`` does
+        with a stream the cheapest tier has no room for beside the streams it enhances."""
+        self.binding.shed = reason
+
+    @property
+    def shed_reason(self) -> str | None:
+        """Why the stream's frames pass through without the model; None while the model runs."""
+        return self.binding.shed
+
     def counters(self) -> dict[str, int]:
         """A cheap snapshot for live displays."""
         src = self.source.stats()
@@ -241,8 +252,9 @@ class Pipeline:
     def live_figures(self, now: float) -> dict[str, object]:
         """What a live display shows: frames per second in and out over the last seconds, latency
         (source arrival to written) over the last :data:`RECENT_FRAMES`, the frame size, the share of
-        the frames written so far that the model enhanced (the rest reused, or passed through), and how
-        many frames a second the latency budget is passing through or dropping now."""
+        the frames written so far that the model enhanced (the rest reused, or passed through), how
+        many frames a second the latency budget is passing through or dropping now, and why the stream
+        runs without its model, where it does (``shed``)."""
         return {
             **self.tally.live(now),
             "size": None if self.frame_size is None else f"{self.frame_size[0]}x{self.frame_size[1]}",
@@ -250,6 +262,7 @@ class Pipeline:
             "quantizer": None if self.quantizer.quantizer is None else round(self.quantizer.quantizer, 1),
             "blend": round(self.weight_now(), 2),
             "strength": self.strength_status(),
+            "passing_through": self.binding.shed,
         }
 
     def strength_now(self) -> float | None:

@@ -31,6 +31,9 @@ class Outcome(enum.Enum):
     BUDGET_DROP = "budget_drop"
     UNAVAILABLE_PASSTHROUGH = "unavailable_passthrough"
     """The model server could not answer (down, slow, refusing): the frame went out unenhanced."""
+    SHED_PASSTHROUGH = "shed_passthrough"
+    """``model: auto`` found no room for the stream on these cores beside the streams it enhances:
+    the frame went out unenhanced, without the model (``Pipeline.shed``)."""
 
 
 MISSED = (Outcome.BUDGET_PASSTHROUGH, Outcome.BUDGET_DROP)

@@ -365,6 +365,16 @@ class TierSelector:
             best.path, best.name, width, height, fps, needed, not best.bound, tuple(probes), shared
         )
 
+    def room(self, settings: str, width: int, height: int, fps: float, headroom: float) -> int | None:
+        """Instant: how many streams of this size and rate the cheapest tier keeps up with on these
+        cores (``headroom`` times the rate each), from its card scaled by the calibration, as
+        ``start`` counts them; None where these settings were not calibrated or it has no card."""
+        speed = self._speeds.get(settings)
+        recorded = self._cards(self.tiers[-1], width, height)
+        if speed is None or recorded is None or fps <= 0:
+            return None
+        return math.floor(recorded * speed / (fps * headroom))
+
     def choose(
         self, load: Loader, settings: str, width: int, height: int, fps: float, headroom: float
     ) -> TierChoice:

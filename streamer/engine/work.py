@@ -26,6 +26,8 @@ class Plan(enum.Enum):
     """The gate found too little change: the last output is reused, or the frame passes through."""
     STRIDE = "stride"
     """The windower's stride leaves it out: the frame passes through."""
+    SHED = "shed"
+    """The stream runs without its model for now (``Pipeline.shed``): the frame passes through."""
 
 
 @dataclass(frozen=True, slots=True)

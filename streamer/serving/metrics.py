@@ -39,7 +39,8 @@ METRICS = {
     "hand-off was full; budget: latency.on_miss drop; sink: the RTSP sink was reconnecting; undecodable: "
     "the decoder could not make them from damaged or missing data)",
     "streamer_frames_passed_through_total": "counter {stream, reason}: frames written unenhanced "
-    "(budget, gate, stride, unavailable: a model server that could not answer, a device out of memory)",
+    "(budget, gate, stride, unavailable: a model server that could not answer, a device out of memory; "
+    "shed: model auto found no room for the stream beside the streams it enhances)",
     "streamer_frames_enhanced_total": "counter {stream}: frames written as the model enhanced them; with "
     "reused and passed through, the frames written",
     "streamer_frames_reused_total": "counter {stream}: frames of a skipped window that reused the last "
@@ -197,7 +198,7 @@ class _ServiceCollector(Collector):
             dropped.add_metric([sid, "budget"], outcomes["budget_drop"])
             dropped.add_metric([sid, "sink"], snap.sink_dropped)
             dropped.add_metric([sid, "undecodable"], counters["undecodable"])
-            for reason in ("budget", "gate", "stride", "unavailable"):
+            for reason in ("budget", "gate", "stride", "unavailable", "shed"):
                 passed.add_metric([sid, reason], outcomes[f"{reason}_passthrough"])
             enhanced_frames.add_metric([sid], outcomes["enhanced"])
             reused.add_metric([sid], outcomes["reused"])

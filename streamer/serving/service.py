@@ -42,6 +42,7 @@ from streamer.frame import StreamInfo
 from streamer.redact import redact_text
 from streamer.serving.memory import default_budget_bytes, process_rss, release_memory
 from streamer.serving.metrics import ServiceMetrics
+from streamer.serving.shedding import Shedder
 from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["Service", "StreamResult", "StreamRunner"]
@@ -191,6 +192,7 @@ class Service:
         """What the process may hold: its own, and the streams' estimates (streamer.core.admission)."""
         self._tiers = tiers if tiers is not None else TierSelector()
         """``model: auto``'s probes, kept per frame size for the process's life."""
+        self._shedder = Shedder(self._tiers)
         self._limits = HealthLimits(config.runtime.stall_after_s, config.runtime.sink_blocked_after_s)
         self._stop = asyncio.Event()
         self._changed = asyncio.Event()
@@ -300,6 +302,8 @@ class Service:
         for runner in self.runners.values():
             retier, pipeline = runner.retier, runner.pipeline
             if retier is None or runner.done or not pipeline.opened or self._stop.is_set():
+                continue
+            if pipeline.shed_reason is not None:
                 continue
             if runner.moving is not None and not runner.moving.done():
                 continue
@@ -422,11 +426,11 @@ class Service:
             self.budget.admit(stream.id, self._cost(stream, info.width, info.height, runner.pipeline.backend))
             if stream.model.path != AUTO:
                 return None
-            others = (r for r in self.runners.values() if r.id != stream.id and not r.done)
-            streams = 1 + sum(r.pipeline.opened for r in others)
-            choice = await choose_tier(self._tiers, stream.model, info, stream.id, streams)
-            model = await self._load(stream.model.with_file(choice.path))
+            enhanced = self._shedder.enhanced(runner, self.runners.values())
+            choice = await choose_tier(self._tiers, stream.model, info, stream.id, 1 + enhanced)
             runner.choice = choice
+            self._shedder.opened(runner, self._shedder.enhanced(runner, self.runners.values()))
+            model = await self._load(stream.model.with_file(choice.path))
             runner.retier = Retier(choice, choice.source_fps, stream.model.headroom, time.monotonic())
             runner.model_key = _model_key(stream.model.with_file(choice.path))
             await self._release_models()
@@ -560,6 +564,7 @@ class Service:
         while True:
             now = time.monotonic()
             self._log_changes(now)
+            self._shedder.unshed(self.runners.values())
             self._retier(now)
             if self.config.http.port is not None and not self._stop.is_set():
                 await self._reap(now)

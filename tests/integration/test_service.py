@@ -722,6 +722,54 @@ def test_model_auto_starts_a_stream_at_once_on_the_tier_the_calibrated_cards_cho
     assert seen == list(range(30))
 
 
+def test_model_auto_passes_through_a_stream_the_cheapest_tier_has_no_room_for_until_room_frees() -> None:
+    def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
+        return Rate(40.0)  # the cheapest tier's card below: this machine as fast as the cards
+
+    def cards(path: Path, width: int, height: int) -> float | None:
+        # at every size: room for one stream at 30 fps with the default headroom (36 fps), not two
+        return 40.0 if path.name == "stream_t5_quarter_sep.onnx" else 10.0
+
+    camera = {"kind": "synthetic", "frames": None, "width": 160, "height": 96, "fps": 30, "realtime": True}
+    config = config_of(
+        [{"id": "a", "source": camera}, {"id": "b", "source": camera}],
+        **{"model.path": "auto", "gate.enabled": False},
+    )
+    outcomes: dict[str, list[Outcome]] = {"a": [], "b": []}
+
+    def record(source: Frame, sent: Frame, outcome: Outcome) -> None:
+        outcomes[source.stream_id].append(outcome)
+
+    async def status_of(run: Serving) -> dict[str, Any]:
+        _, streams = await run.get("/streams")
+        return {s["id"]: s for s in streams["streams"]}
+
+    async def scenario() -> None:
+        async with serving(config, on_output=record, tiers=TierSelector(measure=measure, cards=cards)) as run:
+            await run.wait_states({"a": "live", "b": "live"}, timeout=60)
+            await until(lambda: all(len(o) >= 10 for o in outcomes.values()), 60, "frames of both streams")
+            status = await status_of(run)
+            shed = [sid for sid, s in status.items() if s["passing_through"]]
+            assert len(shed) == 1  # the stream that opened second
+            (waiting,) = shed
+            (served,) = {"a", "b"} - {waiting}
+            assert "keeps up with 1 stream(s) of 160x96 at 30 fps" in status[waiting]["passing_through"]
+            assert status[served]["passing_through"] is None
+            assert set(outcomes[waiting]) == {Outcome.SHED_PASSTHROUGH}
+            assert Outcome.ENHANCED in outcomes[served]
+            _, text = await run.get("/metrics")
+            families = metrics_of(text)
+            passed = "streamer_frames_passed_through_total"
+            assert sample(families, passed, stream=waiting, reason="shed") > 0
+            assert sample(families, passed, stream=served, reason="shed") == 0
+            await run.service.remove(served)
+            before = len(outcomes[waiting])
+            await until(lambda: Outcome.ENHANCED in outcomes[waiting][before:], 60, "the model given back")
+            assert (await status_of(run))[waiting]["passing_through"] is None
+
+    asyncio.run(scenario())
+
+
 def test_streams_past_the_memory_budget_are_refused_in_one_line_and_the_others_go_on(
     tmp_path: Path, real_clip: Path
 ) -> None:

@@ -330,3 +330,17 @@ def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_the
     assert AUTO_TIERS.index(shared.path) > AUTO_TIERS.index(alone.path)  # a cheaper tier
     assert shared.as_dict()["streams"] == 4
     assert "4 streams on these cores" in shared.describe()
+
+
+def test_the_room_the_cheapest_tier_has_is_its_calibrated_card_over_each_streams_need() -> None:
+    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})
+    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    assert selector.room("", 640, 360, 30.0, 1.2) is None  # not calibrated: unknown
+    selector.calibrate(load, "")
+    room = selector.room("", 640, 360, 30.0, 1.2)
+    assert room == int(2 * CARDS_360P["stream_t5_quarter_sep"] // 36.0)
+    full = selector.start("", 640, 360, 30.0, 1.2, streams=room)
+    over = selector.start("", 640, 360, 30.0, 1.2, streams=room + 1)
+    assert full is not None
+    assert over is not None
+    assert (full.keeps_up, over.keeps_up) == (True, False)  # as start counts streams
