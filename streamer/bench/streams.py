@@ -13,7 +13,7 @@ budget is on, as live: a frame that would miss it leaves unenhanced, counted.
 After ``--warmup-s`` (the models' warm-up, the first batches), the run measures ``--seconds``: the frames
 that arrived then, how they left, their arrival-to-written latency, and the host CPU this process used
 (cores: CPU seconds over wall seconds; decode, encode, the runtime and the model's host side). N holds
-when at least ``ENHANCED_SHARE`` of those frames were enhanced, p99 latency is within the budget, the
+when at least ``ENHANCED_SHARE`` of each stream's frames were enhanced, p99 latency is within the budget, the
 sources dropped under ``DROPPED_SHARE`` of theirs and every stream ran (admission refuses streams the
 memory budget cannot hold: said, and N does not hold).
 
@@ -104,10 +104,18 @@ class StreamsRun:
     provider: str
     errors: list[str]
     processes: int = 1
+    by_stream: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per stream: frames that arrived while measured, and of those the frames enhanced."""
 
     @property
     def enhanced_share(self) -> float:
         return self.outcomes.get(Outcome.ENHANCED.value, 0) / self.arrived if self.arrived else 0.0
+
+    @property
+    def least_enhanced_share(self) -> float:
+        """The enhanced share of the stream that got the least: N holds only if every stream does."""
+        shares = [enhanced / arrived for arrived, enhanced in self.by_stream.values() if arrived]
+        return min(shares) if shares else 0.0
 
     @property
     def dropped_share(self) -> float:
@@ -121,7 +129,7 @@ class StreamsRun:
         return (
             self.ran == self.streams
             and self.arrived > 0
-            and self.enhanced_share >= ENHANCED_SHARE
+            and self.least_enhanced_share >= ENHANCED_SHARE
             and self.p99_ms is not None
             and self.p99_ms <= budget_ms
             and self.dropped_share < DROPPED_SHARE
@@ -156,7 +164,7 @@ class StreamsReport:
         w, h = self.size
         return [
             Target(
-                f"live {w}x{h}@{self.fps} streams held (>= {ENHANCED_SHARE:.0%} enhanced, p99 within "
+                f"live {w}x{h}@{self.fps} streams held (each >= {ENHANCED_SHARE:.0%} enhanced, p99 within "
                 f"{self.budget_ms:g} ms, decode and encode included)",
                 self.most_held > 0 if self.runs else None,
                 f"{self.most_held} of the counts tried ({', '.join(str(r.streams) for r in self.runs)})",
@@ -194,6 +202,7 @@ class _Part:
     streams: int
     ran: int
     latencies: dict[str, list[float]]
+    by_stream: dict[str, tuple[int, int]]
     source_dropped: int
     decoded: int
     cores: float
@@ -209,10 +218,14 @@ async def _part(config: Config, start: float, end: float) -> _Part:
     """Runs ``config``'s service, measuring the frames that arrive between ``start`` and ``end``
     (monotonic seconds), then stops it."""
     latencies: dict[str, list[float]] = collections.defaultdict(list)
+    arrived: collections.Counter[str] = collections.Counter()
+    enhanced: collections.Counter[str] = collections.Counter()
 
     def hook(source: Frame, sent: Frame, outcome: Outcome) -> None:
         if start <= source.arrival < end:
             latencies[outcome.value].append((time.monotonic() - source.arrival) * 1000.0)
+            arrived[source.stream_id] += 1
+            enhanced[source.stream_id] += outcome is Outcome.ENHANCED
 
     service = Service(config, on_output=hook, log_failures=False)
     service.prepare()
@@ -236,6 +249,7 @@ async def _part(config: Config, start: float, end: float) -> _Part:
         streams=len(results),
         ran=len(reports),
         latencies=dict(latencies),
+        by_stream={sid: (count, enhanced[sid]) for sid, count in arrived.items()},
         source_dropped=sum(r.source_dropped for r in reports),
         decoded=sum(r.frames_in + r.source_dropped for r in reports),
         cores=cores,
@@ -330,6 +344,7 @@ def _merged(parts: list[_Part]) -> StreamsRun:
         provider=next((p.provider for p in parts if p.provider), ""),
         errors=[e for p in parts for e in p.errors],
         processes=len(parts),
+        by_stream={sid: counts for p in parts for sid, counts in p.by_stream.items()},
     )
 
 
@@ -424,13 +439,16 @@ def _ms(value: float | None) -> str:
 def _rows(report: StreamsReport) -> list[list[str]]:
     rows = []
     for r in report.runs:
-        passed = r.outcomes.get(Outcome.BUDGET_PASSTHROUGH.value, 0)
+        passed = sum(
+            r.outcomes.get(o.value, 0) for o in (Outcome.BUDGET_PASSTHROUGH, Outcome.SHED_PASSTHROUGH)
+        )
         rows.append(
             [
                 str(r.streams),
                 f"{r.ran}",
                 str(r.arrived),
                 f"{100 * r.enhanced_share:.1f}",
+                f"{100 * r.least_enhanced_share:.1f}",
                 str(passed),
                 f"{100 * r.dropped_share:.2f}",
                 _ms(r.p50_ms),
@@ -449,6 +467,7 @@ _COLUMNS = (
     "ran",
     "frames measured",
     "% enhanced",
+    "least % of a stream",
     "passed through",
     "% dropped at source",
     "p50 ms",
