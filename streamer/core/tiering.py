@@ -11,7 +11,9 @@ go (``observe``), and asked for a move (``decide``):
   tier and the better tier's estimated cost fits (``fits``: the caller's estimate, from its live
   call times and the tiers' cards); a tier left downwards within ``settle_s`` of moving up to it is
   tried again only after twice as long as the last time (up to ``max_wait_s``), so a tier that
-  cannot hold never makes the stream flap.
+  cannot hold never makes the stream flap;
+- **starved** where the share falls below ``low`` on the cheapest tier: nowhere lower to go, which the
+  caller answers by giving fewer streams the model (``streamer.serving.shedding``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,19 @@ class TierController:
         return self._move(
             self.current - 1, now, f"enhanced {share:.0%} for {held:.0f} s and the tier's cost fits"
         )
+
+    def starved(self, now: float) -> float | None:
+        """The share over the last ``window_s`` where the stream runs the cheapest tier and it is under
+        ``low`` (there is no tier left to move down to); else None. A window of frames is seen again
+        before the next answer, so one starved window is reported once."""
+        if self.current + 1 < self.tiers:
+            return None
+        share = self.share(now)
+        if share is None or share >= self.low:
+            return None
+        self._moved_at = now  # a window from here: what follows a shed stream, not what led to it
+        self._seen.clear()
+        return share
 
     def _move(self, to: int, now: float, reason: str) -> TierMove:
         self._came_up_at = now if to < self.current else None

@@ -61,6 +61,11 @@ class Retier:
         self.controller.observe(now, tally.outcomes[Outcome.ENHANCED], missed)
         return self.controller.decide(now, here > 0 and self._fits(here - 1, call_ms, workers))
 
+    def starved(self, now: float) -> float | None:
+        """The share of the last window where the stream misses on the cheapest tier (after ``due``,
+        which counts the frames); None otherwise."""
+        return self.controller.starved(now)
+
     def moved(self, before: int, move: TierMove, names: tuple[str, str]) -> Moved:
         """Record a move the stream made (``before``: the tier it left; ``names``: the two models')."""
         made = Moved(time.time(), names[0], names[1], move.down(before), move.reason)

@@ -303,15 +303,15 @@ class Service:
             retier, pipeline = runner.retier, runner.pipeline
             if retier is None or runner.done or not pipeline.opened or self._stop.is_set():
                 continue
-            if pipeline.shed_reason is not None:
-                continue
-            if runner.moving is not None and not runner.moving.done():
+            if pipeline.shed_reason is not None or (runner.moving is not None and not runner.moving.done()):
                 continue
             before = retier.controller.current
             call_ms = pipeline.budget.stats().estimate_ms
             move = retier.due(now, pipeline.tally, call_ms, pipeline.scheduler.workers)
             if move is not None:
                 runner.moving = asyncio.create_task(self._move_tier(runner, before, move))
+            elif (share := retier.starved(now)) is not None:
+                self._shedder.starved(runner, share, self.runners.values(), now)
 
     async def _move_tier(self, runner: StreamRunner, before: int, move: TierMove) -> None:
         """Load the tier (off the event loop), move the stream to it between calls, release the old."""
@@ -429,7 +429,9 @@ class Service:
             enhanced = self._shedder.enhanced(runner, self.runners.values())
             choice = await choose_tier(self._tiers, stream.model, info, stream.id, 1 + enhanced)
             runner.choice = choice
-            self._shedder.opened(runner, self._shedder.enhanced(runner, self.runners.values()))
+            self._shedder.opened(
+                runner, self._shedder.enhanced(runner, self.runners.values()), time.monotonic()
+            )
             model = await self._load(stream.model.with_file(choice.path))
             runner.retier = Retier(choice, choice.source_fps, stream.model.headroom, time.monotonic())
             runner.model_key = _model_key(stream.model.with_file(choice.path))
@@ -564,7 +566,7 @@ class Service:
         while True:
             now = time.monotonic()
             self._log_changes(now)
-            self._shedder.unshed(self.runners.values())
+            self._shedder.unshed(self.runners.values(), now)
             self._retier(now)
             if self.config.http.port is not None and not self._stop.is_set():
                 await self._reap(now)

@@ -7,8 +7,13 @@ streams as it keeps up with (``TierSelector.room``) passes its frames through wi
 says so (``/streams``, the viewer, the metrics' ``shed`` frames, one log line); the streams that came
 first keep their model. Once one of them ends, the earliest added of the streams waiting is enhanced
 again.
-A stream alone on the cores is always given the model, even where it cannot keep up with it: some of
-its frames enhanced is better than none.
+
+The card's room is an estimate: decode and encode grow with every stream, and other processes take
+cores. So where a stream starves on the cheapest tier (its enhanced share under the mover's threshold,
+no tier left below) while other streams run a model too, the last added auto stream stops running it,
+and the cores are taken to hold one stream fewer than they ran, for ``retry_s``; then the card's room
+is tried again. A stream alone on the cores is always given the model, even where it cannot keep up
+with it: some of its frames enhanced is better than none.
 """
 
 from __future__ import annotations
@@ -62,26 +67,34 @@ class Shed(Protocol):
 
 
 class Shedder:
-    """The service's streams given the model or not, as the cheapest tier's room on these cores allows."""
+    """The service's streams given the model or not, as the cheapest tier's room on these cores allows:
+    the room its calibrated card says at first, and, once a stream starved on it with more streams
+    running a model, one fewer than those, for ``retry_s`` (then the card's again, to try)."""
 
-    def __init__(self, selector: TierSelector) -> None:
+    def __init__(self, selector: TierSelector, retry_s: float = 300.0, settle_s: float = 10.0) -> None:
         self.selector = selector
+        self.retry_s = retry_s
+        self.settle_s = settle_s
+        """After a stream is shed, how long the others' shares are given to show it before another goes."""
+        self._held: tuple[int, float] | None = None
+        """(how many streams the cores held with a model when one had to go, since when)."""
 
-    def enhanced(self, stream: Shed, streams: Iterable[Shed]) -> int:
-        """The other streams that run a model on these cores: opened, or given a tier while opening."""
+    def enhanced(self, stream: Shed | None, streams: Iterable[Shed]) -> int:
+        """The streams other than ``stream`` that run a model on these cores: opened, or given a tier
+        while opening."""
         return sum(
             (s.pipeline.opened or s.choice is not None) and s.pipeline.shed_reason is None
             for s in streams
             if s is not stream and not s.done
         )
 
-    def opened(self, stream: Shed, enhanced: int) -> None:
+    def opened(self, stream: Shed, enhanced: int, now: float) -> None:
         """An auto stream's tier was chosen beside ``enhanced`` streams: it runs without the model where
-        no tier keeps up with it and the cheapest has no room left."""
+        the cheapest tier has no room left for it."""
         choice = stream.choice
-        if choice is None or choice.keeps_up:
+        if choice is None:
             return
-        room = self._room(stream)
+        room = self._room(stream, now)
         if fits(room, enhanced):
             return
         size = f"{choice.width}x{choice.height}"
@@ -90,22 +103,46 @@ class Shedder:
         )
         log.warning("stream %s: %s", stream.id, stream.pipeline.shed_reason)
 
-    def unshed(self, streams: Iterable[Shed]) -> None:
-        """Give the model back to streams running without it, longest waiting first, as far as the
-        cheapest tier has room for them beside the streams it enhances."""
+    def starved(self, stream: Shed, share: float, streams: Iterable[Shed], now: float) -> None:
+        """``stream`` got ``share`` of its frames enhanced on the cheapest tier: where other streams run
+        a model too, the last added auto stream that runs one (``stream`` itself, maybe) passes through
+        from now on, and the cores are taken to hold one stream fewer than they ran."""
+        every = list(streams)
+        running = self.enhanced(None, every)
+        auto = [s for s in every if s.choice is not None and not s.done and s.pipeline.shed_reason is None]
+        if running < 2 or not auto or (self._held is not None and now - self._held[1] < self.settle_s):
+            return
+        last = auto[-1]
+        self._held = (running - 1, now)
+        last.pipeline.shed(
+            f"model auto: on the cheapest tier {stream.id} got {share:.0%} of its frames enhanced with "
+            f"{running} streams running a model on these cores; this stream, the last added, passes its "
+            f"frames through unenhanced until one of them ends (tried again in {self.retry_s:g} s)"
+        )
+        log.warning("stream %s: %s", last.id, last.pipeline.shed_reason)
+
+    def unshed(self, streams: Iterable[Shed], now: float) -> None:
+        """Give the model back to streams running without it, earliest added first, as far as there is
+        room for them beside the streams running a model."""
         every = list(streams)
         for stream in every:
             if stream.done or stream.pipeline.shed_reason is None:
                 continue
-            if fits(self._room(stream), self.enhanced(stream, every)):
+            if fits(self._room(stream, now), self.enhanced(stream, every)):
                 stream.pipeline.shed(None)
                 log.warning("stream %s: model auto has room for it again; its frames are enhanced", stream.id)
 
-    def _room(self, stream: Shed) -> int | None:
-        """How many streams like this one the cheapest tier keeps up with on these cores."""
+    def _room(self, stream: Shed, now: float) -> int | None:
+        """How many streams like this one the cheapest tier keeps up with on these cores: its card's
+        figure, or fewer where a stream starved within ``retry_s``."""
         choice, model = stream.choice, stream.config.model
         if choice is None:
             return None
-        return self.selector.room(
+        room = self.selector.room(
             model.session_key(), choice.width, choice.height, choice.source_fps, model.headroom
         )
+        if self._held is not None and now - self._held[1] >= self.retry_s:
+            self._held = None
+        if self._held is None:
+            return room
+        return self._held[0] if room is None else min(room, self._held[0])

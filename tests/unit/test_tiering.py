@@ -69,3 +69,21 @@ def test_moves_are_one_tier_at_a_time_and_say_why() -> None:
 def test_a_start_outside_the_tiers_is_refused() -> None:
     with pytest.raises(ValueError, match="start tier 3"):
         TierController(tiers=3, start=3, now=0.0)
+
+
+def test_a_stream_missing_on_the_cheapest_tier_is_starved_once_per_window_and_never_above_it() -> None:
+    above = TierController(tiers=3, start=1, now=0.0)
+    for second in range(1, 7):
+        above.observe(float(second), 24 * second, 6 * second)
+    assert above.share(6.0) == pytest.approx(0.8)
+    assert above.starved(6.0) is None  # a tier below is left: it moves down instead
+    stream = Stream(TierController(tiers=3, start=2, now=0.0))
+    stream.run(6, 1.0)
+    assert stream.controller.starved(stream.now) is None  # it keeps up
+    stream.run(6, 0.8)
+    assert stream.controller.starved(stream.now) == pytest.approx(0.8)
+    assert stream.controller.starved(stream.now) is None  # a new window first
+    stream.run(4, 0.8)
+    assert stream.controller.starved(stream.now) is None
+    stream.run(2, 0.8)
+    assert stream.controller.starved(stream.now) == pytest.approx(0.8)
