@@ -71,11 +71,18 @@ class Shedder:
     the room its calibrated card says at first, and, once a stream starved on it with more streams
     running a model, one fewer than those, for ``retry_s`` (then the card's again, to try)."""
 
-    def __init__(self, selector: TierSelector, retry_s: float = 300.0, settle_s: float = 10.0) -> None:
+    def __init__(
+        self, selector: TierSelector, retry_s: float = 300.0, settle_s: float = 10.0, again_s: float = 12.0
+    ) -> None:
         self.selector = selector
         self.retry_s = retry_s
         self.settle_s = settle_s
         """After a stream is shed, how long the others' shares are given to show it before another goes."""
+        self.again_s = again_s
+        """A stream sheds another only when it starves again within this long of its last starved
+        window: one window alone may be a stream's first calls, or a moment's load."""
+        self._starving: dict[str, float] = {}
+        """When each stream last starved."""
         self._held: tuple[int, float] | None = None
         """(how many streams the cores held with a model when one had to go, since when)."""
 
@@ -104,9 +111,14 @@ class Shedder:
         log.warning("stream %s: %s", stream.id, stream.pipeline.shed_reason)
 
     def starved(self, stream: Shed, share: float, streams: Iterable[Shed], now: float) -> None:
-        """``stream`` got ``share`` of its frames enhanced on the cheapest tier: where other streams run
-        a model too, the last added auto stream that runs one (``stream`` itself, maybe) passes through
-        from now on, and the cores are taken to hold one stream fewer than they ran."""
+        """``stream`` got ``share`` of its frames enhanced on the cheapest tier: where it starved in the
+        window before too and other streams run a model, the last added auto stream that runs one
+        (``stream`` itself, maybe) passes through from now on, and the cores are taken to hold one
+        stream fewer than they ran."""
+        last_starved = self._starving.get(stream.id)
+        self._starving[stream.id] = now
+        if last_starved is None or now - last_starved > self.again_s:
+            return
         every = list(streams)
         running = self.enhanced(None, every)
         auto = [s for s in every if s.choice is not None and not s.done and s.pipeline.shed_reason is None]

@@ -97,10 +97,14 @@ def test_a_starved_stream_sheds_the_last_added_and_the_cores_hold_one_fewer_unti
     streams = cameras(4)
     open_all(shedder, streams, now=0.0)
     assert all(s.pipeline.shed_reason is None for s in streams)  # the card says 5 fit
-    shedder.starved(streams[0], 0.91, streams, now=20.0)
+    shedder.starved(streams[0], 0.5, streams, now=8.0)  # its first calls
+    shedder.starved(streams[0], 0.91, streams, now=25.0)  # and much later: neither was a trend
+    assert all(s.pipeline.shed_reason is None for s in streams)
+    shedder.starved(streams[0], 0.91, streams, now=30.0)  # the window after: it is
     assert [s.pipeline.shed_reason is None for s in streams] == [True, True, True, False]
     assert "cam0 got 91% of its frames enhanced with 4 streams" in str(streams[3].pipeline.shed_reason)
-    shedder.starved(streams[1], 0.92, streams, now=25.0)  # the others' shares have not shown it yet
+    shedder.starved(streams[1], 0.92, streams, now=33.0)
+    shedder.starved(streams[1], 0.92, streams, now=38.0)  # the others' shares have not shown it yet
     assert sum(s.pipeline.shed_reason is not None for s in streams) == 1
     shedder.unshed(streams, now=100.0)
     assert streams[3].pipeline.shed_reason is not None  # the cores held 3
@@ -109,7 +113,7 @@ def test_a_starved_stream_sheds_the_last_added_and_the_cores_hold_one_fewer_unti
     shedder.opened(late, shedder.enhanced(late, [*streams, late]), now=100.0)
     late.pipeline.opened = True
     assert "keeps up with 3 stream(s)" in str(late.pipeline.shed_reason)  # as the cores held
-    shedder.unshed([*streams, late], now=320.0)  # the retry: the card's room again
+    shedder.unshed([*streams, late], now=340.0)  # the retry: the card's room again
     assert streams[3].pipeline.shed_reason is None
     assert late.pipeline.shed_reason is None
 
@@ -119,8 +123,9 @@ def test_a_stream_alone_or_beside_named_models_only_is_never_shed_for_starving()
     (alone,) = cameras(1)
     open_all(shedder, [alone], now=0.0)
     shedder.starved(alone, 0.5, [alone], now=10.0)
+    shedder.starved(alone, 0.5, [alone], now=15.0)
     assert alone.pipeline.shed_reason is None
     named = cameras(2, auto=False)
-    shedder.starved(alone, 0.5, [*named, alone], now=30.0)
+    shedder.starved(alone, 0.5, [*named, alone], now=20.0)
     assert alone.pipeline.shed_reason is not None  # the only auto stream running a model: it goes
     assert all(s.pipeline.shed_reason is None for s in named)  # a named model is the operator's choice
