@@ -12,8 +12,8 @@ go (``observe``), and asked for a move (``decide``):
   call times and the tiers' cards); a tier left downwards within ``settle_s`` of moving up to it is
   tried again only after twice as long as the last time (up to ``max_wait_s``), so a tier that
   cannot hold never makes the stream flap;
-- **starved** where the share falls below ``low`` on the cheapest tier: nowhere lower to go, which the
-  caller answers by giving fewer streams the model (``streamer.serving.shedding``).
+- **starved** where the share falls below a floor the caller gives on the cheapest tier: nowhere lower
+  to go, which the caller answers by giving fewer streams the model (``streamer.serving.shedding``).
 """
 
 from __future__ import annotations
@@ -114,14 +114,14 @@ class TierController:
             self.current - 1, now, f"enhanced {share:.0%} for {held:.0f} s and the tier's cost fits"
         )
 
-    def starved(self, now: float) -> float | None:
+    def starved(self, now: float, below: float) -> float | None:
         """The share over the last ``window_s`` where the stream runs the cheapest tier and it is under
-        ``low`` (there is no tier left to move down to); else None. A window of frames is seen again
+        ``below`` (there is no tier left to move down to); else None. A window of frames is seen again
         before the next answer, so one starved window is reported once."""
         if self.current + 1 < self.tiers:
             return None
         share = self.share(now)
-        if share is None or share >= self.low:
+        if share is None or share >= below:
             return None
         self._moved_at = now  # a window from here: what follows a shed stream, not what led to it
         self._seen.clear()

@@ -61,10 +61,10 @@ class Retier:
         self.controller.observe(now, tally.outcomes[Outcome.ENHANCED], missed)
         return self.controller.decide(now, here > 0 and self._fits(here - 1, call_ms, workers))
 
-    def starved(self, now: float) -> float | None:
-        """The share of the last window where the stream misses on the cheapest tier (after ``due``,
-        which counts the frames); None otherwise."""
-        return self.controller.starved(now)
+    def starved(self, now: float, below: float) -> float | None:
+        """The share of the last window where it is under ``below`` on the cheapest tier (after
+        ``due``, which counts the frames); None otherwise."""
+        return self.controller.starved(now, below)
 
     def moved(self, before: int, move: TierMove, names: tuple[str, str]) -> Moved:
         """Record a move the stream made (``before``: the tier it left; ``names``: the two models')."""

@@ -42,7 +42,7 @@ from streamer.frame import StreamInfo
 from streamer.redact import redact_text
 from streamer.serving.memory import default_budget_bytes, process_rss, release_memory
 from streamer.serving.metrics import ServiceMetrics
-from streamer.serving.shedding import Shedder
+from streamer.serving.shedding import STARVED_BELOW, Shedder
 from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["Service", "StreamResult", "StreamRunner"]
@@ -310,7 +310,7 @@ class Service:
             move = retier.due(now, pipeline.tally, call_ms, pipeline.scheduler.workers)
             if move is not None:
                 runner.moving = asyncio.create_task(self._move_tier(runner, before, move))
-            elif (share := retier.starved(now)) is not None:
+            elif (share := retier.starved(now, STARVED_BELOW)) is not None:
                 self._shedder.starved(runner, share, self.runners.values(), now)
 
     async def _move_tier(self, runner: StreamRunner, before: int, move: TierMove) -> None:

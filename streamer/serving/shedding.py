@@ -9,11 +9,11 @@ first keep their model. Once one of them ends, the earliest added of the streams
 again.
 
 The card's room is an estimate: decode and encode grow with every stream, and other processes take
-cores. So where a stream starves on the cheapest tier (its enhanced share under the mover's threshold,
-no tier left below) while other streams run a model too, the last added auto stream stops running it,
-and the cores are taken to hold one stream fewer than they ran, for ``retry_s``; then the card's room
-is tried again. A stream alone on the cores is always given the model, even where it cannot keep up
-with it: some of its frames enhanced is better than none.
+cores. So where a stream starves on the cheapest tier (its enhanced share under ``STARVED_BELOW`` in two
+windows running, no tier left below) while other streams run a model too, the last added auto stream
+stops running it, and the cores are taken to hold one stream fewer than they ran, for ``retry_s``; then
+the card's room is tried again. A stream alone on the cores is always given the model, even where it
+cannot keep up with it: some of its frames enhanced is better than none.
 """
 
 from __future__ import annotations
@@ -26,9 +26,14 @@ from streamer.config import StreamConfig
 from streamer.engine.pipeline import Pipeline
 from streamer.engine.tiers import TierChoice, TierSelector
 
-__all__ = ["Shedder", "fits", "shed_reason"]
+__all__ = ["STARVED_BELOW", "Shedder", "fits", "shed_reason"]
 
 log = logging.getLogger(__name__)
+
+STARVED_BELOW = 0.9
+"""A stream on the cheapest tier starves under this enhanced share over a window: lower than the share
+under which the mover moves down a tier, since passing a whole stream through costs far more of the
+enhancement than the odd frame each stream lets through."""
 
 
 def fits(room: int | None, enhanced: int) -> bool:

@@ -76,14 +76,15 @@ def test_a_stream_missing_on_the_cheapest_tier_is_starved_once_per_window_and_ne
     for second in range(1, 7):
         above.observe(float(second), 24 * second, 6 * second)
     assert above.share(6.0) == pytest.approx(0.8)
-    assert above.starved(6.0) is None  # a tier below is left: it moves down instead
+    assert above.starved(6.0, 0.95) is None  # a tier below is left: it moves down instead
     stream = Stream(TierController(tiers=3, start=2, now=0.0))
     stream.run(6, 1.0)
-    assert stream.controller.starved(stream.now) is None  # it keeps up
+    assert stream.controller.starved(stream.now, 0.95) is None  # it keeps up
     stream.run(6, 0.8)
-    assert stream.controller.starved(stream.now) == pytest.approx(0.8)
-    assert stream.controller.starved(stream.now) is None  # a new window first
+    assert stream.controller.starved(stream.now, 0.75) is None  # above the floor asked for
+    assert stream.controller.starved(stream.now, 0.95) == pytest.approx(0.8)
+    assert stream.controller.starved(stream.now, 0.95) is None  # a new window first
     stream.run(4, 0.8)
-    assert stream.controller.starved(stream.now) is None
+    assert stream.controller.starved(stream.now, 0.95) is None
     stream.run(2, 0.8)
-    assert stream.controller.starved(stream.now) == pytest.approx(0.8)
+    assert stream.controller.starved(stream.now, 0.95) == pytest.approx(0.8)
