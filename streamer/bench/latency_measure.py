@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
@@ -160,6 +160,9 @@ class PathResult:
     """The model the pipeline ran on (``model: auto``: the tier it chose)."""
     moves: tuple[TierShift, ...] = ()
     """``model: auto``'s tier moves during the run (the RTSP path, which runs a service)."""
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    """Mean ms per frame (or window) in each of the pipeline's stages over the whole run, as the service's
+    ``streamer_stage_seconds`` counted them (the RTSP path, which runs a service)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from streamer.bench.latency_measure import (
 )
 from streamer.config import RtspSinkConfig, RtspSourceConfig
 from streamer.engine.pipeline import PipelineReport
+from streamer.engine.telemetry import Stage
 from streamer.errors import SourceError, StreamerError
 from streamer.measure import rtsp_relay
 from streamer.media import framecode
@@ -245,6 +246,20 @@ def _report(results: list[StreamResult]) -> PipelineReport:
     return result.report
 
 
+def _stages(service: Service) -> dict[str, float]:
+    """The one stream's mean ms per frame in each stage the service's metrics timed."""
+    (stream,) = service.runners
+    registry = service.metrics.registry
+    means = {}
+    for stage in Stage:
+        labels = {"stream": stream, "stage": stage.value}
+        total = registry.get_sample_value("streamer_stage_seconds_sum", labels)
+        count = registry.get_sample_value("streamer_stage_seconds_count", labels)
+        if total is not None and count:
+            means[stage.value] = 1000.0 * total / count
+    return means
+
+
 async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     missing = await asyncio.to_thread(rtsp_relay.unavailable)
     if missing is not None:
@@ -303,4 +318,4 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     route = "PyAV camera -> GStreamer relay -> RtspSource | RtspSink -> relay -> PyAV reader"
     arrivals = player.arrivals
     result = path_result("rtsp", route, "H.264", settings, camera, arrivals, recorder, report, timed_out)
-    return dataclasses.replace(result, moves=_shifts(service, camera_at))
+    return dataclasses.replace(result, moves=_shifts(service, camera_at), stages_ms=_stages(service))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,11 @@ class LiveRow:
     """``model.headroom`` (None: its default)."""
     moves: tuple[TierShift, ...] = ()
     """``model: auto``'s tier moves during the run."""
+    pipeline_p50_ms: float | None = None
+    pipeline_p99_ms: float | None = None
+    """Arrival to written inside streamer, over the measured frames: what ``latency.budget_ms`` bounds."""
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    """Mean ms per frame (or window) in each of the pipeline's stages."""
 
     @property
     def thread_counts(self) -> str:
@@ -158,6 +163,9 @@ def _row(
         load=load,
         headroom=headroom,
         moves=row.moves,
+        pipeline_p50_ms=row.pipeline_p50_ms,
+        pipeline_p99_ms=row.pipeline_p99_ms,
+        stages_ms=row.stages_ms,
     )
 
 
@@ -272,8 +280,27 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
     ]
     moves = _moves(rows)
     shifts = ["", "tier moves (seconds after the camera started):", *moves] if moves else []
+    inside = ["", "inside streamer (arrival to written, what the budget bounds; stages: mean ms per frame):"]
+    inside += [_inside(r) for r in rows]
     return "\n".join(
-        [header, "", line, "-" * len(line), *body, *shifts, *table_footer(notes, check_targets(rows), wall_s)]
+        [
+            header,
+            "",
+            line,
+            "-" * len(line),
+            *body,
+            *shifts,
+            *inside,
+            *table_footer(notes, check_targets(rows), wall_s),
+        ]
+    )
+
+
+def _inside(row: LiveRow) -> str:
+    """One row's time inside streamer: its p50/p99 and each stage's mean."""
+    stages = ", ".join(f"{name.replace('_', ' ')} {ms:.1f}" for name, ms in row.stages_ms.items())
+    return f"{row.size} {row.model}: p50 {_ms(row.pipeline_p50_ms)}, p99 {_ms(row.pipeline_p99_ms)} ms" + (
+        f"; {stages}" if stages else ""
     )
 
 

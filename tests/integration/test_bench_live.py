@@ -53,6 +53,12 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
         assert row["threads"] == 1
         assert row["workers"] == 2
         assert row["cpu_percent"] > 0
+        assert row["pipeline_p50_ms"] <= row["pipeline_p99_ms"]
+        stages = row["stages_ms"]
+        assert {"decode", "window_wait", "inference", "encode", "end_to_end"} <= set(stages)
+        assert all(ms >= 0.0 for ms in stages.values())
+    assert "inside streamer (arrival to written" in table
+    assert f"320x180 {auto}: p50 " in table
     assert f"| 320x180 | {auto} | 2/1/d |" in md_path.read_text()
 
 
