@@ -235,7 +235,8 @@ class Pipeline:
             "calls": self.tally.model_calls,
             "skipped": self.gate.stats().skipped,
             "passthrough": self.tally.outcomes[Outcome.BUDGET_PASSTHROUGH]
-            + self.tally.outcomes[Outcome.UNAVAILABLE_PASSTHROUGH],
+            + self.tally.outcomes[Outcome.UNAVAILABLE_PASSTHROUGH]
+            + self.tally.outcomes[Outcome.SHED_PASSTHROUGH],
             "dropped": self.tally.outcomes[Outcome.BUDGET_DROP] + (src.dropped if src else 0),
             "undecodable": self.source.undecodable,
         }

@@ -755,6 +755,11 @@ def test_model_auto_passes_through_a_stream_the_cheapest_tier_has_no_room_for_un
             (served,) = {"a", "b"} - {waiting}
             assert "keeps up with 1 stream(s) of 160x96 at 30 fps" in status[waiting]["passing_through"]
             assert status[served]["passing_through"] is None
+            assert (
+                status[waiting]["counters"]["passthrough"]
+                == status[waiting]["outcomes"]["shed_passthrough"]
+                > 0
+            )
             assert set(outcomes[waiting]) == {Outcome.SHED_PASSTHROUGH}
             assert Outcome.ENHANCED in outcomes[served]
             _, text = await run.get("/metrics")
