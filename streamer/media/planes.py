@@ -150,10 +150,8 @@ def changed_planes(
     pictures' planes instead."""
     shifted = _shifted(before, after, weight)
     if shifted is None:
-        change = np.subtract(after, before, dtype=np.int16)
-        if weight != 1.0:
-            change = np.rint(change * np.float32(weight)).astype(np.int16)
-        return _changed_by_both(planes, matrix, colour_range, change, before)
+        toward = after if weight == 1.0 else np.clip(_weighted(before, after, weight) + before, 0, 255)
+        return _changed_by_both(planes, matrix, colour_range, before, toward.astype(np.uint8, copy=False))
     converted = rgb_planes(shifted, matrix, colour_range)
     return _carried(planes, converted, _grey_planes(*before.shape[:2], matrix, colour_range))
 
@@ -167,11 +165,16 @@ def _shifted(before: Plane, after: Plane, weight: float) -> Plane | None:
         if np.any(np.greater_equal(after, before) != np.greater_equal(shifted, _GREY)):
             return None
         return shifted
-    change = np.rint(np.subtract(after, before, dtype=np.int16) * np.float32(weight)).astype(np.int16)
+    change = _weighted(before, after, weight)
     if int(change.min()) < -_GREY or int(change.max()) > 255 - _GREY:
         return None
     change += _GREY
     return change.astype(np.uint8)
+
+
+def _weighted(before: Plane, after: Plane, weight: float) -> npt.NDArray[np.int16]:
+    """``weight`` times the change from ``before`` to ``after``, rounded."""
+    return np.rint(np.subtract(after, before, dtype=np.int16) * np.float32(weight)).astype(np.int16)
 
 
 @functools.lru_cache(maxsize=KEPT_CONVERSIONS)
@@ -185,15 +188,10 @@ def _grey_planes(height: int, width: int, matrix: int, colour_range: int) -> tup
 
 
 def _changed_by_both(
-    planes: tuple[Plane, Plane, Plane],
-    matrix: int,
-    colour_range: int,
-    change: npt.NDArray[np.int16],
-    before: Plane,
+    planes: tuple[Plane, Plane, Plane], matrix: int, colour_range: int, before: Plane, after: Plane
 ) -> tuple[Plane, Plane, Plane]:
     """The planes with a change too large for one picture: both RGB pictures converted, and the
     difference of their planes added."""
-    after = np.clip(change + before, 0, 255).astype(np.uint8)
     made = rgb_planes(after, matrix, colour_range)
     were = rgb_planes(before, matrix, colour_range)
     out = []

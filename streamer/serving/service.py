@@ -429,6 +429,7 @@ class Service:
             enhanced = self._shedder.enhanced(runner, self.runners.values())
             choice = await choose_tier(self._tiers, stream.model, info, stream.id, 1 + enhanced)
             runner.choice = choice
+            # counted again: a choice made by probes awaits, and other streams may have opened meanwhile
             self._shedder.opened(
                 runner, self._shedder.enhanced(runner, self.runners.values()), time.monotonic()
             )
