@@ -36,6 +36,13 @@ def add_train(subparsers: Any) -> None:
         default="charbonnier",
         help="charbonnier (a smooth L1), l1, or l2: the squared error PSNR scores (default: charbonnier)",
     )
+    p.add_argument(
+        "--loss-space",
+        choices=("rgb", "yuv420"),
+        default="rgb",
+        help="rgb, or yuv420: the loss on the picture a 4:2:0 output delivers (luma as it is, colour as "
+        "each 2x2 block's mean), which is what a viewer of streamer's output sees (default: rgb)",
+    )
     p.add_argument("--seq-len", type=int, default=8, help="unrolled frames for recurrent models (default: 8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -119,6 +126,7 @@ def _run_train(args: argparse.Namespace) -> int:
         crop=args.crop,
         lr=args.lr,
         loss=args.loss,
+        loss_space=args.loss_space,
         seed=args.seed,
         seq_len=args.seq_len,
         checkpoint_every=args.checkpoint_every,

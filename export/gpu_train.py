@@ -42,6 +42,7 @@ from export.cli_args import parse_model_args
 from export.datapack import DataPack, load_pack
 from export.models.registry import build
 from export.objective import (
+    LOSS_SPACES,
     LOSSES,
     count_macs,
     enhance_clip,
@@ -96,6 +97,8 @@ class GpuTrainConfig:
     """Share of the steps over which the learning rate climbs to ``lr``."""
     weight_decay: float = 1e-4
     loss: str = "charbonnier"
+    loss_space: str = "rgb"
+    """``yuv420``: the loss on the picture a 4:2:0 output delivers (``export.objective.delivered_420``)."""
     grad_clip: float = 1.0
     seed: int = 0
     curriculum: tuple[Phase, ...] = CURRICULUM
@@ -121,6 +124,8 @@ def _check(config: GpuTrainConfig) -> None:
         raise ConfigError(f"--minutes and --lr must be positive; got {config.minutes} and {config.lr}")
     if config.loss not in LOSSES:
         raise ConfigError(f"--loss must be one of {LOSSES}, got {config.loss!r}")
+    if config.loss_space not in LOSS_SPACES:
+        raise ConfigError(f"--loss-space must be one of {LOSS_SPACES}, got {config.loss_space!r}")
     ends = [p.until for p in config.curriculum]
     if not config.curriculum or ends != sorted(ends) or ends[-1] != 1.0:
         raise ConfigError(f"the curriculum's phases must end in increasing order at 1.0; got {ends}")
@@ -203,7 +208,7 @@ class _Run:
                 out, *states = self.module(noisy[:, i : i + 1], *states, *strength)
                 outputs.append(out)
         output = torch.stack(outputs, dim=1).float()
-        loss = training_loss(self.config.loss, output, clean)
+        loss = training_loss(self.config.loss, output, clean, self.config.loss_space)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         if self.config.grad_clip > 0:
@@ -488,6 +493,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--frames-per-step", type=int, default=defaults.frames_per_step, help="(512)")
     parser.add_argument("--crop", type=int, default=defaults.crop, help="crop size in pixels (160)")
     parser.add_argument("--lr", type=float, default=defaults.lr, help="peak learning rate (1.5e-3)")
+    parser.add_argument(
+        "--loss-space",
+        choices=LOSS_SPACES,
+        default=defaults.loss_space,
+        help="rgb, or yuv420: the loss on the picture a 4:2:0 output delivers (rgb)",
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument(
         "--curriculum",
@@ -522,6 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             frames_per_step=args.frames_per_step,
             crop=args.crop,
             lr=args.lr,
+            loss_space=args.loss_space,
             seed=args.seed,
             curriculum=CURRICULUM if args.curriculum is None else _curriculum(args.curriculum),
             init=args.init,

@@ -19,7 +19,9 @@ from streamer.core.noise import noise_sigma
 
 __all__ = [
     "LOSSES",
+    "LOSS_SPACES",
     "count_macs",
+    "delivered_420",
     "enhance_clip",
     "is_recurrent",
     "noise_strengths",
@@ -31,10 +33,41 @@ __all__ = [
 
 LOSSES = ("charbonnier", "l1", "l2")
 
+LOSS_SPACES = ("rgb", "yuv420")
+"""Where the loss compares a model's output with the clean frames: as RGB, or as the picture a 4:2:0
+stream delivers of it (:func:`delivered_420`)."""
 
-def training_loss(kind: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+LUMA_WEIGHTS = (0.299, 0.587, 0.114)
+"""R, G and B's shares of luma in BT.601, the matrix the training streams are coded in (swscale's
+default for RGB to 4:2:0, which x264's input goes through in ``export.data`` and ``export.camera``)."""
+
+
+def delivered_420(frames: torch.Tensor) -> torch.Tensor:
+    """(..., 3, H, W) RGB, H and W even -> the same frames as a 4:2:0 stream delivers them: each pixel's
+    luma as it is, its colour (the pixel less its luma, per channel) averaged over its 2x2 block.
+
+    Streamer carries a model's change back onto the decoder's 4:2:0 planes, and a player shows each
+    chroma sample over its block, so colour detail finer than a block never reaches anyone. A loss taken
+    on this picture gives such detail no credit and lets the model spend itself on what is delivered:
+    the luma and the blocks' colour. Linear, so it costs one pooling per step."""
+    red, green, blue = LUMA_WEIGHTS
+    luma = (
+        red * frames[..., 0, :, :] + green * frames[..., 1, :, :] + blue * frames[..., 2, :, :]
+    ).unsqueeze(-3)
+    colour = frames - luma
+    height, width = frames.shape[-2:]
+    blocks = nn.functional.avg_pool2d(colour.reshape(-1, 3, height, width), 2)
+    shown = nn.functional.interpolate(blocks, scale_factor=2.0, mode="nearest")
+    return luma + shown.reshape(colour.shape)
+
+
+def training_loss(kind: str, output: torch.Tensor, target: torch.Tensor, space: str = "rgb") -> torch.Tensor:
     """Charbonnier (a smooth L1 that does not blur as L2 does), plain L1, or L2 (the mean squared error,
-    which PSNR scores: for a last fine-tune that aims at PSNR), averaged."""
+    which PSNR scores: for a last fine-tune that aims at PSNR), averaged; in ``space`` ``yuv420`` on
+    the picture a 4:2:0 stream delivers of ``output`` (:func:`delivered_420`) against the clean
+    ``target``, which is what a viewer's PSNR scores."""
+    if space == "yuv420":
+        output = delivered_420(output)
     if kind == "l1":
         return (output - target).abs().mean()
     if kind == "l2":

@@ -40,6 +40,7 @@ from export.data import (
 from export.distill import OnnxTeacher, init_weights, warm_start
 from export.models.registry import ARCHITECTURES, build
 from export.objective import (
+    LOSS_SPACES,
     LOSSES,
     enhance_clip,
     is_recurrent,
@@ -81,6 +82,8 @@ class TrainConfig:
     lr: float = 1e-3
     min_lr_ratio: float = 0.02
     loss: str = "charbonnier"
+    loss_space: str = "rgb"
+    """``yuv420``: the loss on the picture a 4:2:0 output delivers (``export.objective.delivered_420``)."""
     seed: int = 0
     seq_len: int = 8
     """Frames per unrolled sequence, for recurrent models."""
@@ -317,10 +320,10 @@ def _step(
     noisy, clean = torch.from_numpy(batch.noisy), torch.from_numpy(batch.clean)
     output, index = _forward(module, noisy)
     target = clean[:, index]
-    loss = training_loss(config.loss, output, target)
+    loss = training_loss(config.loss, output, target, config.loss_space)
     if teacher is not None:
         guide = teacher(noisy)  # a window model's batch is one window of T frames
-        loss = loss + config.distill * training_loss(config.loss, output[:, 0], guide)
+        loss = loss + config.distill * training_loss(config.loss, output[:, 0], guide, config.loss_space)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()  # type: ignore[no-untyped-call]
     if config.grad_clip > 0:
@@ -403,6 +406,8 @@ def _check_config(config: TrainConfig) -> None:
         raise ConfigError(f"init_lr_scale is a share of lr, 0..1; got {config.init_lr_scale}")
     if config.loss not in LOSSES:
         raise ConfigError(f"loss must be charbonnier, l1 or l2, got {config.loss!r}")
+    if config.loss_space not in LOSS_SPACES:
+        raise ConfigError(f"loss space must be rgb or yuv420, got {config.loss_space!r}")
     position = config.model.get("position")
     if position is not None and position not in {p.value for p in OutputPosition}:
         raise ConfigError(f"position {position!r} is not one of center | last")

@@ -194,6 +194,8 @@ def test_resume_keeps_the_stored_config_and_refuses_a_missing_checkpoint(tmp_pat
     assert load_checkpoint(result.checkpoint)["train_config"]["lr"] == TINY.lr
     with pytest.raises(ConfigError, match=r"does not exist; train first"):
         train(TINY, tmp_path / "none", resume=True, progress=False)
+    with pytest.raises(ConfigError, match=r"loss space must be rgb or yuv420, got 'yuv444'"):
+        train(dataclasses.replace(TINY, loss_space="yuv444"), tmp_path / "bad", progress=False)
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ModelError, match=r"cannot read checkpoint"):
         load_checkpoint(tmp_path / "junk.pt")
@@ -245,13 +247,17 @@ def test_cli_train_runs_and_reports(tmp_path: Path, capsys: pytest.CaptureFixtur
         "4",
         "--checkpoint-every",
         "2",
+        "--loss-space",
+        "yuv420",
         "--out",
         str(tmp_path),
         "--no-progress",
     ]
     assert main(argv) == 0
     assert "trained to step 2" in capsys.readouterr().out
-    assert load_checkpoint(tmp_path / CHECKPOINT)["model_config"]["t"] == 1
+    stored = load_checkpoint(tmp_path / CHECKPOINT)
+    assert stored["model_config"]["t"] == 1
+    assert stored["train_config"]["loss_space"] == "yuv420"
     assert (
         main(["train", "--arch", "conv3d", "--steps", "0", "--out", str(tmp_path / "x"), "--no-progress"])
         == 2

@@ -192,6 +192,9 @@ def test_a_curriculum_the_batch_cannot_follow_is_refused(pack_file: Path, tmp_pa
     config = GpuTrainConfig(model=TINY, frames_per_step=12, curriculum=(Phase(1.0, 8, 16),))
     with pytest.raises(ConfigError, match=r"whole multiples of the chunk"):
         train_from_pack(config, load_pack(pack_file), tmp_path, CPU)
+    unknown = GpuTrainConfig(model=TINY, loss_space="yuv444")
+    with pytest.raises(ConfigError, match=r"--loss-space must be one of \('rgb', 'yuv420'\), got 'yuv444'"):
+        train_from_pack(unknown, load_pack(pack_file), tmp_path, CPU)
 
 
 def test_the_entry_point_imports_no_decoder_runtime_or_config_library(

@@ -19,7 +19,7 @@ from export.models import (
 )
 from export.models.conv3d import activation
 from export.models.convlstm import BLEND_BIAS
-from export.objective import count_macs, psnr, training_loss, zero_states
+from export.objective import LUMA_WEIGHTS, count_macs, delivered_420, psnr, training_loss, zero_states
 from streamer.backend.base import Layout
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
@@ -347,3 +347,34 @@ def test_the_l2_loss_is_the_squared_error_psnr_scores_and_each_loss_is_zero_at_t
     assert float(training_loss("l1", output, target)) == pytest.approx(float((output - target).abs().mean()))
     assert float(training_loss("l1", target, target)) == float(training_loss("l2", target, target)) == 0.0
     assert float(training_loss("charbonnier", target, target)) == pytest.approx(1e-3)  # its epsilon's root
+
+
+def luma(frames: torch.Tensor) -> torch.Tensor:
+    weights = torch.tensor(LUMA_WEIGHTS).reshape(3, 1, 1)
+    return (frames * weights).sum(dim=-3)
+
+
+def test_the_delivered_picture_keeps_each_pixels_luma_and_each_blocks_mean_colour() -> None:
+    frames = torch.rand(2, 3, 3, 8, 12)  # (B, T, C, H, W)
+    shown = delivered_420(frames)
+    assert shown.shape == frames.shape
+    torch.testing.assert_close(luma(shown), luma(frames))
+    colour = frames - luma(frames).unsqueeze(-3)
+    block = colour[..., 2:4, 6:8].mean(dim=(-2, -1), keepdim=True)
+    torch.testing.assert_close(
+        shown[..., 2:4, 6:8] - luma(shown)[..., 2:4, 6:8].unsqueeze(-3), block.expand(-1, -1, -1, 2, 2)
+    )
+    torch.testing.assert_close(delivered_420(shown), shown)  # a 4:2:0 picture is delivered as it is
+
+
+def test_a_loss_on_the_delivered_picture_gives_no_credit_for_colour_finer_than_a_block() -> None:
+    target = torch.rand(1, 3, 8, 8)
+    fine = torch.zeros(1, 3, 8, 8)
+    fine[:, :, 0::2, 0::2], fine[:, :, 1::2, 1::2] = 0.1, 0.1  # a checker inside every block
+    fine[:, :, 0::2, 1::2], fine[:, :, 1::2, 0::2] = -0.1, -0.1
+    fine[:, 1] = -(LUMA_WEIGHTS[0] * fine[:, 0] + LUMA_WEIGHTS[2] * fine[:, 2]) / LUMA_WEIGHTS[1]  # no luma
+    output = target + fine
+    assert float(training_loss("l2", output, target)) > 0.001
+    assert float(training_loss("l2", output, target, "yuv420")) == pytest.approx(
+        float(training_loss("l2", target, target, "yuv420"))
+    )
