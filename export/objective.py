@@ -20,6 +20,7 @@ from streamer.core.noise import noise_sigma
 __all__ = [
     "LOSSES",
     "LOSS_SPACES",
+    "LUMA_WEIGHTS",
     "count_macs",
     "delivered_420",
     "enhance_clip",
