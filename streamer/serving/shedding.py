@@ -87,7 +87,8 @@ class Shedder:
         """A stream sheds another only when it starves again within this long of its last starved
         window: one window alone may be a stream's first calls, or a moment's load."""
         self._starving: dict[str, float] = {}
-        """When each stream last starved."""
+        """When each stream last starved, within ``again_s``: an older time counts for nothing, so it is
+        dropped (streams come and go through the control API; this keeps no trace of the gone)."""
         self._held: tuple[int, float] | None = None
         """(how many streams the cores held with a model when one had to go, since when)."""
 
@@ -120,9 +121,10 @@ class Shedder:
         window before too and other streams run a model, the last added auto stream that runs one
         (``stream`` itself, maybe) passes through from now on, and the cores are taken to hold one
         stream fewer than they ran."""
+        self._starving = {sid: at for sid, at in self._starving.items() if now - at <= self.again_s}
         last_starved = self._starving.get(stream.id)
         self._starving[stream.id] = now
-        if last_starved is None or now - last_starved > self.again_s:
+        if last_starved is None:
             return
         every = list(streams)
         running = self.enhanced(None, every)
