@@ -217,6 +217,7 @@ def build_source(
             capacity=queue_size,
             keep_audio=keep_audio,
             decode=config.decode,
+            reader=config.reader,
             **config.backoff(),
         )
     if isinstance(config, WhipSourceConfig):

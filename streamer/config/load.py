@@ -67,7 +67,7 @@ def _describe(error: ValidationError, origin: Callable[[str], str]) -> str:
     kind = first["type"]
     if kind == "control_character":
         loc.append(str(first.get("ctx", {}).get("key")))
-    where = ".".join(loc)
+    where = ".".join(part if part.isprintable() else repr(part) for part in loc)  # keys shown on one line
     if kind == "extra_forbidden":
         hint = "" if (near := _nearest_key(where)) is None else f"did you mean {near!r}? "
         return (

@@ -17,6 +17,9 @@ For each NAME (default: ``cam out``) it serves two mounts on 127.0.0.1:PORT:
   publisher leaves (TEARDOWN), what it sent drains to the players, then they get end of stream (an RTCP
   BYE, which FFmpeg reads as EOF). A publisher that vanishes without TEARDOWN leaves its players waiting.
 
+With :data:`AUTH_ENV` set to ``METHOD:USER:PASSWORD`` (``basic`` or ``digest``), players must give
+those credentials by that method (a 401 challenge first, as cameras do), and so must publishers.
+
 It prints ``ready`` once listening, then one line per event to wait on: ``play NAME`` (a player's media is set
 up), ``publish NAME`` and ``unpublish NAME``. Three settings keep it reliable: unshared media (shared media
 fails to reopen right after a close), a thread pool of 16 (a relay deadlocks the main loop without it; it also
@@ -25,13 +28,18 @@ lets one client wait in DESCRIBE without stalling the others), and players kept 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["INSTALL_HINT", "SYSTEM_PYTHON", "command", "serve", "unavailable"]
+__all__ = ["AUTH_ENV", "INSTALL_HINT", "SYSTEM_PYTHON", "command", "serve", "unavailable"]
+
+AUTH_ENV = "STREAMER_RELAY_AUTH"
+"""``METHOD:USER:PASSWORD``: the credentials the relay's players must give (tests of a client's
+authentication)."""
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 """Debian's interpreter, which has ``gi`` and GstRtspServer once the packages below are installed."""
@@ -167,6 +175,32 @@ def play_factory(rtsp: Any, relay: Relay, name: str) -> Any:
     return factory
 
 
+def require_credentials(
+    gst: Any, rtsp: Any, server: Any, factories: list[tuple[Any, Any]], spec: str
+) -> None:
+    """Every client must authenticate as ``spec`` says (``METHOD:USER:PASSWORD``); ``gst`` and
+    ``rtsp`` are the ``Gst`` and ``GstRtspServer`` modules."""
+    from gi.repository import GstRtsp  # type: ignore[import-not-found]
+
+    method, user, password = spec.split(":", 2)
+    auth = rtsp.RTSPAuth()
+    token = rtsp.RTSPToken()
+    token.set_string("media.factory.role", "user")
+    if method == "digest":
+        auth.add_digest(user, password, token)
+        auth.set_supported_methods(GstRtsp.RTSPAuthMethod.DIGEST)
+    else:
+        auth.add_basic(rtsp.RTSPAuth.make_basic(user, password), token)
+        auth.set_supported_methods(GstRtsp.RTSPAuthMethod.BASIC)
+    role = gst.Structure.new_from_string(
+        "user, media.factory.access=(boolean)true, media.factory.construct=(boolean)true"
+    )
+    for publish, play in factories:
+        publish.add_role_from_structure(role)
+        play.add_role_from_structure(role)
+    server.set_auth(auth)
+
+
 def serve(argv: list[str]) -> int:
     """The relay's main: listens until killed. Only Debian's system interpreter can run it."""
     if len(argv) < 2 or not argv[1].isdigit():
@@ -176,7 +210,8 @@ def serve(argv: list[str]) -> int:
 
     gi.require_version("Gst", "1.0")
     gi.require_version("GstRtspServer", "1.0")
-    from gi.repository import GLib, Gst, GstRtspServer  # type: ignore[import-not-found]
+    gi.require_version("GstRtsp", "1.0")
+    from gi.repository import GLib, Gst, GstRtspServer
 
     names = argv[2:] or ["cam", "out"]
     Gst.init(None)
@@ -186,9 +221,14 @@ def serve(argv: list[str]) -> int:
     server.set_service(argv[1])
     server.get_thread_pool().set_max_threads(16)
     mounts = server.get_mount_points()
+    factories = []
     for name in names:
-        mounts.add_factory(f"/{name}/publish", record_factory(GstRtspServer, relay, name))
-        mounts.add_factory(f"/{name}", play_factory(GstRtspServer, relay, name))
+        publish, play = record_factory(GstRtspServer, relay, name), play_factory(GstRtspServer, relay, name)
+        mounts.add_factory(f"/{name}/publish", publish)
+        mounts.add_factory(f"/{name}", play)
+        factories.append((publish, play))
+    if os.environ.get(AUTH_ENV):
+        require_credentials(Gst, GstRtspServer, server, factories, os.environ[AUTH_ENV])
     if server.attach(None) == 0:
         print(f"cannot listen on 127.0.0.1:{argv[1]}", file=sys.stderr)
         return 1

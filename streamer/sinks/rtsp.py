@@ -36,7 +36,7 @@ from av.container import OutputContainer
 from av.stream import Stream
 from av.video.stream import VideoStream
 
-from streamer.core.retries import RetryReport
+from streamer.core.retries import RetryReport, backoff_delays, check_backoff
 from streamer.errors import ConfigError, FrameError, SinkError
 from streamer.frame import Frame, StreamInfo
 from streamer.media.colour import encoder_frame
@@ -46,14 +46,7 @@ from streamer.sinks.base import PacketSink
 from streamer.sinks.clock import MAX_STEP_S, TIME_BASE, OutputClock
 from streamer.sinks.encoder import EncodedFrame, Encoding, Resync, SharedEncoder, add_video
 from streamer.sinks.nodelay import disable_nagle, rtsp_peer
-from streamer.sources.rtsp import (
-    Transport,
-    backoff_delays,
-    check_backoff,
-    check_rtsp_url,
-    ffmpeg_reason,
-    redact_url,
-)
+from streamer.sources.rtsp import Transport, check_rtsp_url, ffmpeg_reason, redact_url
 
 if TYPE_CHECKING:
     from streamer.media.audio import AudioTrack

@@ -14,8 +14,13 @@ With ``reconnect=False`` the first failure raises SourceError instead, and the s
 stream ends the source (EndOfStream).
 
 Frames go to the pipeline through a DROP_OLDEST channel: a live feed must never queue without bound.
-FFmpeg's H.264 parser hands a frame over only when the next one begins, so reading RTSP costs one frame
-period of latency.
+
+Two readers, chosen once per source by :func:`rtp_reads`: streamer's own RTP reader
+(:class:`~streamer.sources.rtp_reader.RtpReader`) for H.264 over TCP from an rtsp:// URL, which decodes
+each frame as its last packet arrives, and FFmpeg's for the rest (rtsps://, UDP, a GPU decoder).
+FFmpeg's H.264 parser hands a frame over only when the next one begins, so its reader costs one frame
+period of latency. A stream the RTP reader does not read (not H.264, or with audio to keep) is read by
+FFmpeg from then on, said once.
 URLs are shown only through :func:`redact_url`, so credentials never reach logs, errors or stats.
 
 With ``keep_audio`` the same demux hands the stream's first audio track, undecoded, to an
@@ -44,8 +49,8 @@ from av.container import InputContainer
 from av.video.frame import VideoFrame
 
 from streamer.channel import DropPolicy
-from streamer.core.retries import RetryReport
-from streamer.errors import ConfigError, SourceError
+from streamer.core.retries import RetryReport, backoff_delays, check_backoff
+from streamer.errors import ConfigError, EndOfStream, SourceError
 from streamer.frame import Frame, StreamInfo
 from streamer.media.audio import AudioTrack
 from streamer.media.colour import colour_of, planes_fit, to_rgb, yuv_of
@@ -53,22 +58,26 @@ from streamer.media.hwcodec import Decode, decoder_hwaccel
 from streamer.media.quantizer import DECODER_OPTIONS, quantizer
 from streamer.redact import redact_url
 from streamer.sources.base import Connection, DecodeLoss, ThreadedSource
+from streamer.sources.rtp import RtspProtocolError, UnsupportedStream
+from streamer.sources.rtp_reader import RtpReader
 
 __all__ = [
+    "Reader",
     "RtspSource",
     "RtspSourceStats",
     "RtspState",
     "Transport",
-    "backoff_delays",
-    "check_backoff",
     "check_rtsp_url",
     "ffmpeg_reason",
     "redact_url",
+    "rtp_reads",
 ]
 
 log = logging.getLogger(__name__)
 
 Transport = Literal["tcp", "udp"]
+Reader = Literal["auto", "ffmpeg"]
+"""``auto``: streamer's RTP reader where it reads the stream (:func:`rtp_reads`), FFmpeg's elsewhere."""
 
 DEFAULT_FPS = Fraction(30)
 """Frame rate assumed when the stream states none, so sinks can still size their encoder."""
@@ -93,27 +102,12 @@ def check_rtsp_url(url: str, what: str) -> None:
         )
 
 
-def backoff_delays(initial: float, maximum: float, jitter: float, rng: random.Random) -> Iterator[float]:
-    """Seconds to wait before each retry: doubling from ``initial`` up to ``maximum``, each +/- ``jitter``.
-
-    Jitter spreads the retries of many clients that lost the same server at the same moment.
-    """
-    delay = initial
-    while True:
-        yield max(0.0, delay * (1.0 + jitter * rng.uniform(-1.0, 1.0)))
-        delay = min(delay * 2.0, maximum)
-
-
-def check_backoff(initial: float, maximum: float, jitter: float, max_attempts: int | None, what: str) -> None:
-    if initial <= 0 or maximum < initial:
-        raise ConfigError(
-            f"{what}: backoff_initial_s must be positive and backoff_max_s at least as large, got "
-            f"{initial} and {maximum}"
-        )
-    if not 0.0 <= jitter < 1.0:
-        raise ConfigError(f"{what}: jitter is a fraction of the delay in [0, 1), got {jitter}")
-    if max_attempts is not None and max_attempts < 1:
-        raise ConfigError(f"{what}: max_attempts must be at least 1, or None to retry forever")
+def rtp_reads(reader: Reader, url: str, transport: Transport, gpu_decode: bool) -> bool:
+    """Whether streamer's own RTP reader plays this source: asked for (``auto``), an rtsp:// URL (TLS is
+    FFmpeg's), over TCP, decoded on the CPU. A camera with audio to keep is found at DESCRIBE and goes to
+    FFmpeg then, whose demuxer carries the audio."""
+    scheme = urllib.parse.urlsplit(url).scheme
+    return reader == "auto" and scheme == "rtsp" and transport == "tcp" and not gpu_decode
 
 
 def ffmpeg_reason(exc: av.error.FFmpegError) -> str:
@@ -186,13 +180,16 @@ class RtspSource(ThreadedSource):
         keep_audio: bool = False,
         decode: Decode = "cpu",
         planes: bool = True,
+        reader: Reader = "auto",
     ) -> None:
         """``decode``: where the video is decoded (``streamer.media.hwcodec``). ``planes``: frames decoded
         as yuv420p (or yuvj420p) are handed on as their 4:2:0 planes, as ``FileSource`` does; others
-        as RGB. False hands on RGB only."""
+        as RGB. False hands on RGB only. ``reader``: see :data:`Reader`."""
         check_rtsp_url(url, "RTSP source")
         if transport not in ("tcp", "udp"):
             raise ConfigError(f"RTSP source transport must be 'tcp' or 'udp', got {transport!r}")
+        if reader not in ("auto", "ffmpeg"):
+            raise ConfigError(f"RTSP source reader must be 'auto' or 'ffmpeg', got {reader!r}")
         for name, value in (
             ("open_timeout_s", open_timeout_s),
             ("read_timeout_s", read_timeout_s),
@@ -218,8 +215,9 @@ class RtspSource(ThreadedSource):
         self._audio_mismatch_said = False
         self._shown = redact_url(url)
         self._hwaccel = decoder_hwaccel(decode, f"RTSP source {self._shown}")
+        self._rtp = rtp_reads(reader, url, transport, self._hwaccel is not None)
         self._rng = random.Random()
-        self._container: InputContainer | None = None
+        self._container: InputContainer | RtpReader | None = None
         # Counters are written by the decode thread and read from the event loop.
         self._lock = threading.Lock()
         self._state = RtspState.CONNECTING
@@ -273,6 +271,8 @@ class RtspSource(ThreadedSource):
         container = self._connect()
         if container is None:
             raise SourceError(f"RTSP source {self._shown} was closed before it connected")
+        if isinstance(container, RtpReader):
+            return self._info_of(container)
         if self.keep_audio and container.streams.audio:
             self._audio = AudioTrack(container.streams.audio[0], self.stream_id)
         stream = container.streams.video[0]
@@ -293,6 +293,23 @@ class RtspSource(ThreadedSource):
             and planes_fit(stream.codec_context.pix_fmt, stream.width, stream.height),
         )
 
+    def _info_of(self, reader: RtpReader) -> StreamInfo:
+        fps = reader.fps
+        if fps is None:
+            log.warning("RTSP stream %s states no frame rate; assuming %s fps", self._shown, DEFAULT_FPS)
+            fps = DEFAULT_FPS
+        first = reader.held[0]
+        return StreamInfo(
+            width=reader.width,
+            height=reader.height,
+            fps=fps,
+            time_base=reader.time_base,
+            frame_count=None,
+            live=True,
+            colour=colour_of(first),
+            planes=self._planes and planes_fit(first.format.name, reader.width, reader.height),
+        )
+
     def _frames(self) -> Iterator[Frame]:
         index = 0
         fresh = False
@@ -306,11 +323,16 @@ class RtspSource(ThreadedSource):
                 if container is None:
                     return
                 fresh = True
-            stream = container.streams.video[0]
-            time_base = Fraction(stream.time_base) if stream.time_base else 1 / DEFAULT_FPS
+            if isinstance(container, RtpReader):
+                time_base = container.time_base
+                frames = self._decode_rtp(container)
+            else:
+                stream = container.streams.video[0]
+                time_base = Fraction(stream.time_base) if stream.time_base else 1 / DEFAULT_FPS
+                frames = self._decode(container, track)
             ended = False
             try:
-                for av_frame in self._decode(container, track):
+                for av_frame in frames:
                     planes = yuv_of(av_frame) if self._planes else None
                     pixels = planes if planes is not None else to_rgb(av_frame)
                     self._decoded(time.perf_counter() - self._decode_started)
@@ -334,6 +356,10 @@ class RtspSource(ThreadedSource):
                 if self._stop.is_set():
                     return
                 ended, reason = True, "the server ended the stream"
+            except EndOfStream as exc:
+                ended, reason = True, str(exc)
+            except RtspProtocolError as exc:
+                reason = str(exc)
             except _Stalled:
                 reason = f"no frame decoded for {self.stall_timeout_s} s"
             except av.error.ExitError:
@@ -394,6 +420,22 @@ class RtspSource(ThreadedSource):
             if time.monotonic() - last > self.stall_timeout_s:
                 raise _Stalled
 
+    def _decode_rtp(self, reader: RtpReader) -> Iterator[VideoFrame]:
+        yield from reader.held
+        last = time.monotonic()
+        for unit in reader.units():
+            if self._stop.is_set():
+                return
+            self._decode_started = time.perf_counter()
+            self._loss.packet()
+            for av_frame in reader.decode(unit):
+                last = time.monotonic()
+                with self._lock:
+                    self._state = RtspState.LIVE
+                yield av_frame
+            if time.monotonic() - last > self.stall_timeout_s:
+                raise _Stalled
+
     def _audio_of(self, container: InputContainer, track: AudioTrack | None) -> AudioStream | None:
         """The connection's audio stream to demux for ``track``: None without one, or one of another
         codec, rate or channel count than the sink was set up for (said once)."""
@@ -414,7 +456,7 @@ class RtspSource(ThreadedSource):
             )
         return None
 
-    def _connect(self) -> InputContainer | None:
+    def _connect(self) -> InputContainer | RtpReader | None:
         """The next open connection, after as many attempts as the policy allows; None once stopped."""
         failures = 0
         report = RetryReport()
@@ -429,30 +471,13 @@ class RtspSource(ThreadedSource):
                 self._state = RtspState.CONNECTING
                 self._attempts += 1
             started = time.monotonic()
-            try:
-                container = av.open(
-                    self.url,
-                    options=options,
-                    timeout=(self.open_timeout_s, self.stall_timeout_s),
-                    hwaccel=self._hwaccel,
-                )
-            except av.error.FFmpegError as exc:
-                reason = ffmpeg_reason(exc)
-                if time.monotonic() - started >= 0.9 * min(self.open_timeout_s, self.read_timeout_s):
-                    # FFmpeg words a server that accepts and never answers as bad data: say what it was.
-                    reason = f"no answer within {self.open_timeout_s:g} s (open_timeout_s); FFmpeg: {reason}"
-            else:
-                video = container.streams.video
-                if video and video[0].width > 0 and video[0].height > 0:
-                    video[0].thread_type = "SLICE"  # frame threads would hold frames back: latency
-                    video[0].codec_context.options = DECODER_OPTIONS
-                    self._container = container
-                    with self._lock:
-                        self._connects += 1
-                    log.info("RTSP source %s connected", self._shown)
-                    return container
-                container.close()
-                reason = "the stream has no video track" if not video else "the stream states no picture size"
+            attempt = self._rtp_attempt if self._rtp else self._ffmpeg_attempt
+            reason = attempt(options, started)
+            if self._container is not None:
+                with self._lock:
+                    self._connects += 1
+                log.info("RTSP source %s connected", self._shown)
+                return self._container
             failures += 1
             with self._lock:
                 self._failures += 1
@@ -487,6 +512,49 @@ class RtspSource(ThreadedSource):
             if stopped:
                 break
         return None
+
+    def _rtp_attempt(self, options: dict[str, str], started: float) -> str:
+        """One connection attempt through the RTP reader, as :meth:`_ffmpeg_attempt`; a stream it cannot
+        read goes to FFmpeg, now and from then on."""
+        try:
+            read_s = min(self.read_timeout_s, self.stall_timeout_s)
+            self._container = RtpReader(
+                self.url, self.open_timeout_s, read_s, self.stall_timeout_s, audio=self.keep_audio
+            )
+        except UnsupportedStream as exc:
+            log.info("RTSP source %s: %s; FFmpeg's reader plays it", self._shown, exc)
+            self._rtp = False
+            return self._ffmpeg_attempt(options, started)
+        except RtspProtocolError as exc:
+            return str(exc)
+        except EndOfStream:
+            return "the server ended the stream before its first picture"
+        return ""
+
+    def _ffmpeg_attempt(self, options: dict[str, str], started: float) -> str:
+        """One connection attempt through FFmpeg: the container is left in ``_container``, or the reason
+        it failed returned."""
+        try:
+            container = av.open(
+                self.url,
+                options=options,
+                timeout=(self.open_timeout_s, self.stall_timeout_s),
+                hwaccel=self._hwaccel,
+            )
+        except av.error.FFmpegError as exc:
+            reason = ffmpeg_reason(exc)
+            if time.monotonic() - started >= 0.9 * min(self.open_timeout_s, self.read_timeout_s):
+                # FFmpeg words a server that accepts and never answers as bad data: say what it was.
+                reason = f"no answer within {self.open_timeout_s:g} s (open_timeout_s); FFmpeg: {reason}"
+            return reason
+        video = container.streams.video
+        if video and video[0].width > 0 and video[0].height > 0:
+            video[0].thread_type = "SLICE"  # frame threads would hold frames back: latency
+            video[0].codec_context.options = DECODER_OPTIONS
+            self._container = container
+            return ""
+        container.close()
+        return "the stream has no video track" if not video else "the stream states no picture size"
 
     def _drop(self, reason: str) -> None:
         """Close the current connection after it failed, stalled or ended."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -44,10 +45,12 @@ class RtspServer:
     ``wait_for`` waits on them, counted over every process this handle started.
     """
 
-    def __init__(self, port: int, names: tuple[str, ...] = ()) -> None:
-        """``names``: the streams it serves (default: ``cam`` and ``out``)."""
+    def __init__(self, port: int, names: tuple[str, ...] = (), auth: str = "") -> None:
+        """``names``: the streams it serves (default: ``cam`` and ``out``); ``auth``: the credentials its
+        players must give, ``METHOD:USER:PASSWORD`` (``rtsp_relay.AUTH_ENV``)."""
         self.port = port
         self.names = names
+        self.auth = auth
         self._process: subprocess.Popen[str] | None = None
         self._lines: list[str] = []
         self._changed = threading.Condition()
@@ -67,6 +70,7 @@ class RtspServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env={**os.environ, rtsp_relay.AUTH_ENV: self.auth},
         )
         self._process = process
         threading.Thread(target=self._collect, args=(process,), daemon=True).start()
@@ -141,10 +145,14 @@ class Publisher(threading.Thread):
     frames (None: until stopped) it ends its session, which ends the relay's stream for its players.
     """
 
-    def __init__(self, url: str, frames: int | None = None, fps: int = 30, retry_s: float = 0.1) -> None:
+    def __init__(
+        self, url: str, frames: int | None = None, fps: int = 30, retry_s: float = 0.1, hold: bool = False
+    ) -> None:
+        """``hold``: after ``frames``, keep the session open, sending nothing, until stopped."""
         super().__init__(name="publisher", daemon=True)
         self.url = url
         self.frames = frames
+        self.hold = hold
         self.fps = fps
         self.retry_s = retry_s
         self.sent: dict[int, float] = {}
@@ -205,6 +213,8 @@ class Publisher(threading.Thread):
                     self.skipped += 1
                     continue
                 self.sent[index] = time.monotonic()
+            if self.hold:
+                self._halt.wait()
         finally:
             if conn is not None:
                 with contextlib.suppress(av.error.FFmpegError):

@@ -127,19 +127,28 @@ def open_source(source: RtspSource) -> None:
 
 FAST = {"open_timeout_s": 0.5, "read_timeout_s": 0.5, "stall_timeout_s": 0.5}
 REASONS = {
-    "close": "Invalid data found when processing input",
-    "random": "Invalid data found when processing input",
+    "close": "the server closed the connection",
+    "random": "the server's answer is not RTSP",
     "silent": "no answer within 0.5 s (open_timeout_s)",
     "no-video": "the stream has no video track",
+    "not-found": "the server answered 404 Not Found to DESCRIBE",
+}
+"""What streamer's RTP reader (the default for rtsp:// over TCP) says of each server."""
+FFMPEG_REASONS = {
+    **REASONS,
+    "close": "Invalid data found when processing input",
+    "random": "Invalid data found when processing input",
     "not-found": "Server returned 404 Not Found",
 }
+"""What FFmpeg's reader says (rtsps://, UDP, a camera's audio)."""
 
 
+@pytest.mark.parametrize("reader", ["auto", "ffmpeg"])
 @pytest.mark.parametrize("garbage", list(REASONS), indirect=True)
 def test_garbage_on_the_rtsp_port_without_reconnect_is_one_line_naming_the_redacted_url(
-    garbage: GarbageServer, caplog: pytest.LogCaptureFixture
+    garbage: GarbageServer, reader: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    source = RtspSource(garbage.url(), reconnect=False, **FAST)  # type: ignore[arg-type]
+    source = RtspSource(garbage.url(), reconnect=False, reader=reader, **FAST)  # type: ignore[arg-type]
 
     with caplog.at_level(logging.DEBUG), pytest.raises(SourceError) as raised:
         open_source(source)
@@ -147,7 +156,7 @@ def test_garbage_on_the_rtsp_port_without_reconnect_is_one_line_naming_the_redac
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"cannot play RTSP stream rtsp://***@127.0.0.1:{garbage.port}/cam: ")
-    assert REASONS[garbage.mode] in message
+    assert (REASONS if reader == "auto" else FFMPEG_REASONS)[garbage.mode] in message
     assert "set reconnect" in message
     stats = source.rtsp_stats()
     assert (stats.attempts, stats.connects, stats.state) == (1, 0, RtspState.CLOSED)

@@ -246,9 +246,11 @@ def test_a_hung_server_is_detected_as_a_stall_and_reconnected(rtsp_server: RtspS
     assert source.rtsp_stats().reconnects >= 1
 
 
-def test_udp_transport_plays_the_same_stream(rtsp_server: RtspServer) -> None:
+@pytest.mark.parametrize(("transport", "reader"), [("udp", "auto"), ("tcp", "ffmpeg")])
+def test_ffmpegs_reader_plays_the_same_stream(rtsp_server: RtspServer, transport: str, reader: str) -> None:
+    """UDP always goes through FFmpeg's reader, and TCP does when asked."""
     camera = Publisher(rtsp_server.publish_url("cam"), frames=60)
-    source = RtspSource(rtsp_server.url("cam"), transport="udp")
+    source = RtspSource(rtsp_server.url("cam"), transport=transport, reader=reader)  # type: ignore[arg-type]
 
     async def scenario() -> list[int | None]:
         opening = asyncio.create_task(source.open())
@@ -394,3 +396,72 @@ def assert_secret_hidden(error: BaseException, caplog: pytest.LogCaptureFixture,
     shown = "".join(traceback.format_exception(error)) + caplog.text + repr(stats)
     assert SECRET not in shown
     assert "admin" not in shown
+
+
+def test_each_frame_is_handed_on_without_waiting_for_the_next(rtsp_server: RtspServer) -> None:
+    """The RTP reader closes a frame on its marker bit: the camera's last frame arrives while the
+    camera, still connected, sends nothing more (FFmpeg's reader holds it until the next frame)."""
+    frames = 20
+    camera = Publisher(rtsp_server.publish_url("cam"), frames=frames, hold=True)
+    # A stall would end the wait too (FFmpeg's reader then gives its held frame up): not before 60 s,
+    # and each frame is waited for 30 s at most.
+    source = RtspSource(rtsp_server.url("cam"), capacity=frames, read_timeout_s=60, stall_timeout_s=60)
+
+    async def scenario() -> tuple[list[int | None], bool]:
+        opening = asyncio.create_task(source.open())
+        await asyncio.to_thread(rtsp_server.wait_for, "play cam")
+        camera.start()
+        await opening
+        try:
+            codes = [
+                framecode.read((await asyncio.wait_for(source.recv(), 30)).pixels) for _ in range(frames)
+            ]
+            return codes, camera.done.is_set() or source.rtsp_stats().last_error is not None
+        finally:
+            await source.aclose()
+
+    try:
+        codes, camera_left = asyncio.run(scenario())
+    finally:
+        camera.stop()
+    assert codes == list(range(frames))
+    assert not camera_left  # the camera was still there, silent, and the connection never dropped
+
+
+@pytest.mark.parametrize("method", ["digest", "basic"])
+def test_a_camera_that_asks_for_credentials_gets_those_of_the_url(method: str) -> None:
+    from streamer.measure import rtsp_relay
+
+    if (missing := rtsp_relay.unavailable()) is not None:
+        pytest.skip(missing)
+    server = RtspServer(free_port(), auth=f"{method}:admin:{SECRET} %")
+    server.start()
+    userinfo = f"admin:{SECRET}%20%25"
+    camera = Publisher(server.publish_url("cam").replace("rtsp://", f"rtsp://{userinfo}@"), frames=60)
+    source = RtspSource(server.url("cam", userinfo))
+
+    async def scenario() -> list[int | None]:
+        opening = asyncio.create_task(source.open())
+        await asyncio.to_thread(server.wait_for, "play cam")
+        camera.start()
+        await opening
+        try:
+            return [framecode.read((await source.recv()).pixels) for _ in range(10)]
+        finally:
+            await source.aclose()
+
+    try:
+        codes = asyncio.run(scenario())
+        refused = []
+        for userinfo in ("admin:wrong", ""):
+            wrong = RtspSource(server.url("cam", userinfo), reconnect=False)
+            with pytest.raises(SourceError) as raised:
+                asyncio.run(wrong.open())
+            refused.append(str(raised.value))
+    finally:
+        camera.stop()
+        server.kill()
+    assert codes == list(range(10))
+    assert "the server refused the user and password in the URL (401 Unauthorized)" in refused[0]
+    assert "the server asks for a user and password (401 Unauthorized); put them in the URL" in refused[1]
+    assert SECRET not in " ".join(refused)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamer.cli.demo import demo_config
@@ -160,6 +160,7 @@ keys = st.sampled_from(["kind", "path", "t", "stride", "position", "frames", "bu
 @given(
     tree=st.dictionaries(sections, st.dictionaries(keys, yaml_values, max_size=4) | yaml_values, max_size=4)
 )
+@example(tree={"source": {"\n": "\x1f"}})  # a key that is itself a control character
 def test_any_yaml_either_loads_or_raises_config_error(tmp_path_factory: Any, tree: dict[str, Any]) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "config.yaml"
     path.write_text(yaml.safe_dump(tree))

@@ -8,9 +8,10 @@ from fractions import Fraction
 
 import pytest
 
+from streamer.core.retries import backoff_delays
 from streamer.errors import ConfigError
 from streamer.sinks.rtsp import TIME_BASE, OutputClock, RtspSink
-from streamer.sources.rtsp import RtspSource, backoff_delays, redact_url
+from streamer.sources.rtsp import RtspSource, redact_url
 from tests.factories import make_frame
 
 

@@ -1,0 +1,304 @@
+"""The pure parts of reading H.264 from an RTSP server: the session description, the credentials, and
+RTP packets put back together into whole frames.
+
+:class:`H264Depacketizer` hands on an access unit (one frame's NAL units, Annex B) the moment its last
+packet arrives, which the sender marks with the RTP marker bit (RFC 6184, 5.1); a reader that instead
+waits for the next frame to begin holds every frame one frame period. Single NAL unit packets, STAP-A
+and FU-A are what cameras and servers send in non-interleaved mode, the only mode RTSP over TCP
+players ask for; aiortc (a dependency for WebRTC) takes each payload apart.
+
+Nothing here touches a socket: :mod:`streamer.sources.rtsp_client` does, with these.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import re
+import struct
+import urllib.parse
+from dataclasses import dataclass
+from fractions import Fraction
+
+from aiortc.codecs.h264 import H264PayloadDescriptor
+from aiortc.rtp import RtpPacket
+
+from streamer.errors import SourceError
+
+__all__ = [
+    "START_CODE",
+    "AccessUnit",
+    "Challenge",
+    "H264Depacketizer",
+    "RtspProtocolError",
+    "UnsupportedStream",
+    "VideoTrack",
+    "authorization",
+    "credentials",
+    "parse_challenges",
+    "rtcp_says_bye",
+    "video_track",
+]
+
+START_CODE = b"\x00\x00\x00\x01"
+_RTCP_BYE = 203
+_MAX_ACCESS_UNIT = 16 << 20
+"""Bytes one frame may grow to before it is dropped as damage: a 4K intra frame is well below it."""
+
+
+class RtspProtocolError(SourceError):
+    """Raised when an RTSP server's answer breaks the protocol or describes nothing streamer can play."""
+
+
+class UnsupportedStream(RtspProtocolError):
+    """Raised when the server's video is a codec or packetization the RTP reader does not read."""
+
+
+@dataclass(frozen=True, slots=True)
+class VideoTrack:
+    """The first video track of a session description, as an H.264 RTP reader needs it."""
+
+    control: str
+    """The URL to SETUP the track on."""
+    session_control: str
+    """The URL to PLAY (the whole session's)."""
+    payload_type: int
+    clock_rate: int
+    parameter_sets: bytes
+    """SPS and PPS from ``sprop-parameter-sets``, Annex B; empty when the description gives none."""
+    fps: Fraction | None
+    """From ``a=framerate``, when stated."""
+    audio: bool
+    """The description also has an audio track."""
+
+
+def _resolve(base: str, control: str) -> str:
+    if control == "*" or not control:
+        return base
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", control):
+        return control
+    return base.rstrip("/") + "/" + control
+
+
+def video_track(sdp: str, base: str) -> VideoTrack:
+    """The first ``m=video`` section of ``sdp``, its control URL resolved against ``base``.
+
+    Raises RtspProtocolError when there is no video track, UnsupportedStream when it is not H.264 in
+    packetization mode 0 or 1.
+    """
+    session: dict[str, str] = {}
+    media: list[tuple[str, list[str]]] = []
+    for raw in sdp.splitlines():
+        line = raw.strip()
+        if line.startswith("m="):
+            media.append((line[2:], []))
+        elif media:
+            media[-1][1].append(line)
+        elif line.startswith("a=control:"):
+            session["control"] = line[len("a=control:") :]
+    session_control = _resolve(base, session.get("control", "*"))
+    for description, lines in media:
+        fields = description.split()
+        if not fields or fields[0] != "video":
+            continue
+        if len(fields) < 4 or not fields[3].isdigit():
+            raise RtspProtocolError(f"the stream's video track says {description!r}, not a payload type")
+        payload_type = int(fields[3])
+        attributes: dict[str, str] = {}
+        for line in lines:
+            if line.startswith("a="):
+                name, _, value = line[2:].partition(":")
+                if name in ("rtpmap", "fmtp"):
+                    number, _, value = value.partition(" ")
+                    if number != str(payload_type):
+                        continue
+                attributes.setdefault(name, value.strip())
+        codec, _, rate = attributes.get("rtpmap", "").partition("/")
+        if codec.upper() != "H264":
+            raise UnsupportedStream(f"the stream's video is {codec or 'of an unstated codec'}, not H.264")
+        parameters = dict(
+            item.strip().partition("=")[::2] for item in attributes.get("fmtp", "").split(";") if item.strip()
+        )
+        if parameters.get("packetization-mode", "0") not in ("0", "1"):
+            raise UnsupportedStream("the stream's H.264 is interleaved (packetization-mode 2)")
+        sets = b""
+        for item in parameters.get("sprop-parameter-sets", "").split(","):
+            if item:
+                try:
+                    sets += START_CODE + base64.b64decode(item, validate=True)
+                except (binascii.Error, ValueError):
+                    raise RtspProtocolError("the stream's sprop-parameter-sets are not base64") from None
+        fps = None
+        try:
+            stated = Fraction(attributes.get("framerate", "").strip())
+            fps = stated if stated > 0 else None
+        except (ValueError, ZeroDivisionError):
+            fps = None
+        clock = rate.partition("/")[0]
+        return VideoTrack(
+            control=_resolve(base, attributes.get("control", "*")),
+            session_control=session_control,
+            payload_type=payload_type,
+            clock_rate=int(clock) if clock.isdigit() and int(clock) > 0 else 90_000,
+            parameter_sets=sets,
+            fps=fps,
+            audio=any(description.split()[:1] == ["audio"] for description, _ in media),
+        )
+    raise RtspProtocolError("the stream has no video track")
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """One ``WWW-Authenticate`` challenge: its scheme (``basic`` or ``digest``) and parameters."""
+
+    scheme: str
+    params: dict[str, str]
+
+
+def parse_challenges(headers: list[str]) -> list[Challenge]:
+    """Each ``WWW-Authenticate`` header value as a challenge (one per header, as RTSP servers send them)."""
+    challenges = []
+    for value in headers:
+        scheme, _, rest = value.strip().partition(" ")
+        params = {
+            key.lower(): quoted if quoted else bare
+            for key, quoted, bare in re.findall(r'(\w+)\s*=\s*(?:"([^"]*)"|([^\s,]+))', rest)
+        }
+        challenges.append(Challenge(scheme.lower(), params))
+    return challenges
+
+
+def _md5(text: str) -> str:
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def authorization(
+    challenges: list[Challenge], method: str, uri: str, user: str, password: str, count: int = 1
+) -> str | None:
+    """The ``Authorization`` value answering the strongest challenge streamer speaks (Digest with MD5,
+    then Basic), or None when it speaks none of them. ``count``: this nonce's use (Digest's ``nc``)."""
+    for challenge in challenges:
+        params = challenge.params
+        if challenge.scheme != "digest" or params.get("algorithm", "MD5").upper() != "MD5":
+            continue
+        realm, nonce = params.get("realm", ""), params.get("nonce", "")
+        ha1 = _md5(f"{user}:{realm}:{password}")
+        ha2 = _md5(f"{method}:{uri}")
+        fields = [f'username="{user}"', f'realm="{realm}"', f'nonce="{nonce}"', f'uri="{uri}"']
+        if "auth" in [q.strip() for q in params.get("qop", "").split(",")]:
+            cnonce, nc = os.urandom(8).hex(), f"{count:08x}"
+            response = _md5(f"{ha1}:{nonce}:{nc}:{cnonce}:auth:{ha2}")
+            fields += ["qop=auth", f"nc={nc}", f'cnonce="{cnonce}"']
+        else:
+            response = _md5(f"{ha1}:{nonce}:{ha2}")
+        fields.append(f'response="{response}"')
+        if "opaque" in params:
+            fields.append(f'opaque="{params["opaque"]}"')
+        return "Digest " + ", ".join(fields)
+    if any(challenge.scheme == "basic" for challenge in challenges):
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    return None
+
+
+def credentials(url: str) -> tuple[str, str] | None:
+    """The user and password an rtsp:// URL carries, percent-decoded; None without them."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return None
+    return urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+
+
+def rtcp_says_bye(data: bytes) -> bool:
+    """Whether a compound RTCP packet holds a BYE: the sender has ended the stream."""
+    pos = 0
+    while pos + 4 <= len(data):
+        first, kind, words = struct.unpack_from("!BBH", data, pos)
+        if first >> 6 != 2:
+            return False
+        if kind == _RTCP_BYE:
+            return True
+        pos += 4 * (words + 1)
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class AccessUnit:
+    """One frame's NAL units, Annex B, with its RTP timestamp unwrapped from the first one seen."""
+
+    data: bytes
+    timestamp: int
+    damaged: bool
+    """A packet of it was lost or malformed: the decoder conceals what it can, the next keyframe repairs."""
+
+
+class H264Depacketizer:
+    """RTP packets of one H.264 stream in, whole access units out, each as soon as its last packet came.
+
+    The marker bit closes a frame; a sender that never sets it still has each frame closed when the
+    next one's first packet (a new timestamp) arrives. A gap in the sequence numbers marks the frame in
+    hand as damaged. ``parameter_sets`` (from the session description) go before the first frame, so a
+    stream whose keyframes do not repeat them still decodes.
+    """
+
+    def __init__(self, payload_type: int, parameter_sets: bytes = b"") -> None:
+        self.payload_type = payload_type
+        self._prefix = parameter_sets
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._timestamp: int | None = None
+        self._damaged = False
+        self._next_sequence: int | None = None
+        self._last_raw: int | None = None
+        self._unwrapped = 0
+
+    def push(self, data: bytes) -> list[AccessUnit]:
+        """The access units that ``data`` (one RTP packet) completes: none, one, or two when it both
+        begins a frame whose predecessor lacked its marker and is itself the last of its frame."""
+        try:
+            packet = RtpPacket.parse(data)
+        except ValueError:
+            self._damaged = True
+            return []
+        if packet.payload_type != self.payload_type:
+            return []
+        done: list[AccessUnit] = []
+        if self._next_sequence is not None and packet.sequence_number != self._next_sequence:
+            self._damaged = True
+        self._next_sequence = (packet.sequence_number + 1) & 0xFFFF
+        timestamp = self._unwrap(packet.timestamp)
+        if self._parts and timestamp != self._timestamp:
+            done.append(self._close())
+        self._timestamp = timestamp
+        try:
+            descriptor, payload = H264PayloadDescriptor.parse(packet.payload)
+        except ValueError:
+            self._damaged = True
+        else:
+            if not (descriptor.first_fragment or self._parts):
+                self._damaged = True  # a fragment whose start was lost
+            else:
+                self._parts.append(payload)
+                self._size += len(payload)
+                if self._size > _MAX_ACCESS_UNIT:
+                    self._parts, self._size, self._damaged = [], 0, True
+        if packet.marker and self._parts:
+            done.append(self._close())
+        return done
+
+    def _close(self) -> AccessUnit:
+        assert self._timestamp is not None
+        data = b"".join([self._prefix, *self._parts])
+        unit = AccessUnit(data, self._timestamp, self._damaged)
+        self._prefix = b""
+        self._parts, self._size, self._damaged = [], 0, False
+        return unit
+
+    def _unwrap(self, raw: int) -> int:
+        """32-bit RTP time made monotonic across wraps (each step taken as the shorter way round the
+        circle), counted from the first packet."""
+        if self._last_raw is not None:
+            self._unwrapped += (raw - self._last_raw + (1 << 31)) % (1 << 32) - (1 << 31)
+        self._last_raw = raw
+        return self._unwrapped
