@@ -125,6 +125,14 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the RTSP sink's libx264 threads to compare, 'default' for libx264's (default)",
     )
     live.add_argument(
+        "--reader",
+        default="auto",
+        metavar="R,...",
+        help="how streamer's RTSP source and the player read RTSP, to compare: auto (each frame as its last "
+        "packet arrives, source.reader's default) and/or ffmpeg (FFmpeg's reader, a frame period later) "
+        "(auto)",
+    )
+    live.add_argument(
         "--camera",
         choices=("ahead", "live"),
         default="ahead",

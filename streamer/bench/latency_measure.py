@@ -74,6 +74,9 @@ class Settings:
     """The RTSP sink's libx264 threads; None: libx264's choice."""
     workers: int | None = None
     """model.workers (windows run at once); None: its default."""
+    reader: Literal["auto", "ffmpeg"] = "auto"
+    """The RTSP path's ``source.reader``, and how its player reads: ``auto``, each frame as its last packet
+    arrives; ``ffmpeg``, FFmpeg's reader, one frame period later."""
     camera_ahead: bool = False
     """The RTSP camera encodes every frame before the run and only sends packets during it, as an IP
     camera whose encoder is its own chip: the machine's cores are left to streamer (and the player)."""

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from fractions import Fraction
 
 import av
@@ -41,11 +42,13 @@ from streamer.bench.latency_measure import (
 from streamer.config import RtspSinkConfig, RtspSourceConfig
 from streamer.engine.pipeline import PipelineReport
 from streamer.engine.telemetry import Stage
-from streamer.errors import SourceError, StreamerError
+from streamer.errors import EndOfStream, SourceError, StreamerError
 from streamer.measure import rtsp_relay
 from streamer.media import framecode
 from streamer.serving.service import Service, StreamResult
 from streamer.sinks.nodelay import disable_nagle, rtsp_peer
+from streamer.sources.rtp import RtspProtocolError
+from streamer.sources.rtp_reader import RtpReader
 
 __all__ = ["BusyCore", "Relay", "RtspCamera", "run_rtsp"]
 
@@ -169,11 +172,17 @@ class RtspCamera(threading.Thread):
 
 
 class _RtspPlayer(threading.Thread):
-    """An independent viewer: plays the relay's ``/out`` once, notes each frame's number and decode time."""
+    """An independent viewer: plays the relay's ``/out`` once, notes each frame's number and decode time.
 
-    def __init__(self, url: str, limit: int, open_timeout_s: float) -> None:
+    ``reader`` as streamer's RTSP source takes it: ``auto`` decodes each frame as its last packet arrives
+    (streamer's RTP reader; as players built on live555 or GStreamer do), ``ffmpeg`` through FFmpeg's
+    reader, which waits for the next frame to begin (as ffplay does).
+    """
+
+    def __init__(self, url: str, limit: int, open_timeout_s: float, reader: str = "auto") -> None:
         super().__init__(name="bench-rtsp-player", daemon=True)
         self.url = url
+        self.reader = reader
         self.limit = limit
         self.open_timeout_s = open_timeout_s
         self.arrivals: list[tuple[int | None, float]] = []
@@ -185,26 +194,42 @@ class _RtspPlayer(threading.Thread):
 
     def run(self) -> None:
         try:
-            # Reads may wait as long as opening: model auto times its tiers (seconds at 720p) with the
-            # sink already announced, before the first frame.
-            timeouts = (self.open_timeout_s, self.open_timeout_s)
-            with av.open(self.url, options=_READER_OPTIONS, timeout=timeouts) as container:
-                stream = container.streams.video[0]
-                stream.thread_type = "SLICE"  # frame threads would hold frames back, as in RtspSource
-                for packet in container.demux(stream):
-                    try:
-                        frames = packet.decode()
-                    except av.error.InvalidDataError:
-                        frames = []  # a damaged packet: the next keyframe repairs the picture
-                    for frame in frames:
-                        at = time.monotonic()
-                        pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
-                        self.arrivals.append((framecode.read(pixels), at))
-                    if self._halt.is_set() or len(self.arrivals) >= self.limit:
-                        return
-        except av.error.FFmpegError as exc:
+            frames = self._rtp() if self.reader == "auto" else self._ffmpeg()
+            for batch in frames:
+                for frame in batch:
+                    at = time.monotonic()
+                    pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+                    self.arrivals.append((framecode.read(pixels), at))
+                if self._halt.is_set() or len(self.arrivals) >= self.limit:
+                    return
+        except EndOfStream:
+            pass
+        except (av.error.FFmpegError, RtspProtocolError) as exc:
             if not self._halt.is_set():
                 self.error = exc
+
+    def _ffmpeg(self) -> Iterator[list[av.VideoFrame]]:
+        # Reads may wait as long as opening: model auto times its tiers (seconds at 720p) with the
+        # sink already announced, before the first frame.
+        timeouts = (self.open_timeout_s, self.open_timeout_s)
+        with av.open(self.url, options=_READER_OPTIONS, timeout=timeouts) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "SLICE"  # frame threads would hold frames back, as in RtspSource
+            for packet in container.demux(stream):
+                try:
+                    yield [f for f in packet.decode() if isinstance(f, av.VideoFrame)]
+                except av.error.InvalidDataError:
+                    yield []  # a damaged packet: the next keyframe repairs the picture
+
+    def _rtp(self) -> Iterator[list[av.VideoFrame]]:
+        s = self.open_timeout_s
+        reader = RtpReader(self.url, s, s, s)
+        try:
+            yield reader.held
+            for unit in reader.units():
+                yield reader.decode(unit)
+        finally:
+            reader.close()
 
 
 class BusyCore(threading.Thread):
@@ -269,11 +294,11 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     deadline = time.monotonic() + settings.cap_s
     relay = Relay()
     sender = RtspCamera(relay.publish_url("cam"), camera, ahead)
-    player = _RtspPlayer(relay.url("out"), settings.total * 2, open_timeout_s=SETUP_S)
+    player = _RtspPlayer(relay.url("out"), settings.total * 2, open_timeout_s=SETUP_S, reader=settings.reader)
     busy = BusyCore(*settings.load) if settings.load is not None else None
     recorder = Recorder(measured)
     config = settings.config(
-        source=RtspSourceConfig(url=relay.url("cam"), reconnect=False),
+        source=RtspSourceConfig(url=relay.url("cam"), reconnect=False, reader=settings.reader),
         sink=RtspSinkConfig(url=relay.publish_url("out"), reconnect=False, threads=settings.encoder_threads),
     )
     service = Service(config, on_output=recorder, log_failures=False)
@@ -315,7 +340,8 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
             raise SourceError(f"the benchmark's RTSP {what} failed: {peer.error}") from failure
     if failure is not None:
         raise failure
-    route = "PyAV camera -> GStreamer relay -> RtspSource | RtspSink -> relay -> PyAV reader"
+    reading = "RTP reader" if settings.reader == "auto" else "FFmpeg reader"
+    route = f"PyAV camera -> GStreamer relay -> RtspSource | RtspSink -> relay -> PyAV player ({reading}s)"
     arrivals = player.arrivals
     result = path_result("rtsp", route, "H.264", settings, camera, arrivals, recorder, report, timed_out)
     return dataclasses.replace(result, moves=_shifts(service, camera_at), stages_ms=_stages(service))

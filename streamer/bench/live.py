@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from streamer.app import build_backend
 from streamer.assets import AUTO_TIERS
@@ -66,6 +66,8 @@ class LiveRow:
     """model.workers; None: its default."""
     camera: str = "ahead"
     """``ahead``: the camera's frames were encoded before the run; ``live``: on these cores during it."""
+    reader: str = "auto"
+    """How streamer's RTSP source and the player read (``source.reader``)."""
     load: tuple[float, float] | None = None
     """Seconds after the camera started between which another process kept one core busy."""
     headroom: float | None = None
@@ -113,6 +115,7 @@ def _row(
     camera: str = "ahead",
     load: tuple[float, float] | None = None,
     headroom: float | None = None,
+    reader: Literal["auto", "ffmpeg"] = "auto",
 ) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
@@ -131,6 +134,7 @@ def _row(
         camera_ahead=camera == "ahead",
         load=load,
         headroom=headroom,
+        reader=reader,
     )
     cpu_start, wall_start = os.times(), time.monotonic()
     report = run_latency(settings)
@@ -160,6 +164,7 @@ def _row(
         threads=threads[1],
         encoder_threads=threads[2],
         camera=camera,
+        reader=reader,
         load=load,
         headroom=headroom,
         moves=row.moves,
@@ -228,6 +233,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
     names = (
         "size",
         "model",
+        "reader",
         "w/threads",
         "sent",
         "enhanced",
@@ -243,6 +249,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         (
             r.size,
             r.model,
+            r.reader,
             r.thread_counts,
             str(r.sent),
             f"{r.enhanced_share:.1%}",
@@ -271,6 +278,8 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
         "the model would have missed the budget (or could not answer); lost = never reached the player or "
         "dropped by the budget",
         "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
+        "reader: how streamer's RTSP source and the player read RTSP (source.reader): auto decodes each "
+        "frame as its last packet arrives, ffmpeg (FFmpeg's reader) when the next frame begins",
         "w/threads: model.workers / model.threads / the RTSP sink's libx264 threads (d = the default: "
         "for threads, the library's choice)",
         "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "
@@ -306,14 +315,15 @@ def _inside(row: LiveRow) -> str:
 
 def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: float) -> str:
     lines = [
-        "| size | model | workers/threads/x264 | enhanced | passed through | lost | p50 ms | p99 ms "
+        "| size | model | reader | workers/threads/x264 | enhanced | passed through | lost | p50 ms | p99 ms "
         "| budget ms | model fps | CPU % |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         passed = f"{r.passed_through / r.sent:.1%}" if r.sent else "-"
         lines.append(
-            f"| {r.size} | {r.model} | {r.thread_counts} | {r.enhanced_share:.1%} | {passed} | {r.lost} "
+            f"| {r.size} | {r.model} | {r.reader} | {r.thread_counts} | {r.enhanced_share:.1%} | {passed} "
+            f"| {r.lost} "
             f"| {_ms(r.p50_ms)} | {_ms(r.p99_ms)} | {r.budget_ms:g} | {r.model_fps:.1f} "
             f"| {r.cpu_percent:.0f} |"
         )
@@ -335,18 +345,29 @@ def run_live_bench(
     camera: str = "ahead",
     load: tuple[float, float] | None = None,
     headroom: float | None = None,
+    readers: list[Literal["auto", "ffmpeg"]] | None = None,
 ) -> tuple[list[LiveRow], Machine, float]:
-    """One row per size, model and (model workers, model threads, encoder threads), in that nesting."""
+    """One row per size, model, (model workers, model threads, encoder threads) and reader, in that
+    nesting."""
     watch = LoadWatch()
     started = time.monotonic()
     pairs = threads or [(None, None, None)]
     rows = [
-        _row(m, w, h, fps, seconds, budget_ms, t, camera, load, headroom)
+        _row(m, w, h, fps, seconds, budget_ms, t, camera, load, headroom, r)
         for w, h in sizes
         for m in models
         for t in pairs
+        for r in readers or ["auto"]
     ]
     return rows, watch.machine(), time.monotonic() - started
+
+
+def _reader(item: str) -> Literal["auto", "ffmpeg"]:
+    if item.strip() == "auto":
+        return "auto"
+    if item.strip() == "ffmpeg":
+        return "ffmpeg"
+    raise ConfigError(f"--reader {item!r}: give auto, ffmpeg or both, comma-separated")
 
 
 def _counts(text: str, flag: str) -> list[int | None]:
@@ -390,8 +411,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         for t in _counts(args.threads, "--threads")
         for e in _counts(args.encoder_threads, "--encoder-threads")
     ]
+    readers = [_reader(item) for item in args.reader.split(",")]
     rows, machine, wall = run_live_bench(
-        sizes, models, args.fps, seconds, args.budget_ms, pairs, args.camera, load, args.headroom
+        sizes, models, args.fps, seconds, args.budget_ms, pairs, args.camera, load, args.headroom, readers
     )
     data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
     return emit(

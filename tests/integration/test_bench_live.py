@@ -59,7 +59,21 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
         assert all(ms >= 0.0 for ms in stages.values())
     assert "inside streamer (arrival to written" in table
     assert f"320x180 {auto}: p50 " in table
-    assert f"| 320x180 | {auto} | 2/1/d |" in md_path.read_text()
+    assert f"| 320x180 | {auto} | auto | 2/1/d |" in md_path.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_both_rtsp_readers_get_a_row(tmp_path: Path) -> None:
+    missing = rtsp_relay.unavailable()
+    if missing is not None:
+        pytest.skip(f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
+    json_path = tmp_path / "live.json"
+    argv = ["--sizes", "320x180", "--seconds", "2", "--budget-ms", "2000", "--model", str(TEMPORAL_FILTER)]
+    assert run_bench("live", [*argv, "--reader", "ffmpeg,auto", "--json", str(json_path)]) == 0
+    rows = json.loads(json_path.read_text())["rows"]
+    assert [r["reader"] for r in rows] == ["ffmpeg", "auto"]
+    assert all(r["sent"] == 60 and r["enhanced"] > 0 for r in rows)
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
@@ -71,6 +85,8 @@ def test_bad_arguments_are_one_line_errors() -> None:
         run_bench("live", ["--sizes", "320x180", "--threads", "0"])
     with pytest.raises(ConfigError, match="is not a file"):
         run_bench("live", ["--sizes", "320x180", "--model", "/nonexistent.onnx"])
+    with pytest.raises(ConfigError, match="--reader 'live555': give auto, ffmpeg or both"):
+        run_bench("live", ["--sizes", "320x180", "--reader", "auto,live555"])
 
 
 def _row(model: str, enhanced: int, p99_ms: float, lost: int = 0) -> LiveRow:
