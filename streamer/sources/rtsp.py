@@ -421,7 +421,9 @@ class RtspSource(ThreadedSource):
                 raise _Stalled
 
     def _decode_rtp(self, reader: RtpReader) -> Iterator[VideoFrame]:
-        yield from reader.held
+        for av_frame in reader.held:  # decoded while connecting: their decode time counts as none
+            self._decode_started = time.perf_counter()
+            yield av_frame
         last = time.monotonic()
         for unit in reader.units():
             if self._stop.is_set():

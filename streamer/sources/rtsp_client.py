@@ -132,14 +132,23 @@ class RtspClient:
         return track
 
     def packets(self) -> Iterator[bytes]:
-        """The video track's RTP packets as they arrive; a keep-alive goes out when it is due."""
+        """The video track's RTP packets as they arrive; a keep-alive goes out when it is due, whether or
+        not the server is sending."""
         assert self._track is not None
         keepalive_at = time.monotonic() + self._keepalive_s
+        heard_at = time.monotonic()
         while True:
-            if time.monotonic() >= keepalive_at:
+            now = time.monotonic()
+            if now >= keepalive_at:
                 self._send("OPTIONS", self._url, {})
-                keepalive_at = time.monotonic() + self._keepalive_s
-            self._fill(1, None, self._read_timeout_s)
+                keepalive_at = now + self._keepalive_s
+            if not self._buffer:
+                silent_for = heard_at + self._read_timeout_s - now
+                if silent_for <= 0:
+                    raise RtspTimeout(f"no data for {self._read_timeout_s} s")
+                if not self._receive(min(silent_for, keepalive_at - now)):
+                    continue
+                heard_at = time.monotonic()
             if self._buffer[0] == 0x24:  # '$': an interleaved frame
                 self._fill(4, None, self._read_timeout_s)
                 channel = self._buffer[1]
@@ -259,20 +268,26 @@ class RtspClient:
         return _Response(int(status.group(1)), status.group(2), headers, body)
 
     def _fill(self, size: int, knob: str | None, timeout_s: float) -> None:
-        """Read until the buffer holds ``size`` bytes; ``knob``: the setting a timeout names (None while
-        the stream plays)."""
+        """Read until the buffer holds ``size`` bytes, each read within ``timeout_s``; ``knob``: the
+        setting a timeout names (None while the stream plays)."""
+        while len(self._buffer) < size:
+            if not self._receive(timeout_s):
+                said = f"no answer within {timeout_s:g} s ({knob})" if knob else f"no data for {timeout_s} s"
+                raise RtspTimeout(said)
+
+    def _receive(self, timeout_s: float) -> bool:
+        """One read into the buffer; False when nothing came within ``timeout_s``."""
         assert self._sock is not None
         self._sock.settimeout(timeout_s)
-        while len(self._buffer) < size:
-            try:
-                chunk = self._sock.recv(_RECV)
-            except TimeoutError:
-                said = f"no answer within {timeout_s:g} s ({knob})" if knob else f"no data for {timeout_s} s"
-                raise RtspTimeout(said) from None
-            except ConnectionError:
-                raise RtspProtocolError(_CLOSED) from None
-            except OSError as exc:
-                raise RtspProtocolError(exc.strerror or type(exc).__name__) from None
-            if not chunk:
-                raise EndOfStream(_CLOSED)
-            self._buffer += chunk
+        try:
+            chunk = self._sock.recv(_RECV)
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            raise RtspProtocolError(_CLOSED) from None
+        except OSError as exc:
+            raise RtspProtocolError(exc.strerror or type(exc).__name__) from None
+        if not chunk:
+            raise EndOfStream(_CLOSED)
+        self._buffer += chunk
+        return True

@@ -74,6 +74,8 @@ def test_both_rtsp_readers_get_a_row(tmp_path: Path) -> None:
     rows = json.loads(json_path.read_text())["rows"]
     assert [r["reader"] for r in rows] == ["ffmpeg", "auto"]
     assert all(r["sent"] == 60 and r["enhanced"] > 0 for r in rows)
+    for row in rows:  # a stage's mean per frame cannot be longer than the whole run
+        assert all(ms <= row["seconds"] * 1000 for ms in row["stages_ms"].values()), row["stages_ms"]
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
