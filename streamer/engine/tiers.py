@@ -352,10 +352,9 @@ class TierSelector:
         needed = fps * headroom * max(1, streams)
         probes: list[TierProbe] = []
         for path in self.tiers:
-            recorded = self._cards(path, width, height)
-            if recorded is None:
+            estimate = self._scaled(path, width, height, speed)
+            if estimate is None:
                 return None
-            estimate = recorded * speed
             probes.append(TierProbe(_name(path), path, estimate, bound=estimate < needed, estimated=True))
             if estimate >= needed:
                 break
@@ -369,11 +368,10 @@ class TierSelector:
         """Instant: how many streams of this size and rate the cheapest tier keeps up with on these
         cores (``headroom`` times the rate each), from its card scaled by the calibration, as
         ``start`` counts them; None where these settings were not calibrated or it has no card."""
-        speed = self._speeds.get(settings)
-        recorded = self._cards(self.tiers[-1], width, height)
-        if speed is None or recorded is None or fps <= 0:
+        capacity = self._scaled(self.tiers[-1], width, height, self._speeds.get(settings))
+        if capacity is None or fps <= 0:
             return None
-        return math.floor(recorded * speed / (fps * headroom))
+        return math.floor(capacity / (fps * headroom))
 
     def choose(
         self, load: Loader, settings: str, width: int, height: int, fps: float, headroom: float
@@ -406,10 +404,16 @@ class TierSelector:
         self, path: Path, width: int, height: int, speed: float | None, floor: float
     ) -> TierProbe | None:
         """The tier's card scaled to this machine, where that puts it under ``floor``; else None (time it)."""
-        recorded = self._cards(path, width, height) if speed is not None else None
-        if recorded is None or speed is None or recorded * speed >= floor:
+        estimate = self._scaled(path, width, height, speed)
+        if estimate is None or estimate >= floor:
             return None
-        return TierProbe(_name(path), path, recorded * speed, bound=True, estimated=True)
+        return TierProbe(_name(path), path, estimate, bound=True, estimated=True)
+
+    def _scaled(self, path: Path, width: int, height: int, speed: float | None) -> float | None:
+        """The fps the tier's card gives at this size, times this machine's ``speed`` against the cards;
+        None without either."""
+        recorded = self._cards(path, width, height) if speed is not None else None
+        return None if recorded is None or speed is None else recorded * speed
 
     def _probe(
         self,
