@@ -423,6 +423,7 @@ class RtspSource(ThreadedSource):
     def _decode_rtp(self, reader: RtpReader) -> Iterator[VideoFrame]:
         for av_frame in reader.held:  # decoded while connecting: their decode time counts as none
             self._decode_started = time.perf_counter()
+            self._loss.packet()
             yield av_frame
         last = time.monotonic()
         for unit in reader.units():
