@@ -43,7 +43,10 @@ def add_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the motion gate, as gate.enabled (on; a skipped window reuses the last enhanced frame)",
     )
     latency.add_argument(
-        "--model", type=Path, metavar="ONNX", help="the model to run (default: the shipped default model)"
+        "--model",
+        metavar="ONNX",
+        help="the model to run: an .onnx file, or auto (the tier model.path auto chooses, what a live "
+        "stream gets with no model named); default: the shipped default model",
     )
     latency.add_argument(
         "--budget-ms",

@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Literal
 
 from streamer.app import build_backend, build_windower
 from streamer.bench.latency_measure import PATHS, PathResult, Settings, Skipped, parse_size
@@ -47,6 +48,7 @@ from streamer.bench.latency_report import LatencyReport, format_markdown, format
 from streamer.bench.latency_rtsp import run_rtsp
 from streamer.bench.latency_webrtc import run_webrtc
 from streamer.config import WindowConfig
+from streamer.engine.tiers import AUTO
 from streamer.errors import ConfigError
 from streamer.measure.machine import cpu_name, isa_text
 from streamer.media import framecode
@@ -103,8 +105,8 @@ def run_latency(settings: Settings) -> LatencyReport:
         "it (RtspSink encodes before 'written', WhepSink leaves encoding to each player's sender); the "
         "report's own figures, over every frame written, warm-up included, are on each path's line; "
         "outside: per measured frame, end to end minus pipeline: encode, transport and decode around it",
-        "each PyAV H.264 reader (RtspSource, the RTSP reader) gets a frame only once the next one begins: "
-        "one frame period each, inside 'outside'",
+        "RtspSource and the RTSP player decode each frame as its last packet arrives (the RTP marker "
+        "bit, source.reader auto); FFmpeg's reader would wait a frame period for the next one to begin",
         "camera and players run in this process (own threads; the WebRTC peers on their own event loop) "
         "and share its CPUs with the streamer; all traffic is loopback",
         f"load average {load_before} at start, {_load()} at end: other work on the machine inflates the "
@@ -113,7 +115,11 @@ def run_latency(settings: Settings) -> LatencyReport:
     return LatencyReport(
         machine=_machine(),
         settings=settings,
-        model=f"{model.name} (T={model.t}, {model.output_position.value})",
+        model=(
+            f"auto (each path's tier on its line; T={model.t}, {model.output_position.value})"
+            if settings.model == AUTO
+            else f"{model.name} (T={model.t}, {model.output_position.value})"
+        ),
         provider=model.provider,
         on_skip=on_skip,
         rows=tuple(rows),
@@ -146,6 +152,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         )
     if args.budget_ms is not None and args.budget_ms <= 0:
         raise ConfigError(f"--budget-ms must be positive, got {args.budget_ms}")
+    model: Path | Literal["auto"] | None = None
+    if args.model == AUTO:
+        model = AUTO
+    elif args.model is not None:
+        model = Path(args.model)
+        if not model.is_file():
+            raise ConfigError(f"--model {args.model!r} is not a file; pass an exported .onnx model or auto")
     settings = Settings(
         width,
         height,
@@ -154,7 +167,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         args.warmup,
         args.gate,
         _parse_paths(args.paths),
-        model=args.model,
+        model=model,
         budget_ms=args.budget_ms,
     )
     report = run_latency(settings)

@@ -93,10 +93,10 @@ def format_table(report: LatencyReport) -> str:
     for r in report.rows:
         outcomes = ", ".join(f"{name} {count}" for name, count in r.outcomes.items()) or "none"
         text = (
-            f"{r.path}: {r.route}, {r.codec}; measured frames {outcomes}; {r.source_dropped} dropped at the "
-            f"source, {r.unreadable} unreadable; PipelineReport over all {r.report_frames} frames written: "
-            f"p50 {_ms(r.report_p50_ms)}, p95 {_ms(r.report_p95_ms)}, p99 {_ms(r.report_p99_ms)} ms"
-            + ("; stopped at the time cap" if r.timed_out else "")
+            f"{r.path}: {r.route}, {r.codec}; model {r.model}; measured frames {outcomes}; "
+            f"{r.source_dropped} dropped at the source, {r.unreadable} unreadable; PipelineReport over all "
+            f"{r.report_frames} frames written: p50 {_ms(r.report_p50_ms)}, p95 {_ms(r.report_p95_ms)}, "
+            f"p99 {_ms(r.report_p99_ms)} ms" + ("; stopped at the time cap" if r.timed_out else "")
         )
         lines.append(textwrap.fill(text, _WIDTH, subsequent_indent="    "))
     lines += [

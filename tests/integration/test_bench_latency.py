@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamer.assets import TEMPORAL_FILTER
+from streamer.assets import AUTO_TIERS, TEMPORAL_FILTER
 from streamer.errors import ConfigError
 from streamer.measure import rtsp_relay
 from tests.bench_cli import run_bench
@@ -72,6 +72,16 @@ def test_without_the_gate_every_measured_frame_is_enhanced(
     assert row["measured"] == row["received"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_model_auto_runs_the_tier_a_live_stream_gets_and_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--frames", "10", "--warmup", "5", "--paths", "webrtc", "--no-gate", "--size", "320x180"]
+    assert run_bench("latency", [*argv, "--model", "auto"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "auto (each path's tier on its line; T=5, center)" in out
+    assert any(f"; model {p.stem.replace('.int8', '-int8')};" in out for p in AUTO_TIERS)
+
+
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
@@ -82,6 +92,7 @@ def test_without_the_gate_every_measured_frame_is_enhanced(
         (["--paths", "rtsp,rtsp"], "--paths"),
         (["--frames", "0"], "--frames"),
         (["--fps", "0"], "--fps"),
+        (["--model", "/nonexistent.onnx"], "--model '/nonexistent.onnx' is not a file"),
     ],
 )
 def test_bad_arguments_are_config_errors_naming_the_flag(argv: list[str], flag: str) -> None:
