@@ -325,11 +325,11 @@ class RtspSource(ThreadedSource):
                 fresh = True
             if isinstance(container, RtpReader):
                 time_base = container.time_base
-                frames = self._decode_rtp(container)
+                frames = self._watched(self._decode_rtp(container))
             else:
                 stream = container.streams.video[0]
                 time_base = Fraction(stream.time_base) if stream.time_base else 1 / DEFAULT_FPS
-                frames = self._decode(container, track)
+                frames = self._watched(self._decode(container, track))
             ended = False
             try:
                 for av_frame in frames:
@@ -393,10 +393,23 @@ class RtspSource(ThreadedSource):
             )
             self._loss_said, self._loss_said_at = lost, now
 
-    def _decode(self, container: InputContainer, track: AudioTrack | None) -> Iterator[VideoFrame]:
+    def _watched(self, decodes: Iterator[list[VideoFrame]]) -> Iterator[VideoFrame]:
+        """The frames of each decode, the connection marked live as they come; _Stalled once decodes
+        have given no frame for ``stall_timeout_s`` (packets arrive, pictures do not)."""
+        last = time.monotonic()
+        for frames in decodes:
+            for av_frame in frames:
+                last = time.monotonic()
+                with self._lock:
+                    self._state = RtspState.LIVE
+                yield av_frame
+            if time.monotonic() - last > self.stall_timeout_s:
+                raise _Stalled
+
+    def _decode(self, container: InputContainer, track: AudioTrack | None) -> Iterator[list[VideoFrame]]:
+        """Each video packet's frames, through FFmpeg's reader; audio packets go to ``track``."""
         stream = container.streams.video[0]
         audio = self._audio_of(container, track)
-        last = time.monotonic()
         for packet in container.demux(stream, *([audio] if audio is not None else [])):
             if self._stop.is_set():
                 return
@@ -409,35 +422,22 @@ class RtspSource(ThreadedSource):
             if packet.size:
                 self._loss.packet()
             try:
-                frames = stream.decode(packet)
+                yield stream.decode(packet)
             except av.error.InvalidDataError:
-                frames = []  # a damaged packet of a live stream: the next keyframe repairs the picture
-            for av_frame in frames:
-                last = time.monotonic()
-                with self._lock:
-                    self._state = RtspState.LIVE
-                yield av_frame
-            if time.monotonic() - last > self.stall_timeout_s:
-                raise _Stalled
+                yield []  # a damaged packet of a live stream: the next keyframe repairs the picture
 
-    def _decode_rtp(self, reader: RtpReader) -> Iterator[VideoFrame]:
+    def _decode_rtp(self, reader: RtpReader) -> Iterator[list[VideoFrame]]:
+        """Each access unit's frames, through streamer's RTP reader."""
         for av_frame in reader.held:  # decoded while connecting: their decode time counts as none
             self._decode_started = time.perf_counter()
             self._loss.packet()
-            yield av_frame
-        last = time.monotonic()
+            yield [av_frame]
         for unit in reader.units():
             if self._stop.is_set():
                 return
             self._decode_started = time.perf_counter()
             self._loss.packet()
-            for av_frame in reader.decode(unit):
-                last = time.monotonic()
-                with self._lock:
-                    self._state = RtspState.LIVE
-                yield av_frame
-            if time.monotonic() - last > self.stall_timeout_s:
-                raise _Stalled
+            yield reader.decode(unit)
 
     def _audio_of(self, container: InputContainer, track: AudioTrack | None) -> AudioStream | None:
         """The connection's audio stream to demux for ``track``: None without one, or one of another
