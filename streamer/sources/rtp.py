@@ -26,6 +26,7 @@ from aiortc.codecs.h264 import H264PayloadDescriptor
 from aiortc.rtp import RtpPacket
 
 from streamer.errors import SourceError
+from streamer.media.sdp import attribute, media_sections, payloads, session_lines, video_section
 
 __all__ = [
     "START_CODE",
@@ -83,70 +84,42 @@ def _resolve(base: str, control: str) -> str:
 
 
 def video_track(sdp: str, base: str) -> VideoTrack:
-    """The first ``m=video`` section of ``sdp``, its control URL resolved against ``base``.
+    """The first ``m=video`` section of ``sdp`` and its first H.264 format, its control URL resolved
+    against ``base``.
 
-    Raises RtspProtocolError when there is no video track, UnsupportedStream when it is not H.264 in
+    Raises RtspProtocolError when there is no video track, UnsupportedStream when it has no H.264 in
     packetization mode 0 or 1.
     """
-    session: dict[str, str] = {}
-    media: list[tuple[str, list[str]]] = []
-    for raw in sdp.splitlines():
-        line = raw.strip()
-        if line.startswith("m="):
-            media.append((line[2:], []))
-        elif media:
-            media[-1][1].append(line)
-        elif line.startswith("a=control:"):
-            session["control"] = line[len("a=control:") :]
-    session_control = _resolve(base, session.get("control", "*"))
-    for description, lines in media:
-        fields = description.split()
-        if not fields or fields[0] != "video":
-            continue
-        if len(fields) < 4 or not fields[3].isdigit():
-            raise RtspProtocolError(f"the stream's video track says {description!r}, not a payload type")
-        payload_type = int(fields[3])
-        attributes: dict[str, str] = {}
-        for line in lines:
-            if line.startswith("a="):
-                name, _, value = line[2:].partition(":")
-                if name in ("rtpmap", "fmtp"):
-                    number, _, value = value.partition(" ")
-                    if number != str(payload_type):
-                        continue
-                attributes.setdefault(name, value.strip())
-        codec, _, rate = attributes.get("rtpmap", "").partition("/")
-        if codec.upper() != "H264":
-            raise UnsupportedStream(f"the stream's video is {codec or 'of an unstated codec'}, not H.264")
-        parameters = dict(
-            item.strip().partition("=")[::2] for item in attributes.get("fmtp", "").split(";") if item.strip()
-        )
-        if parameters.get("packetization-mode", "0") not in ("0", "1"):
-            raise UnsupportedStream("the stream's H.264 is interleaved (packetization-mode 2)")
-        sets = b""
-        for item in parameters.get("sprop-parameter-sets", "").split(","):
-            if item:
-                try:
-                    sets += START_CODE + base64.b64decode(item, validate=True)
-                except (binascii.Error, ValueError):
-                    raise RtspProtocolError("the stream's sprop-parameter-sets are not base64") from None
+    section = video_section(sdp)
+    if section is None:
+        raise RtspProtocolError("the stream has no video track")
+    formats = payloads(section)
+    chosen = next((f for f in formats if f.h264), None)
+    if chosen is None:
+        names = ", ".join(dict.fromkeys(f.name or f"payload type {f.payload_type}" for f in formats))
+        raise UnsupportedStream(f"the stream's video is {names or 'of no stated format'}, not H.264")
+    if chosen.parameters.get("packetization-mode", "0") not in ("0", "1"):
+        raise UnsupportedStream("the stream's H.264 is interleaved (packetization-mode 2)")
+    sets = b""
+    for item in chosen.parameters.get("sprop-parameter-sets", "").split(","):
+        if item:
+            try:
+                sets += START_CODE + base64.b64decode(item, validate=True)
+            except (binascii.Error, ValueError):
+                raise RtspProtocolError("the stream's sprop-parameter-sets are not base64") from None
+    try:
+        fps: Fraction | None = Fraction(attribute(section, "framerate") or "")
+    except (ValueError, ZeroDivisionError):
         fps = None
-        try:
-            stated = Fraction(attributes.get("framerate", "").strip())
-            fps = stated if stated > 0 else None
-        except (ValueError, ZeroDivisionError):
-            fps = None
-        clock = rate.partition("/")[0]
-        return VideoTrack(
-            control=_resolve(base, attributes.get("control", "*")),
-            session_control=session_control,
-            payload_type=payload_type,
-            clock_rate=int(clock) if clock.isdigit() and int(clock) > 0 else 90_000,
-            parameter_sets=sets,
-            fps=fps,
-            audio=any(description.split()[:1] == ["audio"] for description, _ in media),
-        )
-    raise RtspProtocolError("the stream has no video track")
+    return VideoTrack(
+        control=_resolve(base, attribute(section, "control") or "*"),
+        session_control=_resolve(base, attribute(session_lines(sdp), "control") or "*"),
+        payload_type=chosen.payload_type,
+        clock_rate=chosen.clock_rate,
+        parameter_sets=sets,
+        fps=fps if fps is not None and fps > 0 else None,
+        audio=any(s[0].startswith("m=audio ") for s in media_sections(sdp)),
+    )
 
 
 @dataclass(frozen=True, slots=True)

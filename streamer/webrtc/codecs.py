@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from streamer.media.sdp import FMTP, Payload, media_sections, payloads
+
 __all__ = [
     "ACCEPTED",
     "Format",
@@ -24,7 +26,6 @@ __all__ = [
     "refusal",
     "relabel_h264",
     "video_formats",
-    "video_section",
 ]
 
 ACCEPTED = (
@@ -53,8 +54,6 @@ _AIORTC_H264 = "packetization-mode=1;profile-level-id=42e01f"
 _NOT_CODECS = frozenset({"RTX", "RED", "ULPFEC", "FLEXFEC-03"})
 """Formats that repair or resend another one, left out when a refusal lists what an offer has."""
 
-_RTPMAP = re.compile(r"a=rtpmap:([0-9]{1,3}) ([^/\s]{1,32})/([0-9]{1,6})")
-_FMTP = re.compile(r"a=fmtp:([0-9]{1,3}) ")
 _ANSWER_PROFILE = re.compile(r"a=fmtp:([0-9]{1,3}) .*profile-level-id=([0-9A-Fa-f]{6})")
 
 
@@ -70,20 +69,8 @@ def h264_profile(profile_level_id: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Format:
-    """One payload format of a video m-section: its ``a=rtpmap`` and ``a=fmtp`` lines."""
-
-    payload_type: int
-    name: str
-    """The encoding name as offered ("H264", "VP8"); empty without an rtpmap line."""
-    clock_rate: int
-    parameters: Mapping[str, str]
-    """fmtp parameters, names lower-cased."""
-
-    @property
-    def h264(self) -> bool:
-        """Whether it is H.264 (whatever its profile or packetization)."""
-        return self.name.upper() == "H264" and self.clock_rate == 90000
+class Format(Payload):
+    """One payload format of a video m-section, as WHIP ingest judges and names it."""
 
     @property
     def decodable(self) -> bool:
@@ -107,40 +94,10 @@ class Format:
         return text if mode == "1" else f"{text} packetization-mode={mode}"
 
 
-def _media_sections(sdp: str) -> list[list[str]]:
-    """The m-sections of ``sdp``, each its stripped lines from the m-line on."""
-    sections: list[list[str]] = []
-    for line in sdp.splitlines():
-        line = line.strip()
-        if line.startswith("m="):
-            sections.append([line])
-        elif sections:
-            sections[-1].append(line)
-    return sections
-
-
-def video_section(sdp: str) -> list[str] | None:
-    """The first video m-section of ``sdp``, the one the server answers, as :func:`_media_sections` has it."""
-    return next((s for s in _media_sections(sdp) if s[0].startswith("m=video ")), None)
-
-
 def video_formats(section: Sequence[str]) -> list[Format]:
-    """The formats of an m-section (as :func:`_media_sections` gives it), in the offer's order."""
-    rtpmaps: dict[int, tuple[str, int]] = {}
-    fmtps: dict[int, dict[str, str]] = {}
-    for line in section[1:]:
-        if (rtpmap := _RTPMAP.match(line)) is not None:
-            rtpmaps[int(rtpmap[1])] = (rtpmap[2], int(rtpmap[3]))
-        elif (fmtp := _FMTP.match(line)) is not None:
-            pairs = (p.split("=", 1) for p in line[fmtp.end() :].split(";") if "=" in p)
-            fmtps[int(fmtp[1])] = {k.strip().lower(): v.strip() for k, v in pairs}
-    formats = []
-    for token in section[0].split()[3:]:
-        if re.fullmatch(r"[0-9]{1,3}", token):
-            pt = int(token)
-            name, clock_rate = rtpmaps.get(pt, ("", 0))
-            formats.append(Format(pt, name, clock_rate, fmtps.get(pt, {})))
-    return formats
+    """The formats of an m-section (as :func:`~streamer.media.sdp.media_sections` gives it), in the
+    offer's order."""
+    return [Format(p.payload_type, p.name, p.clock_rate, p.parameters) for p in payloads(section)]
 
 
 def refusal(formats: Sequence[Format]) -> str:
@@ -177,7 +134,7 @@ def relabel_h264(offer: str) -> Relabelled:
     """``offer`` with the fmtp of each H.264 format ingest decodes made the one aiortc answers."""
     chosen: set[tuple[int, int]] = set()
     offered: dict[tuple[int, int], str] = {}
-    for index, section in enumerate(_media_sections(offer)):
+    for index, section in enumerate(media_sections(offer)):
         if section[0].startswith("m=video "):
             for f in video_formats(section):
                 if f.h264 and f.decodable:
@@ -191,7 +148,7 @@ def _refmtp(offer: str, chosen: set[tuple[int, int]]) -> Iterator[str]:
     index = -1
     for line in offer.splitlines(keepends=True):
         index += line.lstrip().startswith("m=")
-        fmtp = _FMTP.match(line.lstrip())
+        fmtp = FMTP.match(line.lstrip())
         if fmtp is not None and (index, int(fmtp[1])) in chosen:
             end = line[len(line.rstrip("\r\n")) :]
             line = f"a=fmtp:{fmtp[1]} {_AIORTC_H264}{end}"

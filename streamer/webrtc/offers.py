@@ -12,8 +12,9 @@ from typing import Literal
 
 from aiohttp import ClientPayloadError, web
 
+from streamer.media.sdp import video_section
 from streamer.serving.httpserve import HttpLimits, read_body
-from streamer.webrtc.codecs import refusal, video_formats, video_section
+from streamer.webrtc.codecs import refusal, video_formats
 
 __all__ = ["Kind", "offer_problem", "one_line", "read_offer"]
 

@@ -40,10 +40,11 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from streamer.errors import ConfigError
+from streamer.media.sdp import video_section
 from streamer.serving.httpserve import HttpLimits, serve
 from streamer.serving.memory import release_memory
 from streamer.webrtc.access import Access, unknown_stream, with_links
-from streamer.webrtc.codecs import relabel_h264, video_formats, video_section
+from streamer.webrtc.codecs import relabel_h264, video_formats
 from streamer.webrtc.ice import IceServer, check_addresses, default_ice_addresses, is_loopback
 from streamer.webrtc.lipsync import LipSync, listen
 from streamer.webrtc.offers import read_offer

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.webrtc.codecs import h264_profile, refusal, relabel_h264, video_formats, video_section
+from streamer.media.sdp import video_section
+from streamer.webrtc.codecs import h264_profile, refusal, relabel_h264, video_formats
 
 OFFER = "\r\n".join(
     [
