@@ -71,6 +71,7 @@ def connection_status(stats: Connection | None) -> dict[str, object] | None:
         "last_error": None if stats.last_error is None else redact_text(stats.last_error),
         "last_error_at": stamp,
         "next_retry_in": None if stats.next_retry_in is None else round(stats.next_retry_in, 1),
+        "reader": stats.reader,
     }
 
 

@@ -82,6 +82,9 @@ class Connection:
     """Wall-clock time (Unix seconds) of ``last_error``."""
     next_retry_in: float | None
     """Seconds until the next attempt while waiting out a backoff; None otherwise."""
+    reader: str | None = None
+    """How the stream is read where a source has more than one way: an RTSP source's ``rtp`` (its own
+    client, each frame on its marker bit) or ``ffmpeg``."""
 
     @property
     def live(self) -> bool:

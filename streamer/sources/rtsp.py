@@ -244,6 +244,7 @@ class RtspSource(ThreadedSource):
             last_error=stats.last_error,
             last_error_at=stats.last_error_at,
             next_retry_in=stats.next_retry_in,
+            reader="rtp" if self._rtp else "ffmpeg",
         )
 
     def rtsp_stats(self) -> RtspSourceStats:

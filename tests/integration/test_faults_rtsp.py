@@ -238,6 +238,7 @@ def test_a_camera_that_never_answers_shows_in_streams_and_metrics(garbage: Garba
     assert connection["attempts"] >= connection["failures"]
     assert "no answer within 0.5 s (open_timeout_s)" in connection["last_error"]
     assert connection["last_error_at"].endswith("+00:00")
+    assert connection["reader"] == "rtp"  # rtsp:// over TCP: streamer's own reader
     assert 'streamer_connect_failures_total{stream="0"}' in metrics
     assert SECRET not in json.dumps(status) + metrics
 
