@@ -161,7 +161,9 @@ class RtspClient:
                 elif channel == self._rtcp_channel and rtcp_says_bye(data):
                     raise EndOfStream("the server ended the stream")
             else:
-                self._read_message(None, self._read_timeout_s)  # a keep-alive's answer
+                answer = self._read_message(None, self._read_timeout_s)  # a keep-alive's
+                if answer is not None and answer.status == 401 and _stale(answer):
+                    self._challenged(answer)  # the next keep-alive answers the fresh nonce
 
     def close(self) -> None:
         """TEARDOWN (without waiting for the answer) and close the connection."""
@@ -177,11 +179,12 @@ class RtspClient:
             sock.close()
 
     def _request(self, method: str, url: str, headers: dict[str, str]) -> _Response:
-        """Send a request and wait for its answer (answering one authentication challenge)."""
+        """Send a request and wait for its answer, answering one authentication challenge: the first,
+        or one that says the nonce went stale."""
         self._send(method, url, headers)
         response = self._answer(method)
-        if response.status == 401 and self._credentials is not None and not self._auth:
-            self._auth = parse_challenges(response.headers.get("www-authenticate", []))
+        if response.status == 401 and self._credentials is not None and (not self._auth or _stale(response)):
+            self._challenged(response)
             self._send(method, url, headers)
             response = self._answer(method)
         if response.status == 401:
@@ -195,6 +198,11 @@ class RtspClient:
         if response.status != 200:
             raise RtspProtocolError(f"the server answered {response.status} {response.reason} to {method}")
         return response
+
+    def _challenged(self, response: _Response) -> None:
+        """Answer the challenges of a 401 from now on, counting uses of its nonce afresh."""
+        self._auth = parse_challenges(response.headers.get("www-authenticate", []))
+        self._nonce_count = 0
 
     def _answer(self, method: str) -> _Response:
         while True:
@@ -291,3 +299,11 @@ class RtspClient:
             raise EndOfStream(_CLOSED)
         self._buffer += chunk
         return True
+
+
+def _stale(response: _Response) -> bool:
+    """Whether a 401 says only that the nonce expired (Digest's ``stale=true``): the credentials stand."""
+    return any(
+        c.scheme == "digest" and c.params.get("stale", "").lower() == "true"
+        for c in parse_challenges(response.headers.get("www-authenticate", []))
+    )

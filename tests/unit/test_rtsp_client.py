@@ -195,3 +195,25 @@ def test_a_camera_without_credentials_in_the_url_is_told_to_add_them(scripts: li
     with pytest.raises(RtspProtocolError, match="asks for a user and password"):
         client.open()
     client.close()
+
+
+def test_a_stale_nonce_is_answered_afresh_without_giving_up(scripts: list[Script]) -> None:
+    stale = {"sent": False}
+
+    def answer(script: Script, method: str, headers: dict[str, str]) -> bytes:
+        if method == "SETUP" and not stale["sent"]:
+            stale["sent"] = True
+            challenge = 'WWW-Authenticate: Digest realm="cam", nonce="def", qop="auth", stale=true\r\n'
+            return f"RTSP/1.0 401 Unauthorized\r\nCSeq: {headers['cseq']}\r\n{challenge}\r\n".encode()
+        return camera(then=interleaved(5, BYE))(script, method, headers)
+
+    script = Script(answer)
+    scripts.append(script)
+    client = RtspClient(script.url("admin:pw@"), 5.0, 5.0)
+    client.open()
+    client.close()
+    setups = [h["authorization"] for m, _, h in script.requests if m == "SETUP"]
+    assert len(setups) == 2
+    assert 'nonce="abc"' in setups[0]
+    assert 'nonce="def"' in setups[1]
+    assert "nc=00000001" in setups[1]  # the fresh nonce's first use
