@@ -62,9 +62,9 @@ class RtspSourceConfig(Backoff):
     """Where the video is decoded: ``cpu``; ``nvdec``, an NVIDIA GPU's decoder (an error where it does
     not work); ``auto``, NVDEC where it works, the CPU otherwise, said once (``streamer.media.hwcodec``)."""
     reader: Literal["auto", "ffmpeg"] = "auto"
-    """``auto``: streamer's own RTP reader for H.264 over TCP from an rtsp:// URL, which hands each frame
-    on as its last packet arrives; FFmpeg's (one frame period later) for rtsps://, UDP, a GPU decoder,
-    other codecs and a camera's audio kept for an output. ``ffmpeg``: FFmpeg's always."""
+    """``auto``: streamer's own RTP reader for H.264 or H.265 over TCP from an rtsp:// URL, which hands
+    each frame on as its last packet arrives; FFmpeg's (one frame period later) for rtsps://, UDP, a GPU
+    decoder, other codecs and a camera's audio kept for an output. ``ffmpeg``: FFmpeg's always."""
 
 
 class WhipSourceConfig(Strict):

@@ -9,7 +9,8 @@ and this module imports nothing but the standard library at module level: the ve
 :data:`SYSTEM_PYTHON`, :func:`command` and :func:`unavailable`, and only :func:`serve`, run by the
 system interpreter, imports ``gi``.
 
-For each NAME (default: ``cam out``) it serves two mounts on 127.0.0.1:PORT:
+For each NAME (default: ``cam out``) it serves two mounts on 127.0.0.1:PORT, relaying H.264 (H.265 for
+a NAME ending in ``_h265``):
 
 - ``/NAME/publish``: RECORD. A client ANNOUNCEs H.264 and RECORDs (PyAV's ``rtsp`` muxer does);
 - ``/NAME``: PLAY. Any number of players get what is published on ``/NAME/publish``, each from the next
@@ -54,12 +55,22 @@ RECORD_LAUNCH = (
     "( rtph264depay name=depay0 ! h264parse config-interval=-1 ! " + H264_AU + " ! "
     "appsink name=sink sync=false emit-signals=true max-buffers=64 )"
 )
+H265_SUFFIX = "_h265"
+"""A NAME ending so relays H.265 rather than H.264."""
 # h264parse upstream already puts SPS/PPS before every IDR; rtph264pay's config-interval would add them
 # before each slice of it too, and FFmpeg's parser then splits one sliced (zerolatency) frame into two.
 PLAY_LAUNCH = (
     "( appsrc name=src is-live=true format=time do-timestamp=true max-bytes=8000000 leaky-type=downstream "
     'caps="' + H264_AU + '" ! h264parse ! rtph264pay name=pay0 pt=96 )'
 )
+
+
+def launches(name: str) -> tuple[str, str]:
+    """The RECORD and PLAY launch lines of ``name``: H.264, or H.265 for a name ending in H265_SUFFIX."""
+    record, play = RECORD_LAUNCH, PLAY_LAUNCH
+    if name.endswith(H265_SUFFIX):
+        record, play = record.replace("h264", "h265"), play.replace("h264", "h265")
+    return record, play
 
 
 def command(port: int, names: tuple[str, ...] = ()) -> list[str]:
@@ -134,7 +145,7 @@ class Relay:
 def record_factory(rtsp: Any, relay: Relay, name: str) -> Any:
     """The RECORD mount of ``name``; ``rtsp`` is the ``GstRtspServer`` module."""
     factory = rtsp.RTSPMediaFactory()
-    factory.set_launch(RECORD_LAUNCH)
+    factory.set_launch(launches(name)[0])
     factory.set_transport_mode(rtsp.RTSPTransportMode.RECORD)
     factory.set_shared(False)
     factory.set_latency(0)
@@ -161,7 +172,7 @@ def record_factory(rtsp: Any, relay: Relay, name: str) -> Any:
 def play_factory(rtsp: Any, relay: Relay, name: str) -> Any:
     """The PLAY mount of ``name``; ``rtsp`` is the ``GstRtspServer`` module."""
     factory = rtsp.RTSPMediaFactory()
-    factory.set_launch(PLAY_LAUNCH)
+    factory.set_launch(launches(name)[1])
     factory.set_shared(False)
     factory.set_latency(0)
 

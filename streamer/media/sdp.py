@@ -42,6 +42,11 @@ class Payload:
         """Whether it is H.264 (whatever its profile or packetization)."""
         return self.name.upper() == "H264" and self.clock_rate == 90000
 
+    @property
+    def h265(self) -> bool:
+        """Whether it is H.265 (whatever its profile)."""
+        return self.name.upper() == "H265" and self.clock_rate == 90000
+
 
 def session_lines(sdp: str) -> list[str]:
     """The stripped lines before the first m-section: the session's own."""

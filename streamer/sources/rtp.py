@@ -1,11 +1,12 @@
-"""The pure parts of reading H.264 from an RTSP server: the session description, the credentials, and
-RTP packets put back together into whole frames.
+"""The pure parts of reading H.264 or H.265 from an RTSP server: the session description, the
+credentials, and RTP packets put back together into whole frames.
 
-:class:`H264Depacketizer` hands on an access unit (one frame's NAL units, Annex B) the moment its last
-packet arrives, which the sender marks with the RTP marker bit (RFC 6184, 5.1); a reader that instead
-waits for the next frame to begin holds every frame one frame period. Single NAL unit packets, STAP-A
-and FU-A are what cameras and servers send in non-interleaved mode, the only mode RTSP over TCP
-players ask for; aiortc (a dependency for WebRTC) takes each payload apart.
+:class:`Depacketizer` hands on an access unit (one frame's NAL units, Annex B) the moment its last
+packet arrives, which the sender marks with the RTP marker bit (RFC 6184 5.1, RFC 7798 4.1); a reader
+that instead waits for the next frame to begin holds every frame one frame period. H.264's single NAL
+unit packets, STAP-A and FU-A (non-interleaved mode, what cameras and servers send) are taken apart by
+aiortc (a dependency for WebRTC); H.265's single NAL unit packets, aggregation packets and
+fragmentation units (without decoding order numbers) here.
 
 Nothing here touches a socket: :mod:`streamer.sources.rtsp_client` does, with these.
 """
@@ -32,7 +33,7 @@ __all__ = [
     "START_CODE",
     "AccessUnit",
     "Challenge",
-    "H264Depacketizer",
+    "Depacketizer",
     "RtspProtocolError",
     "UnsupportedStream",
     "VideoTrack",
@@ -59,8 +60,10 @@ class UnsupportedStream(RtspProtocolError):
 
 @dataclass(frozen=True, slots=True)
 class VideoTrack:
-    """The first video track of a session description, as an H.264 RTP reader needs it."""
+    """The first video track of a session description, as an RTP reader needs it."""
 
+    codec: str
+    """FFmpeg's decoder for it: ``h264`` or ``hevc``."""
     control: str
     """The URL to SETUP the track on."""
     session_control: str
@@ -68,7 +71,8 @@ class VideoTrack:
     payload_type: int
     clock_rate: int
     parameter_sets: bytes
-    """SPS and PPS from ``sprop-parameter-sets``, Annex B; empty when the description gives none."""
+    """The parameter sets the description gives (H.264's ``sprop-parameter-sets``, H.265's
+    ``sprop-vps``, ``-sps`` and ``-pps``), Annex B; empty without them."""
     fps: Fraction | None
     """From ``a=framerate``, when stated."""
     audio: bool
@@ -83,35 +87,44 @@ def _resolve(base: str, control: str) -> str:
     return base.rstrip("/") + "/" + control
 
 
-def video_track(sdp: str, base: str) -> VideoTrack:
-    """The first ``m=video`` section of ``sdp`` and its first H.264 format, its control URL resolved
-    against ``base``.
+_SETS = {"h264": ("sprop-parameter-sets",), "hevc": ("sprop-vps", "sprop-sps", "sprop-pps")}
 
-    Raises RtspProtocolError when there is no video track, UnsupportedStream when it has no H.264 in
-    packetization mode 0 or 1.
+
+def video_track(sdp: str, base: str) -> VideoTrack:
+    """The first ``m=video`` section of ``sdp`` and its first H.264 or H.265 format, its control URL
+    resolved against ``base``.
+
+    Raises RtspProtocolError when there is no video track, UnsupportedStream when it has neither codec
+    in a packetization the reader takes (H.264 modes 0 and 1; H.265 without decoding order numbers).
     """
     section = video_section(sdp)
     if section is None:
         raise RtspProtocolError("the stream has no video track")
     formats = payloads(section)
-    chosen = next((f for f in formats if f.h264), None)
+    chosen = next((f for f in formats if f.h264 or f.h265), None)
     if chosen is None:
         names = ", ".join(dict.fromkeys(f.name or f"payload type {f.payload_type}" for f in formats))
-        raise UnsupportedStream(f"the stream's video is {names or 'of no stated format'}, not H.264")
-    if chosen.parameters.get("packetization-mode", "0") not in ("0", "1"):
+        stated = names or "of no stated format"
+        raise UnsupportedStream(f"the stream's video is {stated}, not H.264 or H.265")
+    codec = "h264" if chosen.h264 else "hevc"
+    if codec == "h264" and chosen.parameters.get("packetization-mode", "0") not in ("0", "1"):
         raise UnsupportedStream("the stream's H.264 is interleaved (packetization-mode 2)")
+    if codec == "hevc" and chosen.parameters.get("sprop-max-don-diff", "0") != "0":
+        raise UnsupportedStream("the stream's H.265 carries decoding order numbers (sprop-max-don-diff)")
     sets = b""
-    for item in chosen.parameters.get("sprop-parameter-sets", "").split(","):
-        if item:
-            try:
-                sets += START_CODE + base64.b64decode(item, validate=True)
-            except (binascii.Error, ValueError):
-                raise RtspProtocolError("the stream's sprop-parameter-sets are not base64") from None
+    for name in _SETS[codec]:
+        for item in chosen.parameters.get(name, "").split(","):
+            if item:
+                try:
+                    sets += START_CODE + base64.b64decode(item, validate=True)
+                except (binascii.Error, ValueError):
+                    raise RtspProtocolError(f"the stream's {name} are not base64") from None
     try:
         fps: Fraction | None = Fraction(attribute(section, "framerate") or "")
     except (ValueError, ZeroDivisionError):
         fps = None
     return VideoTrack(
+        codec=codec,
         control=_resolve(base, attribute(section, "control") or "*"),
         session_control=_resolve(base, attribute(session_lines(sdp), "control") or "*"),
         payload_type=chosen.payload_type,
@@ -206,8 +219,45 @@ class AccessUnit:
     """A packet of it was lost or malformed: the decoder conceals what it can, the next keyframe repairs."""
 
 
-class H264Depacketizer:
-    """RTP packets of one H.264 stream in, whole access units out, each as soon as its last packet came.
+def h264_payload(data: bytes) -> tuple[bool, bytes]:
+    """One H.264 RTP payload (RFC 6184) as Annex B, and whether it starts a NAL unit (aiortc's reading)."""
+    descriptor, payload = H264PayloadDescriptor.parse(data)
+    return descriptor.first_fragment, payload
+
+
+def h265_payload(data: bytes) -> tuple[bool, bytes]:
+    """One H.265 RTP payload (RFC 7798, without decoding order numbers) as Annex B, and whether it
+    starts a NAL unit: a single NAL unit, an aggregation packet (48) or a fragmentation unit (49).
+    Raises ValueError for a truncated payload or another type."""
+    if len(data) < 3:
+        raise ValueError("NAL unit is too short")
+    kind = (data[0] >> 1) & 0x3F
+    if kind < 48:
+        return True, START_CODE + data
+    if kind == 48:
+        out, pos = [], 2
+        while pos < len(data):
+            size = int.from_bytes(data[pos : pos + 2], "big")
+            pos += 2
+            if size == 0 or pos + size > len(data):
+                raise ValueError("aggregation packet is truncated")
+            out += [START_CODE, data[pos : pos + size]]
+            pos += size
+        return True, b"".join(out)
+    if kind == 49:
+        start, fu_type = bool(data[2] & 0x80), data[2] & 0x3F
+        if start:
+            return True, START_CODE + bytes([(data[0] & 0x81) | (fu_type << 1), data[1]]) + data[3:]
+        return False, data[3:]
+    raise ValueError(f"NAL unit type {kind} is not supported")
+
+
+_PAYLOADS = {"h264": h264_payload, "hevc": h265_payload}
+
+
+class Depacketizer:
+    """RTP packets of one H.264 or H.265 stream in, whole access units out, each as soon as its last
+    packet came.
 
     The marker bit closes a frame; a sender that never sets it still has each frame closed when the
     next one's first packet (a new timestamp) arrives. A gap in the sequence numbers marks the frame in
@@ -215,8 +265,10 @@ class H264Depacketizer:
     stream whose keyframes do not repeat them still decodes.
     """
 
-    def __init__(self, payload_type: int, parameter_sets: bytes = b"") -> None:
+    def __init__(self, payload_type: int, parameter_sets: bytes = b"", codec: str = "h264") -> None:
+        """``codec``: ``h264`` or ``hevc``, as :attr:`VideoTrack.codec` names it."""
         self.payload_type = payload_type
+        self._payload = _PAYLOADS[codec]
         self._prefix = parameter_sets
         self._parts: list[bytes] = []
         self._size = 0
@@ -245,11 +297,11 @@ class H264Depacketizer:
             done.append(self._close())
         self._timestamp = timestamp
         try:
-            descriptor, payload = H264PayloadDescriptor.parse(packet.payload)
+            starts, payload = self._payload(packet.payload)
         except ValueError:
             self._damaged = True
         else:
-            if not (descriptor.first_fragment or self._parts):
+            if not (starts or self._parts):
                 self._damaged = True  # a fragment whose start was lost
             else:
                 self._parts.append(payload)

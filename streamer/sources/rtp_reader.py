@@ -1,9 +1,10 @@
-"""An RTSP stream's H.264 read by streamer's own client and decoded frame by frame as each arrives.
+"""An RTSP stream's H.264 or H.265 read by streamer's own client and decoded frame by frame as each
+arrives.
 
 FFmpeg's RTSP reader passes H.264 on in pieces and its parser closes a frame only when the next one
 begins, so every frame waits one frame period before it can be decoded. This reader closes a frame on
-the RTP marker bit (:class:`~streamer.sources.rtp.H264Depacketizer`) and decodes it at once with PyAV's
-H.264 decoder, slice-threaded (frame threads would hold frames back too).
+the RTP marker bit (:class:`~streamer.sources.rtp.Depacketizer`) and decodes it at once with PyAV's
+decoder, slice-threaded (frame threads would hold frames back too).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from av.video.codeccontext import VideoCodecContext
 from av.video.frame import VideoFrame
 
 from streamer.media.quantizer import DECODER_OPTIONS
-from streamer.sources.rtp import AccessUnit, H264Depacketizer, VideoTrack
+from streamer.sources.rtp import AccessUnit, Depacketizer, VideoTrack
 from streamer.sources.rtsp_client import RtspClient, RtspTimeout
 
 __all__ = ["RtpReader"]
@@ -42,8 +43,9 @@ class RtpReader:
         self._client = RtspClient(url, open_timeout_s, read_timeout_s, audio)
         try:
             self.track: VideoTrack = self._client.open()
-            self._depacketizer = H264Depacketizer(self.track.payload_type, self.track.parameter_sets)
-            codec = CodecContext.create("h264", "r")
+            track = self.track
+            self._depacketizer = Depacketizer(track.payload_type, track.parameter_sets, track.codec)
+            codec = CodecContext.create(track.codec, "r")
             assert isinstance(codec, VideoCodecContext)
             codec.thread_type = "SLICE"
             codec.options = DECODER_OPTIONS

@@ -16,10 +16,10 @@ stream ends the source (EndOfStream).
 Frames go to the pipeline through a DROP_OLDEST channel: a live feed must never queue without bound.
 
 Two readers, chosen once per source by :func:`rtp_reads`: streamer's own RTP reader
-(:class:`~streamer.sources.rtp_reader.RtpReader`) for H.264 over TCP from an rtsp:// URL, which decodes
-each frame as its last packet arrives, and FFmpeg's for the rest (rtsps://, UDP, a GPU decoder).
-FFmpeg's H.264 parser hands a frame over only when the next one begins, so its reader costs one frame
-period of latency. A stream the RTP reader does not read (not H.264, or with audio to keep) is read by
+(:class:`~streamer.sources.rtp_reader.RtpReader`) for H.264 or H.265 over TCP from an rtsp:// URL,
+which decodes each frame as its last packet arrives, and FFmpeg's for the rest (rtsps://, UDP, a GPU
+decoder). FFmpeg's parser hands a frame over only when the next one begins, so its reader costs one frame
+period of latency. A stream the RTP reader does not read (another codec, or with audio to keep) is read by
 FFmpeg from then on, said once.
 URLs are shown only through :func:`redact_url`, so credentials never reach logs, errors or stats.
 

@@ -1,4 +1,4 @@
-"""A blocking RTSP client that plays one stream's H.264 video over TCP and hands on its RTP packets.
+"""A blocking RTSP client that plays one stream's H.264 or H.265 video over TCP and hands on its RTP packets.
 
 It speaks what a player of a camera needs and no more: DESCRIBE (answering a Basic or Digest
 challenge with the URL's credentials), SETUP of the first video track interleaved on the RTSP

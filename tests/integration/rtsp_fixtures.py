@@ -146,11 +146,19 @@ class Publisher(threading.Thread):
     """
 
     def __init__(
-        self, url: str, frames: int | None = None, fps: int = 30, retry_s: float = 0.1, hold: bool = False
+        self,
+        url: str,
+        frames: int | None = None,
+        fps: int = 30,
+        retry_s: float = 0.1,
+        hold: bool = False,
+        codec: str = "libx264",
     ) -> None:
-        """``hold``: after ``frames``, keep the session open, sending nothing, until stopped."""
+        """``hold``: after ``frames``, keep the session open, sending nothing, until stopped; ``codec``:
+        libx264 or libx265 (for a relay name ending in ``_h265``)."""
         super().__init__(name="publisher", daemon=True)
         self.url = url
+        self.codec = codec
         self.frames = frames
         self.hold = hold
         self.fps = fps
@@ -177,7 +185,13 @@ class Publisher(threading.Thread):
     def _connect(self) -> tuple[av.container.OutputContainer, av.video.stream.VideoStream]:
         container = av.open(self.url, "w", format="rtsp", options={"rtsp_transport": "tcp"})
         options = {"preset": "ultrafast", "tune": "zerolatency", "g": "30", "bf": "0"}
-        stream = container.add_stream("libx264", rate=self.fps, options=options)
+        if self.codec == "libx265":
+            options = {
+                "preset": "ultrafast",
+                "tune": "zerolatency",
+                "x265-params": "keyint=30:bframes=0:log-level=error",
+            }
+        stream = container.add_stream(self.codec, rate=self.fps, options=options)
         stream.width, stream.height, stream.pix_fmt = 640, 360, "yuv420p"
         container.start_encoding()
         self.connects += 1

@@ -465,3 +465,39 @@ def test_a_camera_that_asks_for_credentials_gets_those_of_the_url(method: str) -
     assert "the server refused the user and password in the URL (401 Unauthorized)" in refused[0]
     assert "the server asks for a user and password (401 Unauthorized); put them in the URL" in refused[1]
     assert SECRET not in " ".join(refused)
+
+
+def test_an_h265_camera_is_read_frame_by_frame_too() -> None:
+    from streamer.measure import rtsp_relay
+
+    if (missing := rtsp_relay.unavailable()) is not None:
+        pytest.skip(missing)
+    server = RtspServer(free_port(), names=("cam_h265",))
+    server.start()
+    frames = 20
+    camera = Publisher(server.publish_url("cam_h265"), frames=frames, hold=True, codec="libx265")
+    # as in the H.264 test above: the last frame must come while the camera, still there, sends nothing
+    source = RtspSource(server.url("cam_h265"), capacity=frames, read_timeout_s=60, stall_timeout_s=60)
+
+    async def scenario() -> tuple[list[int | None], str | None]:
+        opening = asyncio.create_task(source.open())
+        await asyncio.to_thread(server.wait_for, "play cam_h265")
+        camera.start()
+        await opening
+        try:
+            codes = [
+                framecode.read((await asyncio.wait_for(source.recv(), 30)).pixels) for _ in range(frames)
+            ]
+            return codes, source.connection().reader
+        finally:
+            await source.aclose()
+
+    try:
+        codes, reader = asyncio.run(scenario())
+    finally:
+        camera.stop()
+        server.kill()
+    assert camera.error is None
+    assert reader == "rtp"
+    assert codes == list(range(frames))
+    assert (source.info.width, source.info.height) == (640, 360)

@@ -11,11 +11,12 @@ import pytest
 from streamer.sources.rtp import (
     START_CODE,
     Challenge,
-    H264Depacketizer,
+    Depacketizer,
     RtspProtocolError,
     UnsupportedStream,
     authorization,
     credentials,
+    h265_payload,
     parse_challenges,
     rtcp_says_bye,
     video_track,
@@ -49,7 +50,7 @@ def stap_a(*nals: bytes) -> bytes:
 
 
 def test_a_frame_comes_out_with_its_marked_packet_not_the_next_frames() -> None:
-    depacketizer = H264Depacketizer(PT)
+    depacketizer = Depacketizer(PT)
     payloads = [stap_a(SPS, PPS), *fu_a(IDR, 60)]
     out = [depacketizer.push(rtp(p, 10 + i, 3000, i == len(payloads) - 1)) for i, p in enumerate(payloads)]
     assert out[:-1] == [[]] * (len(payloads) - 1)
@@ -61,14 +62,14 @@ def test_a_frame_comes_out_with_its_marked_packet_not_the_next_frames() -> None:
 
 
 def test_without_markers_a_frame_closes_when_the_next_begins() -> None:
-    depacketizer = H264Depacketizer(PT)
+    depacketizer = Depacketizer(PT)
     assert depacketizer.push(rtp(IDR, 1, 100, False)) == []
     (unit,) = depacketizer.push(rtp(SLICE, 2, 103600, False))
     assert (unit.data, unit.timestamp) == (START_CODE + IDR, 0)
 
 
 def test_parameter_sets_from_the_description_go_before_the_first_frame_only() -> None:
-    depacketizer = H264Depacketizer(PT, START_CODE + SPS + START_CODE + PPS)
+    depacketizer = Depacketizer(PT, START_CODE + SPS + START_CODE + PPS)
     (first,) = depacketizer.push(rtp(IDR, 1, 0, True))
     (second,) = depacketizer.push(rtp(SLICE, 2, 3000, True))
     assert first.data == START_CODE + SPS + START_CODE + PPS + START_CODE + IDR
@@ -76,7 +77,7 @@ def test_parameter_sets_from_the_description_go_before_the_first_frame_only() ->
 
 
 def test_a_lost_packet_marks_its_frame_damaged_and_the_next_is_whole() -> None:
-    depacketizer = H264Depacketizer(PT)
+    depacketizer = Depacketizer(PT)
     first, _, last = fu_a(IDR, 70)
     depacketizer.push(rtp(first, 1, 0, False))
     (damaged,) = depacketizer.push(rtp(last, 3, 0, True))
@@ -86,7 +87,7 @@ def test_a_lost_packet_marks_its_frame_damaged_and_the_next_is_whole() -> None:
 
 
 def test_a_fragment_whose_start_was_lost_is_not_taken_for_a_frame() -> None:
-    depacketizer = H264Depacketizer(PT)
+    depacketizer = Depacketizer(PT)
     _, middle, last = fu_a(IDR, 70)
     assert depacketizer.push(rtp(middle, 2, 0, False)) == []
     assert depacketizer.push(rtp(last, 3, 0, True)) == []
@@ -95,7 +96,7 @@ def test_a_fragment_whose_start_was_lost_is_not_taken_for_a_frame() -> None:
 
 
 def test_other_payload_types_and_garbage_are_ignored() -> None:
-    depacketizer = H264Depacketizer(PT)
+    depacketizer = Depacketizer(PT)
     assert depacketizer.push(rtp(SLICE, 1, 0, True, pt=97)) == []
     assert depacketizer.push(b"\x00\x01") == []
     (unit,) = depacketizer.push(rtp(SLICE, 2, 0, True))
@@ -103,14 +104,14 @@ def test_other_payload_types_and_garbage_are_ignored() -> None:
 
 
 def test_timestamps_count_on_across_the_32_bit_wrap() -> None:
-    depacketizer = H264Depacketizer(PT)
+    depacketizer = Depacketizer(PT)
     start = (1 << 32) - 3000
     stamps = [depacketizer.push(rtp(SLICE, i, start + 3000 * i, True))[0].timestamp for i in range(3)]
     assert stamps == [0, 3000, 6000]
 
 
 def test_an_oversized_frame_is_dropped_as_damage() -> None:
-    depacketizer = H264Depacketizer(PT)
+    depacketizer = Depacketizer(PT)
     body = fu_a(bytes([0x65]) + b"\x00" * 60_000, 1400)
     for i, payload in enumerate(body * 300):  # ~18 MB under one timestamp, never marked
         assert depacketizer.push(rtp(payload, i, 0, False)) == []
@@ -157,7 +158,16 @@ def test_an_absolute_control_url_is_kept() -> None:
     ("sdp", "error", "words"),
     [
         ("v=0\r\ns=audio only\r\nm=audio 0 RTP/AVP 0\r\n", RtspProtocolError, "no video track"),
-        ("v=0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H265/90000\r\n", UnsupportedStream, "H265, not H.264"),
+        (
+            "v=0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 MP4V-ES/90000\r\n",
+            UnsupportedStream,
+            "MP4V-ES, not H.264 or",
+        ),
+        (
+            "v=0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H265/90000\r\na=fmtp:96 sprop-max-don-diff=2\r\n",
+            UnsupportedStream,
+            "decoding order numbers",
+        ),
         (
             "v=0\r\nm=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\na=fmtp:96 packetization-mode=2\r\n",
             UnsupportedStream,
@@ -227,3 +237,46 @@ def test_an_rtcp_bye_in_a_compound_packet_is_seen() -> None:
     assert rtcp_says_bye(report + bye)
     assert not rtcp_says_bye(report)
     assert not rtcp_says_bye(b"\x00" * 8)
+
+
+VPS, SPS5, PPS5 = bytes([0x40, 0x01, 0x0C]), bytes([0x42, 0x01, 0x01]), bytes([0x44, 0x01, 0xC1])
+IDR5 = bytes([0x26, 0x01]) + bytes(range(2, 150))  # IDR_W_RADL, layer 0, tid 1
+
+
+def test_h265_aggregation_and_fragments_make_one_frame_on_its_marker() -> None:
+    aggregate = bytes([0x60, 0x01]) + b"".join(struct.pack("!H", len(n)) + n for n in (VPS, SPS5, PPS5))
+    fu_header = bytes([(49 << 1), 0x01])
+    body = IDR5[2:]
+    fragments = [
+        fu_header + bytes([0x80 | 19]) + body[:70],
+        fu_header + bytes([19]) + body[70:140],
+        fu_header + bytes([0x40 | 19]) + body[140:],
+    ]
+    depacketizer = Depacketizer(PT, codec="hevc")
+    packets = [aggregate, *fragments]
+    out = [depacketizer.push(rtp(p, 5 + i, 9000, i == len(packets) - 1)) for i, p in enumerate(packets)]
+    assert out[:-1] == [[]] * (len(packets) - 1)
+    (unit,) = out[-1]
+    assert unit.data == b"".join(START_CODE + n for n in (VPS, SPS5, PPS5, IDR5))
+    assert not unit.damaged
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"\x26", bytes([0x60, 0x01, 0x00, 0x09, 0x40]), bytes([50 << 1, 0x01, 0x00])],
+    ids=["short", "truncated-aggregate", "paci"],
+)
+def test_h265_payloads_it_cannot_read_are_damage(payload: bytes) -> None:
+    with pytest.raises(ValueError, match=r"short|truncated|not supported"):
+        h265_payload(payload)
+
+
+def test_an_h265_track_gives_its_vps_sps_and_pps() -> None:
+    b64 = [base64.b64encode(n).decode() for n in (VPS, SPS5, PPS5)]
+    sdp = (
+        "v=0\r\nm=video 0 RTP/AVP 98\r\na=rtpmap:98 H265/90000\r\n"
+        f"a=fmtp:98 sprop-vps={b64[0]};sprop-sps={b64[1]};sprop-pps={b64[2]}\r\na=control:trackID=1\r\n"
+    )
+    track = video_track(sdp, "rtsp://cam/x")
+    assert (track.codec, track.payload_type, track.control) == ("hevc", 98, "rtsp://cam/x/trackID=1")
+    assert track.parameter_sets == b"".join(START_CODE + n for n in (VPS, SPS5, PPS5))
