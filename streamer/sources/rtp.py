@@ -39,6 +39,8 @@ __all__ = [
     "VideoTrack",
     "authorization",
     "credentials",
+    "h264_payload",
+    "h265_payload",
     "parse_challenges",
     "rtcp_says_bye",
     "video_track",
