@@ -77,6 +77,11 @@ class RtpReader:
     def close(self) -> None:
         self._client.close()
 
+    def abort(self) -> None:
+        """From another thread: end a read the reader's thread is blocked in (it sees the connection
+        closed); ``close`` still follows, in that thread."""
+        self._client.abort()
+
     def _arrivals(self) -> Iterator[AccessUnit]:
         for data in self._client.packets():
             yield from self._depacketizer.push(data)

@@ -368,8 +368,10 @@ class RtspSource(ThreadedSource):
             except av.error.FFmpegError as exc:
                 reason = ffmpeg_reason(exc)
             self._loss.settle(flushed=ended)
+            if self._stop.is_set():
+                return  # closed: the read was cut short on purpose
             self._drop(reason)
-            if self.reconnect or self._stop.is_set():
+            if self.reconnect:
                 continue
             if ended:
                 return
@@ -377,6 +379,15 @@ class RtspSource(ThreadedSource):
                 f"RTSP stream {self._shown} failed after {index} frames: {reason}; check the server, "
                 "or set reconnect to keep retrying"
             )
+
+    async def aclose(self) -> None:
+        """Stop, cutting short a read the RTP reader is blocked in (FFmpeg's reader gives up its read
+        within ``stall_timeout_s``)."""
+        self._stop.set()
+        link = self._container
+        if isinstance(link, RtpReader):
+            link.abort()
+        await super().aclose()
 
     @property
     def undecodable(self) -> int:

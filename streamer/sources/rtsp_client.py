@@ -165,6 +165,13 @@ class RtspClient:
                 if answer is not None and answer.status == 401 and _stale(answer):
                     self._challenged(answer)  # the next keep-alive answers the fresh nonce
 
+    def abort(self) -> None:
+        """From another thread: shut the connection down, so a blocked read returns at once."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     def close(self) -> None:
         """TEARDOWN (without waiting for the answer) and close the connection."""
         sock, self._sock = self._sock, None

@@ -13,6 +13,7 @@ import os
 import socket
 import stat
 import statistics
+import threading
 import time
 import traceback
 from fractions import Fraction
@@ -407,25 +408,24 @@ def test_each_frame_is_handed_on_without_waiting_for_the_next(rtsp_server: RtspS
     # and each frame is waited for 30 s at most.
     source = RtspSource(rtsp_server.url("cam"), capacity=frames, read_timeout_s=60, stall_timeout_s=60)
 
-    async def scenario() -> tuple[list[int | None], bool]:
+    async def scenario() -> tuple[list[int | None], bool, bool]:
         opening = asyncio.create_task(source.open())
         await asyncio.to_thread(rtsp_server.wait_for, "play cam")
         camera.start()
         await opening
-        try:
-            codes = [
-                framecode.read((await asyncio.wait_for(source.recv(), 30)).pixels) for _ in range(frames)
-            ]
-            return codes, camera.done.is_set() or source.rtsp_stats().last_error is not None
-        finally:
-            await source.aclose()
+        codes = [framecode.read((await asyncio.wait_for(source.recv(), 30)).pixels) for _ in range(frames)]
+        camera_left = camera.done.is_set() or source.rtsp_stats().last_error is not None
+        await source.aclose()  # the camera still there and silent: the read in progress is cut short
+        reading = any(t.name == "decode-0" for t in threading.enumerate())
+        return codes, camera_left, reading
 
     try:
-        codes, camera_left = asyncio.run(scenario())
+        codes, camera_left, reading = asyncio.run(scenario())
     finally:
         camera.stop()
     assert codes == list(range(frames))
     assert not camera_left  # the camera was still there, silent, and the connection never dropped
+    assert not reading  # closing ended the decode thread, rather than leave it in a 60 s read
 
 
 @pytest.mark.parametrize("method", ["digest", "basic"])
