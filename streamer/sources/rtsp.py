@@ -544,6 +544,8 @@ class RtspSource(ThreadedSource):
             return str(exc)
         except EndOfStream:
             return "the server ended the stream before its first picture"
+        except av.error.FFmpegError as exc:  # the decoder refused the first pictures
+            return f"decoding the first picture failed: {ffmpeg_reason(exc)}"
         return ""
 
     def _ffmpeg_attempt(self, options: dict[str, str], started: float) -> str:
