@@ -40,10 +40,9 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
 
 from streamer.app import build_backend, build_windower
-from streamer.bench.latency_measure import PATHS, PathResult, Settings, Skipped, parse_size
+from streamer.bench.latency_measure import PATHS, PathResult, Settings, Skipped, parse_model, parse_size
 from streamer.bench.latency_report import LatencyReport, format_markdown, format_table
 from streamer.bench.latency_rtsp import run_rtsp
 from streamer.bench.latency_webrtc import run_webrtc
@@ -152,13 +151,6 @@ def run_from_args(args: argparse.Namespace) -> int:
         )
     if args.budget_ms is not None and args.budget_ms <= 0:
         raise ConfigError(f"--budget-ms must be positive, got {args.budget_ms}")
-    model: Path | Literal["auto"] | None = None
-    if args.model == AUTO:
-        model = AUTO
-    elif args.model is not None:
-        model = Path(args.model)
-        if not model.is_file():
-            raise ConfigError(f"--model {args.model!r} is not a file; pass an exported .onnx model or auto")
     settings = Settings(
         width,
         height,
@@ -167,7 +159,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         args.warmup,
         args.gate,
         _parse_paths(args.paths),
-        model=model,
+        model=None if args.model is None else parse_model(args.model),
         budget_ms=args.budget_ms,
     )
     report = run_latency(settings)

@@ -25,9 +25,11 @@ from av.stream import Stream
 from streamer.assets import DEFAULT_MODEL
 from streamer.config import Config, GateConfig, KeepAliveConfig, LatencyConfig, ModelConfig
 from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.engine.tiers import AUTO
 from streamer.errors import ConfigError
 from streamer.frame import Frame
 from streamer.media import framecode
+from streamer.sources.rtsp import Reader
 
 __all__ = [
     "CAMERA_X264",
@@ -42,6 +44,7 @@ __all__ = [
     "abandon",
     "finish",
     "join_threads",
+    "parse_model",
     "parse_size",
     "path_result",
 ]
@@ -74,7 +77,7 @@ class Settings:
     """The RTSP sink's libx264 threads; None: libx264's choice."""
     workers: int | None = None
     """model.workers (windows run at once); None: its default."""
-    reader: Literal["auto", "ffmpeg"] = "auto"
+    reader: Reader = "auto"
     """The RTSP path's ``source.reader``, and how its player reads: ``auto``, each frame as its last packet
     arrives; ``ffmpeg``, FFmpeg's reader, one frame period later."""
     camera_ahead: bool = False
@@ -328,6 +331,15 @@ def join_threads(*threads: threading.Thread) -> None:
     for thread in threads:
         if thread.ident is not None:
             thread.join(10)
+
+
+def parse_model(text: str) -> Path | Literal["auto"]:
+    """A ``--model`` argument: ``auto``, or an exported .onnx file that exists."""
+    if text == AUTO:
+        return AUTO
+    if not Path(text).is_file():
+        raise ConfigError(f"--model {text!r} is not a file; pass an exported .onnx model or auto")
+    return Path(text)
 
 
 def parse_size(text: str) -> tuple[int, int]:

@@ -49,6 +49,7 @@ from streamer.serving.service import Service, StreamResult
 from streamer.sinks.nodelay import disable_nagle, rtsp_peer
 from streamer.sources.rtp import RtspProtocolError
 from streamer.sources.rtp_reader import RtpReader
+from streamer.sources.rtsp import Reader
 
 __all__ = ["BusyCore", "Relay", "RtspCamera", "run_rtsp"]
 
@@ -179,7 +180,7 @@ class _RtspPlayer(threading.Thread):
     reader, which waits for the next frame to begin (as ffplay does).
     """
 
-    def __init__(self, url: str, limit: int, open_timeout_s: float, reader: str = "auto") -> None:
+    def __init__(self, url: str, limit: int, open_timeout_s: float, reader: Reader = "auto") -> None:
         super().__init__(name="bench-rtsp-player", daemon=True)
         self.url = url
         self.reader = reader

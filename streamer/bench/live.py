@@ -19,17 +19,18 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from streamer.app import build_backend
 from streamer.assets import AUTO_TIERS
 from streamer.bench.harness import Target, emit, parse_sizes, table_footer
 from streamer.bench.latency import run_latency
-from streamer.bench.latency_measure import Settings, TierShift, parse_size
+from streamer.bench.latency_measure import Settings, TierShift, parse_model, parse_size
 from streamer.config import ModelConfig
 from streamer.engine.tiers import AUTO, model_fps
 from streamer.errors import ConfigError
 from streamer.measure.machine import LoadWatch, Machine
+from streamer.sources.rtsp import Reader
 
 __all__ = ["LOAD_SECONDS", "LOAD_WINDOW", "LiveRow", "check_targets", "run_from_args", "run_live_bench"]
 
@@ -115,7 +116,7 @@ def _row(
     camera: str = "ahead",
     load: tuple[float, float] | None = None,
     headroom: float | None = None,
-    reader: Literal["auto", "ffmpeg"] = "auto",
+    reader: Reader = "auto",
 ) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
@@ -345,7 +346,7 @@ def run_live_bench(
     camera: str = "ahead",
     load: tuple[float, float] | None = None,
     headroom: float | None = None,
-    readers: list[Literal["auto", "ffmpeg"]] | None = None,
+    readers: list[Reader] | None = None,
 ) -> tuple[list[LiveRow], Machine, float]:
     """One row per size, model, (model workers, model threads, encoder threads) and reader, in that
     nesting."""
@@ -362,7 +363,7 @@ def run_live_bench(
     return rows, watch.machine(), time.monotonic() - started
 
 
-def _reader(item: str) -> Literal["auto", "ffmpeg"]:
+def _reader(item: str) -> Reader:
     if item.strip() == "auto":
         return "auto"
     if item.strip() == "ffmpeg":
@@ -401,10 +402,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             f"--seconds and --budget-ms must be positive and --fps in 1..120; got {seconds}, "
             f"{args.budget_ms}, {args.fps}"
         )
-    models: list[Path | str] = [m if m == AUTO else Path(m) for m in args.model] if args.model else [AUTO]
-    for model in models:
-        if model != AUTO and not Path(model).is_file():
-            raise ConfigError(f"--model {str(model)!r} is not a file; pass an exported .onnx model or auto")
+    models: list[Path | str] = [parse_model(m) for m in args.model] if args.model else [AUTO]
     pairs = [
         (w, t, e)
         for w in _counts(args.workers, "--workers")
