@@ -50,6 +50,7 @@ class RtpReader:
             codec.thread_type = "SLICE"
             codec.options = DECODER_OPTIONS
             self.codec = codec
+            self.time_base = Fraction(1, track.clock_rate)
             self._units = self._arrivals()
             self.held = self._first(first_frame_s)
         except BaseException:
@@ -57,7 +58,6 @@ class RtpReader:
             raise
         first = self.held[0]
         self.width, self.height = first.width, first.height
-        self.time_base = Fraction(1, self.track.clock_rate)
         self.fps: Fraction | None = self.track.fps or (Fraction(codec.framerate) if codec.framerate else None)
 
     def units(self) -> Iterator[AccessUnit]:
@@ -68,7 +68,7 @@ class RtpReader:
         keyframe repairs the picture)."""
         packet = av.Packet(unit.data)
         packet.pts = unit.timestamp
-        packet.time_base = Fraction(1, self.track.clock_rate)
+        packet.time_base = self.time_base
         try:
             return [frame for frame in self.codec.decode(packet) if isinstance(frame, VideoFrame)]
         except av.error.InvalidDataError:

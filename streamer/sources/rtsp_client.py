@@ -150,12 +150,7 @@ class RtspClient:
                     continue
                 heard_at = time.monotonic()
             if self._buffer[0] == 0x24:  # '$': an interleaved frame
-                self._fill(4, None, self._read_timeout_s)
-                channel = self._buffer[1]
-                size = int.from_bytes(self._buffer[2:4], "big")
-                self._fill(4 + size, None, self._read_timeout_s)
-                data = bytes(self._buffer[4 : 4 + size])
-                del self._buffer[: 4 + size]
+                channel, data = self._take_frame(None, self._read_timeout_s)
                 if channel == self._channel:
                     yield data
                 elif channel == self._rtcp_channel and rtcp_says_bye(data):
@@ -247,12 +242,11 @@ class RtspClient:
         interleaved frame met while waiting for an answer (dropped: nothing plays yet)."""
         self._fill(1, knob, timeout_s)
         if self._buffer[0] == 0x24:
-            self._fill(4, knob, timeout_s)
-            self._fill(4 + int.from_bytes(self._buffer[2:4], "big"), knob, timeout_s)
-            del self._buffer[: 4 + int.from_bytes(self._buffer[2:4], "big")]
+            self._take_frame(knob, timeout_s)
             return None
         self._fill(len(_STATUS_PREFIX), knob, timeout_s)
-        if not self._buffer.startswith(_STATUS_PREFIX) and not re.match(rb"[A-Z_]+ ", self._buffer[:20]):
+        start = bytes(self._buffer[: len(_STATUS_PREFIX)])  # a reply's, or a request's method
+        if start != _STATUS_PREFIX and not re.fullmatch(rb"[A-Z_ ]+", start):
             raise RtspProtocolError("the server's answer is not RTSP")
         end = self._buffer.find(b"\r\n\r\n")
         while end < 0:
@@ -281,6 +275,16 @@ class RtspClient:
         if status is None:
             return None
         return _Response(int(status.group(1)), status.group(2), headers, body)
+
+    def _take_frame(self, knob: str | None, timeout_s: float) -> tuple[int, bytes]:
+        """The interleaved frame (``$``, channel, 16-bit length, data) the buffer starts with: its
+        channel and data, read in full and taken off the buffer."""
+        self._fill(4, knob, timeout_s)
+        channel, size = self._buffer[1], int.from_bytes(self._buffer[2:4], "big")
+        self._fill(4 + size, knob, timeout_s)
+        data = bytes(self._buffer[4 : 4 + size])
+        del self._buffer[: 4 + size]
+        return channel, data
 
     def _fill(self, size: int, knob: str | None, timeout_s: float) -> None:
         """Read until the buffer holds ``size`` bytes, each read within ``timeout_s``; ``knob``: the

@@ -9,6 +9,7 @@ import re
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -217,3 +218,26 @@ def test_a_stale_nonce_is_answered_afresh_without_giving_up(scripts: list[Script
     assert 'nonce="abc"' in setups[0]
     assert 'nonce="def"' in setups[1]
     assert "nc=00000001" in setups[1]  # the fresh nonce's first use
+
+
+def test_a_request_from_the_server_is_skipped_even_when_its_first_bytes_come_alone(
+    scripts: list[Script],
+) -> None:
+    request = b"SET_PARAMETER rtsp://127.0.0.1/live RTSP/1.0\r\nCSeq: 1\r\nContent-Length: 0\r\n\r\n"
+
+    def answer(script: Script, method: str, headers: dict[str, str]) -> bytes:
+        if method != "PLAY":
+            return camera()(script, method, headers)
+        script.send(ok(headers) + interleaved(4, rtp(1)) + request[:5])
+        time.sleep(0.2)  # the rest in a later segment: the client has seen only "SET_P"
+        return request[5:] + interleaved(4, rtp(2)) + interleaved(5, BYE)
+
+    script = Script(answer)
+    scripts.append(script)
+    client = RtspClient(script.url("a:b@"), 5.0, 5.0)
+    client.open()
+    seen: list[bytes] = []
+    with pytest.raises(EndOfStream):
+        seen.extend(client.packets())
+    client.close()
+    assert seen == [rtp(1), rtp(2)]
