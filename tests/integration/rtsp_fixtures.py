@@ -27,7 +27,16 @@ import pytest
 from streamer.measure import rtsp_relay
 from streamer.media import framecode
 
-__all__ = ["Publisher", "Reader", "RtspServer", "camera_frames", "free_port", "rtsp_server", "until"]
+__all__ = [
+    "Publisher",
+    "Reader",
+    "RtspServer",
+    "camera_frames",
+    "free_port",
+    "rtsp_server",
+    "serving",
+    "until",
+]
 
 READER_OPTIONS = {"rtsp_transport": "tcp", "analyzeduration": "100000", "timeout": "2000000"}
 
@@ -115,18 +124,26 @@ class RtspServer:
                 self._changed.notify_all()
 
 
-@pytest.fixture
-def rtsp_server() -> Iterator[RtspServer]:
-    """A running relay on a free loopback port, always stopped afterwards."""
+@contextlib.contextmanager
+def serving(names: tuple[str, ...] = (), auth: str = "") -> Iterator[RtspServer]:
+    """A running relay on a free loopback port (as :class:`RtspServer` takes ``names`` and ``auth``),
+    always stopped afterwards; the test is skipped where the system interpreter has no GstRtspServer."""
     missing = rtsp_relay.unavailable()
     if missing is not None:
         pytest.skip(f"{missing}; install it with: {rtsp_relay.INSTALL_HINT}")
-    server = RtspServer(free_port())
+    server = RtspServer(free_port(), names, auth)
     try:
         server.start()
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture
+def rtsp_server() -> Iterator[RtspServer]:
+    """A running relay serving ``cam`` and ``out``."""
+    with serving() as server:
+        yield server
 
 
 def camera_frames(width: int = 640, height: int = 360, fps: int = 30) -> Iterator[np.ndarray]:

@@ -36,7 +36,7 @@ from streamer.sinks.rtsp import RtspSink, RtspSinkState
 from streamer.sinks.tee import TeeSink
 from streamer.sources.rtsp import RtspSource, RtspState
 from tests.factories import make_frame
-from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, free_port, until
+from tests.integration.rtsp_fixtures import Publisher, Reader, RtspServer, free_port, serving, until
 
 pytestmark = pytest.mark.slow
 
@@ -254,12 +254,8 @@ def test_ffmpegs_reader_plays_the_same_stream(rtsp_server: RtspServer, transport
     source = RtspSource(rtsp_server.url("cam"), transport=transport, reader=reader)  # type: ignore[arg-type]
 
     async def scenario() -> list[int | None]:
-        opening = asyncio.create_task(source.open())
-        await asyncio.to_thread(rtsp_server.wait_for, "play cam")
-        camera.start()
-        await opening
         try:
-            return [framecode.read((await source.recv()).pixels) for _ in range(30)]
+            return await read_codes(rtsp_server, "cam", source, camera, 30)
         finally:
             await source.aclose()
 
@@ -399,6 +395,19 @@ def assert_secret_hidden(error: BaseException, caplog: pytest.LogCaptureFixture,
     assert "admin" not in shown
 
 
+async def read_codes(
+    server: RtspServer, name: str, source: RtspSource, camera: Publisher, frames: int
+) -> list[int | None]:
+    """Open ``source`` on the server's ``name`` (its player set up before the camera starts, so it sees
+    the first frame), start ``camera`` and read the numbers of its first ``frames`` frames, each within
+    30 s."""
+    opening = asyncio.create_task(source.open())
+    await asyncio.to_thread(server.wait_for, f"play {name}")
+    camera.start()
+    await opening
+    return [framecode.read((await asyncio.wait_for(source.recv(), 30)).pixels) for _ in range(frames)]
+
+
 def test_each_frame_is_handed_on_without_waiting_for_the_next(rtsp_server: RtspServer) -> None:
     """The RTP reader closes a frame on its marker bit: the camera's last frame arrives while the
     camera, still connected, sends nothing more (FFmpeg's reader holds it until the next frame)."""
@@ -409,11 +418,7 @@ def test_each_frame_is_handed_on_without_waiting_for_the_next(rtsp_server: RtspS
     source = RtspSource(rtsp_server.url("cam"), capacity=frames, read_timeout_s=60, stall_timeout_s=60)
 
     async def scenario() -> tuple[list[int | None], bool, bool]:
-        opening = asyncio.create_task(source.open())
-        await asyncio.to_thread(rtsp_server.wait_for, "play cam")
-        camera.start()
-        await opening
-        codes = [framecode.read((await asyncio.wait_for(source.recv(), 30)).pixels) for _ in range(frames)]
+        codes = await read_codes(rtsp_server, "cam", source, camera, frames)
         camera_left = camera.done.is_set() or source.rtsp_stats().last_error is not None
         await source.aclose()  # the camera still there and silent: the read in progress is cut short
         reading = any(t.name == "decode-0" for t in threading.enumerate())
@@ -430,37 +435,27 @@ def test_each_frame_is_handed_on_without_waiting_for_the_next(rtsp_server: RtspS
 
 @pytest.mark.parametrize("method", ["digest", "basic"])
 def test_a_camera_that_asks_for_credentials_gets_those_of_the_url(method: str) -> None:
-    from streamer.measure import rtsp_relay
+    with serving(auth=f"{method}:admin:{SECRET} %") as server:
+        userinfo = f"admin:{SECRET}%20%25"
+        camera = Publisher(server.publish_url("cam").replace("rtsp://", f"rtsp://{userinfo}@"), frames=60)
+        source = RtspSource(server.url("cam", userinfo))
 
-    if (missing := rtsp_relay.unavailable()) is not None:
-        pytest.skip(missing)
-    server = RtspServer(free_port(), auth=f"{method}:admin:{SECRET} %")
-    server.start()
-    userinfo = f"admin:{SECRET}%20%25"
-    camera = Publisher(server.publish_url("cam").replace("rtsp://", f"rtsp://{userinfo}@"), frames=60)
-    source = RtspSource(server.url("cam", userinfo))
+        async def scenario() -> list[int | None]:
+            try:
+                return await read_codes(server, "cam", source, camera, 10)
+            finally:
+                await source.aclose()
 
-    async def scenario() -> list[int | None]:
-        opening = asyncio.create_task(source.open())
-        await asyncio.to_thread(server.wait_for, "play cam")
-        camera.start()
-        await opening
         try:
-            return [framecode.read((await source.recv()).pixels) for _ in range(10)]
+            codes = asyncio.run(scenario())
+            refused = []
+            for userinfo in ("admin:wrong", ""):
+                wrong = RtspSource(server.url("cam", userinfo), reconnect=False)
+                with pytest.raises(SourceError) as raised:
+                    asyncio.run(wrong.open())
+                refused.append(str(raised.value))
         finally:
-            await source.aclose()
-
-    try:
-        codes = asyncio.run(scenario())
-        refused = []
-        for userinfo in ("admin:wrong", ""):
-            wrong = RtspSource(server.url("cam", userinfo), reconnect=False)
-            with pytest.raises(SourceError) as raised:
-                asyncio.run(wrong.open())
-            refused.append(str(raised.value))
-    finally:
-        camera.stop()
-        server.kill()
+            camera.stop()
     assert codes == list(range(10))
     assert "the server refused the user and password in the URL (401 Unauthorized)" in refused[0]
     assert "the server asks for a user and password (401 Unauthorized); put them in the URL" in refused[1]
@@ -468,35 +463,23 @@ def test_a_camera_that_asks_for_credentials_gets_those_of_the_url(method: str) -
 
 
 def test_an_h265_camera_is_read_frame_by_frame_too() -> None:
-    from streamer.measure import rtsp_relay
-
-    if (missing := rtsp_relay.unavailable()) is not None:
-        pytest.skip(missing)
-    server = RtspServer(free_port(), names=("cam_h265",))
-    server.start()
     frames = 20
-    camera = Publisher(server.publish_url("cam_h265"), frames=frames, hold=True, codec="libx265")
-    # as in the H.264 test above: the last frame must come while the camera, still there, sends nothing
-    source = RtspSource(server.url("cam_h265"), capacity=frames, read_timeout_s=60, stall_timeout_s=60)
+    with serving(names=("cam_h265",)) as server:
+        camera = Publisher(server.publish_url("cam_h265"), frames=frames, hold=True, codec="libx265")
+        # as in the H.264 test above: the last frame must come while the camera, still there, sends nothing
+        source = RtspSource(server.url("cam_h265"), capacity=frames, read_timeout_s=60, stall_timeout_s=60)
 
-    async def scenario() -> tuple[list[int | None], str | None]:
-        opening = asyncio.create_task(source.open())
-        await asyncio.to_thread(server.wait_for, "play cam_h265")
-        camera.start()
-        await opening
+        async def scenario() -> tuple[list[int | None], str | None]:
+            try:
+                codes = await read_codes(server, "cam_h265", source, camera, frames)
+                return codes, source.connection().reader
+            finally:
+                await source.aclose()
+
         try:
-            codes = [
-                framecode.read((await asyncio.wait_for(source.recv(), 30)).pixels) for _ in range(frames)
-            ]
-            return codes, source.connection().reader
+            codes, reader = asyncio.run(scenario())
         finally:
-            await source.aclose()
-
-    try:
-        codes, reader = asyncio.run(scenario())
-    finally:
-        camera.stop()
-        server.kill()
+            camera.stop()
     assert camera.error is None
     assert reader == "rtp"
     assert codes == list(range(frames))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from streamer.errors import EndOfStream
-from streamer.sources.rtp import RtspProtocolError
+from streamer.sources.rtp import RtspProtocolError, VideoTrack
 from streamer.sources.rtsp_client import RtspClient
 
 SDP = (
@@ -119,17 +119,24 @@ def camera(session: str = "Session: 12345678;timeout=60\r\n", then: bytes = b"")
     return answer
 
 
+def played(script: Script, userinfo: str) -> tuple[VideoTrack, list[bytes]]:
+    """The track a client opens on ``script`` and every video packet it yields until the server ends the
+    stream (an RTCP BYE); the client is closed (TEARDOWN) after."""
+    client = RtspClient(script.url(userinfo), 5.0, 5.0)
+    track = client.open()
+    packets: list[bytes] = []
+    with pytest.raises(EndOfStream, match="the server ended the stream"):
+        packets.extend(client.packets())
+    client.close()
+    return track, packets
+
+
 def test_the_session_is_set_up_with_credentials_and_plays_the_interleaved_track(
     scripts: list[Script],
 ) -> None:
     script = Script(camera(then=interleaved(5, BYE)))
     scripts.append(script)
-    client = RtspClient(script.url("admin:pw@"), 5.0, 5.0)
-    track = client.open()
-    packets = []
-    with pytest.raises(EndOfStream, match="the server ended the stream"):
-        packets.extend(client.packets())
-    client.close()
+    track, packets = played(script, "admin:pw@")
     with script.got:
         script.got.wait_for(lambda: len(script.requests) == 5, 10)
     methods = [m for m, _, _ in script.requests]
@@ -156,12 +163,7 @@ def test_a_keep_alive_goes_out_within_the_sessions_timeout(scripts: list[Script]
 
     script = Script(answer)
     scripts.append(script)
-    client = RtspClient(script.url("a:b@"), 5.0, 5.0)
-    client.open()
-    seen: list[bytes] = []
-    with pytest.raises(EndOfStream):
-        seen.extend(client.packets())  # two packets, then silence until the keep-alive
-    client.close()
+    _, seen = played(script, "a:b@")  # two packets, then silence until the keep-alive
     assert seen == [rtp(1), rtp(2), rtp(3)]
     options = [h for m, _, h in script.requests if m == "OPTIONS"]
     assert options
@@ -234,10 +236,5 @@ def test_a_request_from_the_server_is_skipped_even_when_its_first_bytes_come_alo
 
     script = Script(answer)
     scripts.append(script)
-    client = RtspClient(script.url("a:b@"), 5.0, 5.0)
-    client.open()
-    seen: list[bytes] = []
-    with pytest.raises(EndOfStream):
-        seen.extend(client.packets())
-    client.close()
+    _, seen = played(script, "a:b@")
     assert seen == [rtp(1), rtp(2)]
