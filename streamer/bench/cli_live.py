@@ -82,16 +82,24 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     """Adds ``bench live``."""
     live = kinds.add_parser(
         "live",
-        help="can each model tier keep up with a live RTSP camera here: %% enhanced, latency, CPU",
+        help="can each model tier keep up with a live RTSP or WebRTC camera here: %% enhanced, latency, CPU",
         description=(
-            "For each size and model: a camera paced at --fps publishes through the real GStreamer RTSP "
-            "relay, streamer enhances it under --budget-ms and pushes it back, a player reads it. Prints "
+            "For each path, size and model: a camera paced at --fps publishes (RTSP: through the real "
+            "GStreamer RTSP relay; WebRTC: over WHIP), streamer enhances it under --budget-ms and sends it "
+            "on (RTSP: back to the relay; WebRTC: to a WHEP player), a player reads it. Prints "
             "the share of frames enhanced, passed through and lost, p50/p99 glass-to-glass latency, the "
             "model's own fps on that size, CPU used, and the CPU model with its ISA flags."
         ),
     )
     live.add_argument(
         "--sizes", default="640x360,1280x720", metavar="WxH,...", help="frame sizes (640x360,1280x720)"
+    )
+    live.add_argument(
+        "--paths",
+        default="rtsp",
+        metavar="P,...",
+        help="rtsp (the README's quick start: RTSP in, RTSP out) and/or webrtc (configs/webrtc.yaml: WHIP "
+        "in, WHEP out), comma-separated (rtsp)",
     )
     live.add_argument("--fps", type=int, default=30, help="camera frame rate (30)")
     live.add_argument("--seconds", type=float, help="measured seconds per run (60; 90 with --load)")
@@ -137,7 +145,8 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         choices=("ahead", "live"),
         default="ahead",
         help="ahead: the camera encodes its frames before each run and only sends them during it, as an "
-        "IP camera encodes on its own chip, so the cores measured are streamer's (and the player's); "
+        "IP camera or a browser encodes on its own chip, so the cores measured are streamer's (and the "
+        "player's); "
         "live: it encodes each frame on these cores as it sends it (ahead)",
     )
     live.add_argument(

@@ -45,8 +45,8 @@ def add_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     latency.add_argument(
         "--model",
         metavar="ONNX",
-        help="the model to run: an .onnx file, or auto (the tier model.path auto chooses, what a live "
-        "stream gets with no model named); default: the shipped default model",
+        help="the model to run: an .onnx file, or auto (the tier model.path auto chooses; the default, "
+        "what a live stream gets with no model named)",
     )
     latency.add_argument(
         "--budget-ms",

@@ -5,7 +5,8 @@ the frame to its encoder; an independent player at the far end decodes the numbe
 frame came out of its decoder. The difference is what a viewer waits: camera encode, transport, the
 streamer's decode, window, model and encode, transport again and the player's decode, measured on the
 frames that really came out rather than on timestamps a server may rewrite. The paths, run one after
-the other in one run, each with its own pipeline built from the default config (``streamer.app``):
+the other in one run, each through a service (``streamer.serving.service``) as ``streamer run`` serves a
+stream, ``model: auto`` included (its calibration before the source opens, its tier moves):
 
 - ``rtsp``: PyAV camera -> GStreamer relay ``/cam`` -> RtspSource -> Pipeline -> RtspSink -> relay
   ``/out`` -> PyAV reader. The relay is :mod:`streamer.measure.rtsp_relay`, a process of Debian's python3;
@@ -159,7 +160,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         args.warmup,
         args.gate,
         _parse_paths(args.paths),
-        model=None if args.model is None else parse_model(args.model),
+        model=AUTO if args.model is None else parse_model(args.model),
         budget_ms=args.budget_ms,
     )
     report = run_latency(settings)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import av
 import numpy as np
@@ -25,11 +25,15 @@ from av.stream import Stream
 from streamer.assets import DEFAULT_MODEL
 from streamer.config import Config, GateConfig, KeepAliveConfig, LatencyConfig, ModelConfig
 from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.engine.telemetry import Stage
 from streamer.engine.tiers import AUTO
 from streamer.errors import ConfigError
 from streamer.frame import Frame
 from streamer.media import framecode
 from streamer.sources.rtsp import Reader
+
+if TYPE_CHECKING:
+    from streamer.serving.service import Service, StreamResult
 
 __all__ = [
     "CAMERA_X264",
@@ -47,6 +51,9 @@ __all__ = [
     "parse_model",
     "parse_size",
     "path_result",
+    "service_report",
+    "stage_means",
+    "tier_moves",
 ]
 
 PATHS = ("rtsp", "webrtc")
@@ -54,6 +61,8 @@ SETUP_S = 30.0
 """Wall-clock allowance per path beyond the frames' own duration: relay, peers, model, drain."""
 CAMERA_X264 = {"preset": "ultrafast", "tune": "zerolatency", "bf": "0"}
 """The bench camera's libx264 options, besides a keyframe a second."""
+VP8_BITRATE = 1_500_000
+"""A WebRTC camera encoded ahead: aiortc's VP8 ceiling, which its publisher reaches on loopback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,15 +214,22 @@ class Camera:
     def capture(self, index: int) -> None:
         self.captured[index] = time.monotonic()
 
-    def encode_all(self) -> list[Packet[Stream]]:
-        """Every frame of the run encoded now as the RTSP camera encodes them (blocking: seconds per
-        thousand frames), for :class:`RtspCamera` to send at the frame rate. No global header: the
-        parameter sets travel in band, before each keyframe."""
+    def encode_all(self, codec_name: str = "libx264") -> list[Packet[Stream]]:
+        """Every frame of the run encoded now (blocking: seconds per thousand frames), for a camera that
+        sends them at the frame rate, as an IP camera or a browser encodes on its own chip, a keyframe
+        a second. ``libx264``: as the RTSP camera encodes, no global header (the parameter sets travel
+        in band, before each keyframe); ``libvpx``: VP8 as aiortc's publisher encodes it, at the
+        bitrate its congestion control reaches on loopback."""
         s = self.settings
-        codec = av.VideoCodecContext.create("libx264", "w")
+        codec = av.VideoCodecContext.create(codec_name, "w")
+        assert isinstance(codec, av.VideoCodecContext)
         codec.width, codec.height, codec.pix_fmt = s.width, s.height, "yuv420p"
         codec.time_base, codec.framerate = Fraction(1, s.fps), Fraction(s.fps)
-        codec.options = CAMERA_X264 | {"g": str(s.fps)}
+        if codec_name == "libvpx":
+            codec.bit_rate = VP8_BITRATE
+            codec.options = {"deadline": "realtime", "lag-in-frames": "0", "g": str(s.fps)}
+        else:
+            codec.options = CAMERA_X264 | {"g": str(s.fps)}
         packets: list[Packet[Stream]] = []
         for index in range(s.total):
             frame = self.frame(index)
@@ -354,3 +370,33 @@ def parse_size(text: str) -> tuple[int, int]:
             "to carry the frame number"
         )
     return width, height
+
+
+def tier_moves(service: Service, camera_at: float) -> tuple[TierShift, ...]:
+    """The stream's tier moves, timed from the camera's start."""
+    retier = next(iter(service.runners.values())).retier
+    moves = retier.moves if retier is not None else []
+    return tuple(TierShift(m.at - camera_at, m.tier_from, m.tier_to, m.reason) for m in moves)
+
+
+def service_report(results: list[StreamResult]) -> PipelineReport:
+    """The one stream's report, or the error that ended it, raised."""
+    (result,) = results
+    if result.error is not None:
+        raise result.error
+    assert result.report is not None
+    return result.report
+
+
+def stage_means(service: Service) -> dict[str, float]:
+    """The one stream's mean ms per frame in each stage the service's metrics timed."""
+    (stream,) = service.runners
+    registry = service.metrics.registry
+    means = {}
+    for stage in Stage:
+        labels = {"stream": stream, "stage": stage.value}
+        total = registry.get_sample_value("streamer_stage_seconds_sum", labels)
+        count = registry.get_sample_value("streamer_stage_seconds_count", labels)
+        if total is not None and count:
+            means[stage.value] = 1000.0 * total / count
+    return means

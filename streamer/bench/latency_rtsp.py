@@ -33,15 +33,15 @@ from streamer.bench.latency_measure import (
     Recorder,
     Settings,
     Skipped,
-    TierShift,
     abandon,
     finish,
     join_threads,
     path_result,
+    service_report,
+    stage_means,
+    tier_moves,
 )
 from streamer.config import RtspSinkConfig, RtspSourceConfig
-from streamer.engine.pipeline import PipelineReport
-from streamer.engine.telemetry import Stage
 from streamer.errors import EndOfStream, SourceError, StreamerError
 from streamer.measure import rtsp_relay
 from streamer.media import framecode
@@ -256,36 +256,6 @@ class BusyCore(threading.Thread):
             spinner.wait()
 
 
-def _shifts(service: Service, camera_at: float) -> tuple[TierShift, ...]:
-    """The stream's tier moves, timed from the camera's start."""
-    retier = next(iter(service.runners.values())).retier
-    moves = retier.moves if retier is not None else []
-    return tuple(TierShift(m.at - camera_at, m.tier_from, m.tier_to, m.reason) for m in moves)
-
-
-def _report(results: list[StreamResult]) -> PipelineReport:
-    """The one stream's report, or the error that ended it, raised."""
-    (result,) = results
-    if result.error is not None:
-        raise result.error
-    assert result.report is not None
-    return result.report
-
-
-def _stages(service: Service) -> dict[str, float]:
-    """The one stream's mean ms per frame in each stage the service's metrics timed."""
-    (stream,) = service.runners
-    registry = service.metrics.registry
-    means = {}
-    for stage in Stage:
-        labels = {"stream": stream, "stage": stage.value}
-        total = registry.get_sample_value("streamer_stage_seconds_sum", labels)
-        count = registry.get_sample_value("streamer_stage_seconds_count", labels)
-        if total is not None and count:
-            means[stage.value] = 1000.0 * total / count
-    return means
-
-
 async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     missing = await asyncio.to_thread(rtsp_relay.unavailable)
     if missing is not None:
@@ -321,7 +291,7 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
         if busy is not None:
             busy.start()
         timed_out = await finish(pipeline, running, deadline)  # the camera leaving ends the source
-        report = _report(running.result())
+        report = service_report(running.result())
         # The sink's TEARDOWN ends /out: the player has seen everything once its session ends.
         await asyncio.to_thread(player.join, max(1.0, deadline - time.monotonic()))
         timed_out = timed_out or player.is_alive()
@@ -345,4 +315,4 @@ async def run_rtsp(settings: Settings, measured: range) -> PathResult | Skipped:
     route = f"PyAV camera -> GStreamer relay -> RtspSource | RtspSink -> relay -> PyAV player ({reading}s)"
     arrivals = player.arrivals
     result = path_result("rtsp", route, "H.264", settings, camera, arrivals, recorder, report, timed_out)
-    return dataclasses.replace(result, moves=_shifts(service, camera_at), stages_ms=_stages(service))
+    return dataclasses.replace(result, moves=tier_moves(service, camera_at), stages_ms=stage_means(service))

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import dataclasses
 import re
 import threading
 import time
@@ -15,10 +17,11 @@ from typing import Any
 import aiohttp
 import av
 import numpy as np
-from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
+from av.packet import Packet
+from av.stream import Stream
 
-from streamer.app import build_pipeline, build_server
 from streamer.bench.latency_measure import (
     SETUP_S,
     Camera,
@@ -29,12 +32,16 @@ from streamer.bench.latency_measure import (
     finish,
     join_threads,
     path_result,
+    service_report,
+    stage_means,
+    tier_moves,
 )
 from streamer.config import WebRtcConfig, WhepSinkConfig, WhipSourceConfig
-from streamer.engine.pipeline import PipelineReport
 from streamer.errors import SourceError, StreamerError
 from streamer.media import framecode
+from streamer.serving.service import Service, StreamResult
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
+from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["run_webrtc"]
 
@@ -45,31 +52,38 @@ LOOPBACK = ["127.0.0.1"]
 
 
 class _CameraTrack(MediaStreamTrack):
-    """The camera as an aiortc track, paced in real time; ends after the last frame."""
+    """The camera as an aiortc track, paced in real time; ends after the last frame. With ``ahead``
+    (VP8 packets encoded before the run) it sends those, which aiortc's sender only packetizes."""
 
     kind = "video"
 
-    def __init__(self, camera: Camera) -> None:
+    def __init__(self, camera: Camera, ahead: list[Packet[Stream]] | None = None) -> None:
         super().__init__()
         self.camera = camera
         self.done = asyncio.Event()
+        self._ahead = None if ahead is None else collections.deque(ahead)
         self._index = 0
         self._start: float | None = None
 
-    async def recv(self) -> av.VideoFrame:
+    async def recv(self) -> av.VideoFrame | Packet[Stream]:
         s = self.camera.settings
-        if self._index >= s.total:
-            self.done.set()
-            self.stop()
-            raise MediaStreamError
-        if self._start is None:
-            self._start = time.monotonic()
-        await asyncio.sleep(max(0.0, self._start + self._index / s.fps - time.monotonic()))
-        frame = await asyncio.to_thread(self.camera.frame, self._index)
-        frame.pts, frame.time_base = round(self._index * 90_000 / s.fps), Fraction(1, 90_000)
-        self.camera.capture(self._index)
-        self._index += 1
-        return frame
+        while self._index < s.total:
+            if self._start is None:
+                self._start = time.monotonic()
+            await asyncio.sleep(max(0.0, self._start + self._index / s.fps - time.monotonic()))
+            index = self._index
+            self._index += 1
+            if self._ahead is None:
+                frame = await asyncio.to_thread(self.camera.frame, index)
+                frame.pts, frame.time_base = round(index * 90_000 / s.fps), Fraction(1, 90_000)
+                self.camera.capture(index)
+                return frame
+            self.camera.capture(index)
+            if self._ahead and (self._ahead[0].pts or 0) <= index:  # pts counts frames
+                return self._ahead.popleft()
+        self.done.set()
+        self.stop()
+        raise MediaStreamError
 
 
 def _answer_codec(sdp: str) -> str:
@@ -101,9 +115,17 @@ class _WebRtcPeers(threading.Thread):
     shown the last measured frame (or ``DRAIN_S`` after the camera's last)."""
 
     def __init__(
-        self, base_url: str, camera: Camera, last: int, cap_s: float, on_error: Callable[[], object]
+        self,
+        base_url: str,
+        camera: Camera,
+        last: int,
+        cap_s: float,
+        on_error: Callable[[], object],
+        ahead: list[Packet[Stream]] | None = None,
     ) -> None:
+        """``ahead``: the camera's frames encoded as VP8 before the run, which the publisher sends."""
         super().__init__(name="bench-webrtc-peers", daemon=True)
+        self.ahead = ahead
         self.on_error = on_error
         self.base_url = base_url
         self.camera = camera
@@ -142,7 +164,7 @@ class _WebRtcPeers(threading.Thread):
             halt.set()
         player = RTCPeerConnection(rtc_configuration())
         publisher = RTCPeerConnection(rtc_configuration())
-        track = _CameraTrack(self.camera)
+        track = _CameraTrack(self.camera, self.ahead)
         seen_last = asyncio.Event()
         locations: list[str] = []
         reading: asyncio.Task[None] | None = None
@@ -153,7 +175,10 @@ class _WebRtcPeers(threading.Thread):
                 player.addTransceiver("video", direction="recvonly")
                 locations.append(await self._negotiate(http, "whep", player))
                 reading = asyncio.create_task(self._read(await tracks.get(), seen_last))
-                publisher.addTransceiver(track, direction="sendonly")
+                sending = publisher.addTransceiver(track, direction="sendonly")
+                if self.ahead is not None:  # its packets are VP8: offer nothing else
+                    vp8 = RTCRtpSender.getCapabilities("video").codecs
+                    sending.setCodecPreferences([c for c in vp8 if c.mimeType in ("video/VP8", "video/rtx")])
                 locations.append(await self._negotiate(http, "whip", publisher))
                 await _first_of(track.done.wait(), seen_last.wait(), halt.wait(), asyncio.wait({reading}))
                 await _first_of(seen_last.wait(), halt.wait(), asyncio.wait({reading}), timeout=DRAIN_S)
@@ -201,6 +226,9 @@ class _WebRtcPeers(threading.Thread):
 
 
 async def run_webrtc(settings: Settings, measured: range) -> PathResult:
+    """Through a :class:`~streamer.serving.service.Service`, as ``streamer run`` serves a WHIP stream:
+    ``model: auto`` calibrated before the server starts, the stream started on its tier at once and
+    moved as it runs. The peers connect once the server is up."""
     deadline = time.monotonic() + settings.cap_s
     config = settings.config(
         source=WhipSourceConfig(
@@ -209,40 +237,63 @@ async def run_webrtc(settings: Settings, measured: range) -> PathResult:
         sink=WhepSinkConfig(stream=STREAM),
         webrtc=WebRtcConfig(port=0),
     )
-    server = build_server(config)
-    assert server is not None
     recorder = Recorder(measured)
-    pipeline = build_pipeline(config, on_output=recorder, server=server)
+    service = Service(config, on_output=recorder, log_failures=False)
+    service.prepare()
+    server = service.server
+    assert server is not None
+    pipeline = next(iter(service.runners.values())).pipeline
     loop = asyncio.get_running_loop()
-    await server.start()
+    camera = Camera(settings)
+    ahead = await asyncio.to_thread(camera.encode_all, "libvpx") if settings.camera_ahead else None
+    peers: _WebRtcPeers | None = None
+    running: asyncio.Task[list[StreamResult]] | None = None
+    failure: StreamerError | None = None
+    camera_at = time.time()
     try:
-        camera = Camera(settings)
+        running = asyncio.create_task(service.run())
+        await _serving(server, running, deadline)
         # Peers that fail stop the pipeline, rather than leave it waiting out its open timeout.
         peers = _WebRtcPeers(
-            server.url, camera, measured[-1], settings.cap_s, lambda: loop.call_soon_threadsafe(pipeline.stop)
+            server.url,
+            camera,
+            measured[-1],
+            settings.cap_s,
+            lambda: loop.call_soon_threadsafe(pipeline.stop),
+            ahead,
         )
-        running: asyncio.Task[PipelineReport] | None = None
-        failure: StreamerError | None = None
-        try:
-            running = asyncio.create_task(pipeline.run())
-            peers.start()
-            timed_out = await finish(pipeline, running, deadline)  # the publisher leaving ends the source
-            report = running.result()
-        except StreamerError as exc:  # the peers' failure, if any, is the cause: it is raised instead
-            failure = exc
-        finally:
-            await abandon(pipeline, running)
+        camera_at = time.time()
+        peers.start()
+        timed_out = await finish(pipeline, running, deadline)  # the publisher leaving ends the source
+        report = service_report(running.result())
+    except StreamerError as exc:  # the peers' failure, if any, is the cause: it is raised instead
+        failure = exc
+    finally:
+        await abandon(pipeline, running)
+        if peers is not None:
             peers.halt()
             await asyncio.to_thread(join_threads, peers)
-            camera.close()
-    finally:
-        await server.stop()
-    if peers.error is not None:
+        camera.close()
+    if peers is not None and peers.error is not None:
         raise SourceError(f"the benchmark's WebRTC peers failed: {peers.error}") from failure
     if failure is not None:
         raise failure
+    assert peers is not None
     route = "aiortc publisher -> WHIP -> WhipSource | WhepSink -> WHEP -> aiortc player"
     timed_out = timed_out or peers.timed_out
-    return path_result(
+    result = path_result(
         "webrtc", route, peers.codec, settings, camera, peers.arrivals, recorder, report, timed_out
     )
+    return dataclasses.replace(result, moves=tier_moves(service, camera_at), stages_ms=stage_means(service))
+
+
+async def _serving(server: WebRtcServer, running: asyncio.Task[Any], deadline: float) -> None:
+    """Until the service's WHIP/WHEP server listens (after ``model: auto``'s calibration), or the
+    service ended first (its error raised), or the deadline passed."""
+    while not server.serving:
+        if running.done():
+            running.result()
+            raise SourceError("the service ended before its WHIP/WHEP server started")
+        if time.monotonic() > deadline:
+            raise SourceError("the service's WHIP/WHEP server did not start before the run's deadline")
+        await asyncio.sleep(0.02)

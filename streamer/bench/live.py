@@ -1,11 +1,13 @@
 """``streamer bench live``: can a model tier keep up with a live camera on this machine, and at what cost?
 
-For each frame size and each model (tier), a camera paced at its frame rate publishes through the real
-GStreamer RTSP relay (its frames encoded before the run by default, as an IP camera encodes on its own
-chip, so the cores measured are the sidecar's; ``--camera live`` encodes on them during the run);
-streamer reads it, enhances with a latency budget and pushes it back; a player
-reads the result (the RTSP path of :mod:`streamer.bench.latency_rtsp`, whose frame numbers in pixels give
-glass-to-glass latency). Per run: the share of measured frames enhanced, passed through unenhanced and
+For each path, frame size and model (tier), a camera paced at its frame rate publishes (its frames encoded
+before the run by default, as an IP camera or a browser encodes on its own chip, so the cores measured
+are the sidecar's; ``--camera live`` encodes on them during the run); streamer reads it, enhances with a
+latency budget and sends it on; a player reads the result, and the frame numbers in its pixels give
+glass-to-glass latency. ``rtsp``: H.264 through the real GStreamer RTSP relay
+(:mod:`streamer.bench.latency_rtsp`), as the README's quick start runs; ``webrtc``: VP8 published over
+WHIP, played over WHEP by an aiortc player (:mod:`streamer.bench.latency_webrtc`), as
+``configs/webrtc.yaml`` runs. Per run: the share of measured frames enhanced, passed through unenhanced and
 lost, p50/p99 latency, the model's own frames per second on that size (timed alone just before, in the
 stream's steady state), and the CPU this process used over the run (camera, relay client, streamer and
 player together: one process; the relay is another and is not counted). The machine line names the CPU
@@ -25,7 +27,7 @@ from streamer.app import build_backend
 from streamer.assets import AUTO_TIERS
 from streamer.bench.harness import Target, emit, parse_sizes, table_footer
 from streamer.bench.latency import run_latency
-from streamer.bench.latency_measure import Settings, TierShift, parse_model, parse_size
+from streamer.bench.latency_measure import PATHS, Settings, TierShift, parse_model, parse_size
 from streamer.config import ModelConfig
 from streamer.engine.tiers import AUTO, model_fps
 from streamer.errors import ConfigError
@@ -39,6 +41,9 @@ LOAD_SECONDS = 90.0
 LOAD_WINDOW = (30.0, 60.0)
 """``--load``: when another process takes a core, in seconds after the camera starts."""
 
+AUTO_READER: Reader = "auto"
+"""The RTSP reader's default, which the WebRTC path's rows carry unused."""
+
 _SHARE_TARGETS = {(640, 360): 0.99, (1280, 720): 0.95}
 """Issue targets: the share of frames enhanced live at 30 fps on two cores."""
 
@@ -46,6 +51,8 @@ _SHARE_TARGETS = {(640, 360): 0.99, (1280, 720): 0.95}
 @dataclass(frozen=True, slots=True)
 class LiveRow:
     size: str
+    path: str
+    """``rtsp`` or ``webrtc``."""
     model: str
     sent: int
     enhanced: int
@@ -68,7 +75,7 @@ class LiveRow:
     camera: str = "ahead"
     """``ahead``: the camera's frames were encoded before the run; ``live``: on these cores during it."""
     reader: str = "auto"
-    """How streamer's RTSP source and the player read (``source.reader``)."""
+    """How streamer's RTSP source and the player read (``source.reader``); ``-`` for WebRTC."""
     load: tuple[float, float] | None = None
     """Seconds after the camera started between which another process kept one core busy."""
     headroom: float | None = None
@@ -117,6 +124,7 @@ def _row(
     load: tuple[float, float] | None = None,
     headroom: float | None = None,
     reader: Reader = "auto",
+    path: str = "rtsp",
 ) -> LiveRow:
     frames = round(seconds * fps)
     settings = Settings(
@@ -126,7 +134,7 @@ def _row(
         frames,
         warmup=2 * fps,
         gate=False,
-        paths=("rtsp",),
+        paths=(path,),
         model=AUTO if model == AUTO else Path(model),
         budget_ms=budget_ms,
         workers=threads[0],
@@ -142,12 +150,13 @@ def _row(
     cpu_end, wall = os.times(), time.monotonic() - wall_start
     if not report.rows:
         reasons = "; ".join(s.reason for s in report.skipped) or "no result"
-        raise ConfigError(f"bench live needs the RTSP path: {reasons}")
+        raise ConfigError(f"bench live needs the {path} path: {reasons}")
     row = report.rows[0]
     cpu = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
     alone = _alone(model, row.model, width, height)
     return LiveRow(
         size=f"{width}x{height}",
+        path=path,
         model=f"auto: {row.model}" if model == AUTO else row.model,
         sent=row.sent,
         enhanced=row.outcomes.get("enhanced", 0),
@@ -165,7 +174,7 @@ def _row(
         threads=threads[1],
         encoder_threads=threads[2],
         camera=camera,
-        reader=reader,
+        reader=reader if path == "rtsp" else "-",
         load=load,
         headroom=headroom,
         moves=row.moves,
@@ -184,24 +193,29 @@ def _meets(row: LiveRow, share: float) -> bool:
 
 
 def check_targets(rows: list[LiveRow]) -> list[Target]:
-    targets = []
-    for (w, h), share in _SHARE_TARGETS.items():
-        size = f"{w}x{h}"
-        mine = [r for r in rows if r.size == size]
-        # A tier that meets all three, else the one enhancing most.
-        best = max(mine, key=lambda r: (_meets(r, share), r.enhanced_share), default=None)
-        if best is None:
-            targets.append(Target(f">= {share:.0%} enhanced at {size}", None, "not measured in this run"))
-            continue
-        targets.append(
-            Target(
-                f">= {share:.0%} enhanced at {size}, 0 lost, p99 <= budget (in one tier)",
-                _meets(best, share),
-                f"{best.model}: {best.enhanced_share:.1%} enhanced, {best.lost} lost, "
-                f"p99 {_ms(best.p99_ms)} ms vs budget {best.budget_ms:g} ms",
-            )
-        )
+    targets: list[Target] = []
+    for path in dict.fromkeys(r.path for r in rows) or ["rtsp"]:
+        for (w, h), share in _SHARE_TARGETS.items():
+            _check(targets, [r for r in rows if r.path == path], path, f"{w}x{h}", share)
     return targets
+
+
+def _check(targets: list[Target], rows: list[LiveRow], path: str, size: str, share: float) -> None:
+    mine = [r for r in rows if r.size == size]
+    # A tier that meets all three, else the one enhancing most.
+    best = max(mine, key=lambda r: (_meets(r, share), r.enhanced_share), default=None)
+    if best is None:
+        name = f">= {share:.0%} enhanced at {size} ({path})"
+        targets.append(Target(name, None, "not measured in this run"))
+        return
+    targets.append(
+        Target(
+            f">= {share:.0%} enhanced at {size} ({path}), 0 lost, p99 <= budget (in one tier)",
+            _meets(best, share),
+            f"{best.model}: {best.enhanced_share:.1%} enhanced, {best.lost} lost, "
+            f"p99 {_ms(best.p99_ms)} ms vs budget {best.budget_ms:g} ms",
+        )
+    )
 
 
 def _moves(rows: list[LiveRow]) -> list[str]:
@@ -213,7 +227,7 @@ def _moves(rows: list[LiveRow]) -> list[str]:
         load = f"one core taken {r.load[0]:g}-{r.load[1]:g} s" if r.load is not None else "no load"
         moves = "; ".join(f"{m.after_s:.1f} s {m.tier_from} -> {m.tier_to} ({m.reason})" for m in r.moves)
         headroom = f", headroom {r.headroom:g}" if r.headroom is not None else ""
-        lines.append(f"{r.size} {r.model}: {load}{headroom}; moves: {moves or 'none'}")
+        lines.append(f"{r.path} {r.size} {r.model}: {load}{headroom}; moves: {moves or 'none'}")
     return lines
 
 
@@ -226,12 +240,40 @@ def _camera(rows: list[LiveRow]) -> str:
     return "camera encoding ahead or live, per row"
 
 
+_ROUTES = {
+    "rtsp": "RTSP camera -> GStreamer relay -> streamer -> relay -> player (H.264)",
+    "webrtc": "WHIP publisher (VP8) -> streamer -> WHEP -> aiortc player",
+}
+
+
+def _routes(rows: list[LiveRow]) -> str:
+    return "; ".join(f"{p}: {_ROUTES[p]}" for p in dict.fromkeys(r.path for r in rows)) or _ROUTES["rtsp"]
+
+
+_NOTES = (
+    "enhanced / passed / lost: of the measured frames the camera sent; passed = left unenhanced because "
+    "the model would have missed the budget (or could not answer); lost = never reached the player or "
+    "dropped by the budget",
+    "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
+    "reader: how streamer's RTSP source and the player read RTSP (source.reader): auto decodes each "
+    "frame as its last packet arrives, ffmpeg (FFmpeg's reader) when the next frame begins",
+    "w/threads: model.workers / model.threads / the RTSP sink's libx264 threads (d = the default: "
+    "for threads, the library's choice)",
+    "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "
+    "encodes one frame and fuses T cached maps), timed just after the run with default threads",
+    "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
+    "is not counted, nor a camera's encoding done before the run (--camera ahead)",
+)
+"""The table's notes, under it."""
+
+
 def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float, wall_s: float) -> str:
     header = (
-        f"streamer bench live: RTSP camera paced at {fps} fps -> GStreamer relay -> streamer -> relay -> "
-        f"player, {seconds:g} s measured per run, gate off, {_camera(rows)}; {machine.line()}"
+        f"streamer bench live: camera paced at {fps} fps, {_routes(rows)}; {seconds:g} s measured per "
+        f"run, gate off, {_camera(rows)}; {machine.line()}"
     )
     names = (
+        "path",
         "size",
         "model",
         "reader",
@@ -248,6 +290,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
     )
     cells = [
         (
+            r.path,
             r.size,
             r.model,
             r.reader,
@@ -266,27 +309,13 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
     ]
     widths = [max(len(n), *(len(c[i]) for c in cells)) for i, n in enumerate(names)]
     line = "  ".join(
-        n.ljust(w) if i < 2 else n.rjust(w) for i, (n, w) in enumerate(zip(names, widths, strict=True))
+        n.ljust(w) if i < 3 else n.rjust(w) for i, (n, w) in enumerate(zip(names, widths, strict=True))
     )
     body = [
         "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
         )
         for row in cells
-    ]
-    notes = [
-        "enhanced / passed / lost: of the measured frames the camera sent; passed = left unenhanced because "
-        "the model would have missed the budget (or could not answer); lost = never reached the player or "
-        "dropped by the budget",
-        "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
-        "reader: how streamer's RTSP source and the player read RTSP (source.reader): auto decodes each "
-        "frame as its last packet arrives, ffmpeg (FFmpeg's reader) when the next frame begins",
-        "w/threads: model.workers / model.threads / the RTSP sink's libx264 threads (d = the default: "
-        "for threads, the library's choice)",
-        "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "
-        "encodes one frame and fuses T cached maps), timed just after the run with default threads",
-        "CPU %: this process (camera, streamer, player) per wall second, 100 = one core; the relay process "
-        "is not counted, nor a camera's encoding done before the run (--camera ahead)",
     ]
     moves = _moves(rows)
     shifts = ["", "tier moves (seconds after the camera started):", *moves] if moves else []
@@ -301,7 +330,7 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
             *body,
             *shifts,
             *inside,
-            *table_footer(notes, check_targets(rows), wall_s),
+            *table_footer(list(_NOTES), check_targets(rows), wall_s),
         ]
     )
 
@@ -309,26 +338,27 @@ def format_table(rows: list[LiveRow], machine: Machine, fps: int, seconds: float
 def _inside(row: LiveRow) -> str:
     """One row's time inside streamer: its p50/p99 and each stage's mean."""
     stages = ", ".join(f"{name.replace('_', ' ')} {ms:.1f}" for name, ms in row.stages_ms.items())
-    return f"{row.size} {row.model}: p50 {_ms(row.pipeline_p50_ms)}, p99 {_ms(row.pipeline_p99_ms)} ms" + (
-        f"; {stages}" if stages else ""
-    )
+    inside = f"p50 {_ms(row.pipeline_p50_ms)}, p99 {_ms(row.pipeline_p99_ms)} ms"
+    return f"{row.path} {row.size} {row.model}: {inside}" + (f"; {stages}" if stages else "")
 
 
 def format_markdown(rows: list[LiveRow], machine: Machine, fps: int, seconds: float) -> str:
     lines = [
-        "| size | model | reader | workers/threads/x264 | enhanced | passed through | lost | p50 ms | p99 ms "
-        "| budget ms | model fps | CPU % |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| path | size | model | reader | workers/threads/x264 | enhanced | passed through | lost | p50 ms "
+        "| p99 ms | budget ms | model fps | CPU % |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         passed = f"{r.passed_through / r.sent:.1%}" if r.sent else "-"
         lines.append(
-            f"| {r.size} | {r.model} | {r.reader} | {r.thread_counts} | {r.enhanced_share:.1%} | {passed} "
+            f"| {r.path} | {r.size} | {r.model} | {r.reader} | {r.thread_counts} | {r.enhanced_share:.1%} "
+            f"| {passed} "
             f"| {r.lost} "
             f"| {_ms(r.p50_ms)} | {_ms(r.p99_ms)} | {r.budget_ms:g} | {r.model_fps:.1f} "
             f"| {r.cpu_percent:.0f} |"
         )
-    lines += ["", f"RTSP at {fps} fps, {seconds:g} s per run, gate off, {_camera(rows)}; {machine.line()}."]
+    lines += ["", f"{_routes(rows)}; {fps} fps, {seconds:g} s per run, gate off, {_camera(rows)}; "]
+    lines[-1] += f"{machine.line()}."
     moves = _moves(rows)
     if moves:
         lines += ["", "Tier moves (seconds after the camera started):", *(f"- {m}" for m in moves)]
@@ -347,20 +377,30 @@ def run_live_bench(
     load: tuple[float, float] | None = None,
     headroom: float | None = None,
     readers: list[Reader] | None = None,
+    paths: list[str] | None = None,
 ) -> tuple[list[LiveRow], Machine, float]:
-    """One row per size, model, (model workers, model threads, encoder threads) and reader, in that
-    nesting."""
+    """One row per path, size, model, (model workers, model threads, encoder threads) and reader, in
+    that nesting; the reader only varies the RTSP path."""
     watch = LoadWatch()
     started = time.monotonic()
     pairs = threads or [(None, None, None)]
     rows = [
-        _row(m, w, h, fps, seconds, budget_ms, t, camera, load, headroom, r)
+        _row(m, w, h, fps, seconds, budget_ms, t, camera, load, headroom, r, path)
+        for path in paths or ["rtsp"]
         for w, h in sizes
         for m in models
         for t in pairs
-        for r in readers or ["auto"]
+        for r in (readers or ["auto"] if path == "rtsp" else [AUTO_READER])
     ]
     return rows, watch.machine(), time.monotonic() - started
+
+
+def _paths(text: str) -> list[str]:
+    paths = [item.strip() for item in text.split(",")]
+    for path in paths:
+        if path not in PATHS:
+            raise ConfigError(f"--paths {text!r}: give {' and/or '.join(PATHS)}, comma-separated")
+    return list(dict.fromkeys(paths))
 
 
 def _reader(item: str) -> Reader:
@@ -410,8 +450,19 @@ def run_from_args(args: argparse.Namespace) -> int:
         for e in _counts(args.encoder_threads, "--encoder-threads")
     ]
     readers = [_reader(item) for item in args.reader.split(",")]
+    paths = _paths(args.paths)
     rows, machine, wall = run_live_bench(
-        sizes, models, args.fps, seconds, args.budget_ms, pairs, args.camera, load, args.headroom, readers
+        sizes,
+        models,
+        args.fps,
+        seconds,
+        args.budget_ms,
+        pairs,
+        args.camera,
+        load,
+        args.headroom,
+        readers,
+        paths,
     )
     data: dict[str, Any] = {"machine": asdict(machine), "rows": [asdict(r) for r in rows]}
     return emit(

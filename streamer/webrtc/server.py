@@ -155,6 +155,11 @@ class WebRtcServer:
         return f"http://{host}:{self._port}"
 
     @property
+    def serving(self) -> bool:
+        """Bound and answering requests: between ``start`` and ``stop``."""
+        return self._runner is not None
+
+    @property
     def viewer_url(self) -> str:
         """The base URL a browser elsewhere reaches: a wildcard bind address (0.0.0.0, ::) stands for
         the first ICE address, the address peers are told; the bind address otherwise."""

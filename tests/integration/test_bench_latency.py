@@ -74,9 +74,11 @@ def test_without_the_gate_every_measured_frame_is_enhanced(
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_model_auto_runs_the_tier_a_live_stream_gets_and_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+def test_by_default_it_runs_the_tier_a_live_stream_gets_and_names_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     argv = ["--frames", "10", "--warmup", "5", "--paths", "webrtc", "--no-gate", "--size", "320x180"]
-    assert run_bench("latency", [*argv, "--model", "auto"]) == 0
+    assert run_bench("latency", argv) == 0  # no --model: model auto, as a live stream with none named
     out = " ".join(capsys.readouterr().out.split())
     assert "auto (each path's tier on its line; T=5, center)" in out
     assert any(f"; model {p.stem.replace('.int8', '-int8')};" in out for p in AUTO_TIERS)

@@ -58,8 +58,8 @@ def test_each_tier_gets_a_row_with_shares_latency_cpu_and_the_machine(
         assert {"decode", "window_wait", "inference", "encode", "end_to_end"} <= set(stages)
         assert all(ms >= 0.0 for ms in stages.values())
     assert "inside streamer (arrival to written" in table
-    assert f"320x180 {auto}: p50 " in table
-    assert f"| 320x180 | {auto} | auto | 2/1/d |" in md_path.read_text()
+    assert f"rtsp 320x180 {auto}: p50 " in table
+    assert f"| rtsp | 320x180 | {auto} | auto | 2/1/d |" in md_path.read_text()
 
 
 @pytest.mark.slow
@@ -78,7 +78,31 @@ def test_both_rtsp_readers_get_a_row(tmp_path: Path) -> None:
         assert all(ms <= row["seconds"] * 1000 for ms in row["stages_ms"].values()), row["stages_ms"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_webrtc_path_runs_as_configs_webrtc_yaml_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    json_path = tmp_path / "live.json"
+    argv = ["--paths", "webrtc", "--sizes", "320x180", "--seconds", "2", "--budget-ms", "2000"]
+    assert run_bench("live", [*argv, "--json", str(json_path)]) == 0
+    table = capsys.readouterr().out
+    assert "webrtc: WHIP publisher (VP8) -> streamer -> WHEP -> aiortc player" in table
+    assert ">= 99% enhanced at 640x360 (webrtc): not measured in this run" in table
+    (row,) = json.loads(json_path.read_text())["rows"]
+    assert row["path"] == "webrtc"
+    assert row["reader"] == "-"  # the RTSP reader plays no part
+    assert row["camera"] == "ahead"  # VP8 encoded before the run, sent as packets
+    assert row["model"] in {f"auto: {p.stem.replace('.int8', '-int8')}" for p in AUTO_TIERS}
+    assert row["sent"] == 60
+    assert row["enhanced"] > 0
+    assert row["enhanced"] + row["passed_through"] + row["lost"] <= row["sent"]
+    assert "decode" in row["stages_ms"]  # a service ran the stream: its metrics timed the stages
+
+
 def test_bad_arguments_are_one_line_errors() -> None:
+    with pytest.raises(ConfigError, match="--paths 'rtsp,hls': give rtsp and/or webrtc"):
+        run_bench("live", ["--sizes", "320x180", "--paths", "rtsp,hls"])
     with pytest.raises(ConfigError, match="WIDTHxHEIGHT"):
         run_bench("live", ["--sizes", "big"])
     with pytest.raises(ConfigError, match="--seconds and --budget-ms must be positive"):
@@ -94,6 +118,7 @@ def test_bad_arguments_are_one_line_errors() -> None:
 def _row(model: str, enhanced: int, p99_ms: float, lost: int = 0) -> LiveRow:
     return LiveRow(
         size="640x360",
+        path="rtsp",
         model=model,
         sent=1000,
         enhanced=enhanced,
@@ -111,7 +136,7 @@ def _row(model: str, enhanced: int, p99_ms: float, lost: int = 0) -> LiveRow:
 
 def test_the_360p_target_needs_one_tier_meeting_all_three() -> None:
     def verdict(*rows: LiveRow) -> tuple[bool | None, str]:
-        (target,) = [t for t in check_targets(list(rows)) if "640x360" in t.name]
+        (target,) = [t for t in check_targets(list(rows)) if "640x360 (rtsp)" in t.name]
         return target.passed, target.detail
 
     # The tier enhancing most is over the budget; another meets everything: that one is reported.
@@ -139,10 +164,10 @@ def test_the_table_lists_each_tier_move_with_its_time_and_the_load() -> None:
     machine = Machine("a CPU", 2, "1.32.0", "CPUExecutionProvider", 0.1, 0.1, ("avx2",))
     table = format_table([moved, _row("temporal_filter_t5", 1000, 100.0)], machine, 30, 90.0, 100.0)
     assert (
-        "640x360 auto: stream_t5_quarter_sep: one core taken 30-60 s; moves: 33.4 s stream_t5_lite_sep -> "
-        "stream_t5_quarter_sep (82% enhanced over 5 s)"
+        "rtsp 640x360 auto: stream_t5_quarter_sep: one core taken 30-60 s; moves: 33.4 s "
+        "stream_t5_lite_sep -> stream_t5_quarter_sep (82% enhanced over 5 s)"
     ) in table
     assert sum("; moves: " in line for line in table.splitlines()) == 1  # no load and no move: no line
-    assert "- 640x360 auto: stream_t5_quarter_sep: one core taken" in format_markdown(
+    assert "- rtsp 640x360 auto: stream_t5_quarter_sep: one core taken" in format_markdown(
         [moved], machine, 30, 90.0
     )
