@@ -41,6 +41,7 @@ from streamer.errors import SourceError, StreamerError
 from streamer.media import framecode
 from streamer.serving.service import Service, StreamResult
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
+from streamer.webrtc.jitter import release_on_marker
 from streamer.webrtc.server import WebRtcServer
 
 __all__ = ["run_webrtc"]
@@ -172,7 +173,8 @@ class _WebRtcPeers(threading.Thread):
             async with asyncio.timeout(self.cap_s), aiohttp.ClientSession() as http:
                 tracks: asyncio.Queue[MediaStreamTrack] = asyncio.Queue(maxsize=1)
                 player.on("track", tracks.put_nowait)
-                player.addTransceiver("video", direction="recvonly")
+                # as a browser plays: each frame decoded as its last packet arrives
+                release_on_marker(player.addTransceiver("video", direction="recvonly").receiver)
                 locations.append(await self._negotiate(http, "whep", player))
                 reading = asyncio.create_task(self._read(await tracks.get(), seen_last))
                 sending = publisher.addTransceiver(track, direction="sendonly")

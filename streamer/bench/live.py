@@ -256,7 +256,8 @@ _NOTES = (
     "dropped by the budget",
     "p50/p99: camera capture -> player decode (glass to glass), including the centre window's lookahead",
     "reader: how streamer's RTSP source and the player read RTSP (source.reader): auto decodes each "
-    "frame as its last packet arrives, ffmpeg (FFmpeg's reader) when the next frame begins",
+    "frame as its last packet arrives, ffmpeg (FFmpeg's reader) when the next frame begins; over "
+    "WebRTC both ends take a frame on its last packet (the RTP marker bit), as browsers do",
     "w/threads: model.workers / model.threads / the RTSP sink's libx264 threads (d = the default: "
     "for threads, the library's choice)",
     "model fps: the model alone on this size at batch 1 in a stream's steady state (a streaming model "

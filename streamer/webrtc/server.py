@@ -46,6 +46,7 @@ from streamer.serving.memory import release_memory
 from streamer.webrtc.access import Access, unknown_stream, with_links
 from streamer.webrtc.codecs import relabel_h264, video_formats
 from streamer.webrtc.ice import IceServer, check_addresses, default_ice_addresses, is_loopback
+from streamer.webrtc.jitter import release_on_marker
 from streamer.webrtc.lipsync import LipSync, listen
 from streamer.webrtc.offers import read_offer
 from streamer.webrtc.playback import FrameHub
@@ -251,6 +252,7 @@ class WebRtcServer:
         if ingest is None or session.ended:  # the source was closed while the offer was being answered
             await self._sessions.end(session)
             raise unknown_stream("WHIP source", stream, self._ingests)
+        release_on_marker(video.receiver)  # each frame decoded on its last packet, not the next's first
         sync = LipSync()
         listen(video.receiver, sync.video)
         if audio is not None:

@@ -313,6 +313,23 @@ def test_a_publisher_connected_but_silent_is_replaced_by_the_next_offer() -> Non
     assert codes[-1] >= 500  # the second publisher's frames flow
 
 
+def test_a_frame_is_taken_on_its_last_packet_not_when_the_next_begins() -> None:
+    """The publisher's last frame before it goes quiet reaches the pipeline while it stays connected:
+    aiortc's own jitter buffer would hold it until a packet of a next frame that never comes."""
+
+    async def scenario() -> list[int | None]:
+        async with serving() as (server, http):
+            source = WhipSource(server, "cam", open_timeout_s=20.0, relay_original=False)
+            publisher = await publish(http, server, "cam", SilencedCamera(frames=6))
+            await source.open()
+            frames = [await asyncio.wait_for(source.recv(), 10) for _ in range(6)]
+            await leave(http, server, publisher)
+            await source.aclose()
+            return [framecode.read(f.pixels) for f in frames]
+
+    assert asyncio.run(scenario()) == [0, 1, 2, 3, 4, 5]
+
+
 def test_with_end_on_unpublish_the_publisher_leaving_ends_the_stream() -> None:
     async def scenario() -> list[Frame]:
         async with serving() as (server, http):
