@@ -105,6 +105,8 @@ def build_server(config: Config) -> WebRtcServer | None:
         max_sessions=w.max_sessions,
         max_players=w.max_players,
         limits=build_http_limits(w),
+        shared_h264=w.shared_h264,
+        player_bitrate=w.player_bitrate,
     )
 
 

@@ -97,7 +97,17 @@ class WebRtcConfig(ServerLimits):
     max_sessions: int = Field(64, ge=1, le=4096)
     """WHIP and WHEP sessions open at once; an offer past it gets 503 with Retry-After."""
     max_players: int = Field(16, ge=1, le=4096)
-    """WHEP players of one stream at once (each has its own encoder); past it, 503 with Retry-After."""
+    """WHEP players of one stream at once; past it, 503 with Retry-After."""
+    shared_h264: bool = True
+    """Players whose offer takes H.264 in Constrained Baseline (every browser's does) share one encode
+    per stream (libx264 ultrafast, zerolatency, at ``player_bitrate``; a keyframe as a player joins or
+    reports a lost picture), so the cores pay one encode however many play. False: aiortc encodes for
+    each player (VP8 or H.264), each player's bitrate following its own congestion control, for players
+    on links that cannot carry ``player_bitrate``. Players that offer no such H.264 get their own
+    encoder either way."""
+    player_bitrate: int | None = Field(None, ge=100_000, le=100_000_000)
+    """The shared H.264 encode's bits per second; None: 0.1 bit per pixel at 30 fps (0.7 Mbit/s at
+    640x360, 2.8 at 1280x720)."""
 
     @field_validator("stun_servers")
     @classmethod

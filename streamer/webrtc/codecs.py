@@ -8,6 +8,10 @@ profile in :data:`ACCEPTED`. So :func:`relabel_h264` shows aiortc each such form
 Baseline and :meth:`Relabelled.answer` puts each format's offered profile-level-id back into the answer,
 as RFC 6184 asks of an answer (the offer's profile; any level, FFmpeg has none it cannot take).
 aiortc's codec list is left alone, so what WHEP players are offered and sent does not change.
+
+A WHEP player's offer is cut by :func:`shared_h264_offer` to its H.264 formats that play the one
+Constrained Baseline stream its players share (``streamer.webrtc.shared_h264``), so aiortc answers H.264
+even where the player lists VP8 first, as browsers do.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ __all__ = [
     "h264_profile",
     "refusal",
     "relabel_h264",
+    "shared_h264_offer",
     "video_formats",
 ]
 
@@ -53,6 +58,10 @@ _AIORTC_H264 = "packetization-mode=1;profile-level-id=42e01f"
 
 _NOT_CODECS = frozenset({"RTX", "RED", "ULPFEC", "FLEXFEC-03"})
 """Formats that repair or resend another one, left out when a refusal lists what an offer has."""
+
+_SHARED_PROFILES = ("Constrained Baseline", "Baseline")
+"""Profiles whose decoders play the shared stream (Constrained Baseline), as aiortc sends them."""
+_PAYLOAD_LINE = re.compile(r"a=(?:rtpmap|fmtp|rtcp-fb):([0-9]{1,3})[ \t]")
 
 _ANSWER_PROFILE = re.compile(r"a=fmtp:([0-9]{1,3}) .*profile-level-id=([0-9A-Fa-f]{6})")
 
@@ -152,4 +161,48 @@ def _refmtp(offer: str, chosen: set[tuple[int, int]]) -> Iterator[str]:
         if fmtp is not None and (index, int(fmtp[1])) in chosen:
             end = line[len(line.rstrip("\r\n")) :]
             line = f"a=fmtp:{fmtp[1]} {_AIORTC_H264}{end}"
+        yield line
+
+
+def shared_h264_offer(offer: str) -> str | None:
+    """A WHEP ``offer`` with its first video m-section cut to the H.264 formats the shared stream plays
+    on (packetization-mode 1, Constrained Baseline or Baseline) and their retransmission formats, so
+    aiortc answers with one of them; None where it offers none (the player then gets its own encoder)."""
+    sections = media_sections(offer)
+    video = next((i for i, s in enumerate(sections) if s[0].startswith("m=video ")), None)
+    if video is None:
+        return None
+    formats = video_formats(sections[video])
+    kept = {
+        f.payload_type
+        for f in formats
+        if f.h264
+        and f.parameters.get("packetization-mode") == "1"
+        and h264_profile(f.parameters.get("profile-level-id", "42e01f")) in _SHARED_PROFILES
+    }
+    if not kept:
+        return None
+    kept |= {f.payload_type for f in formats if f.name.upper() == "RTX" and _apt(f) in kept}
+    return "".join(_cut(offer, video, kept))
+
+
+def _apt(f: Format) -> int | None:
+    apt = f.parameters.get("apt", "")
+    return int(apt) if apt.isdigit() else None
+
+
+def _cut(sdp: str, section: int, kept: set[int]) -> Iterator[str]:
+    """``sdp``'s lines, m-section ``section`` keeping only the payload types ``kept``."""
+    index = -1
+    for line in sdp.splitlines(keepends=True):
+        bare = line.strip()
+        index += bare.startswith("m=")
+        if index == section:
+            if bare.startswith("m="):
+                fields = bare.split()
+                end = line[len(line.rstrip("\r\n")) :]
+                types = [t for t in fields[3:] if not t.isdigit() or int(t) in kept]
+                line = " ".join(fields[:3] + types) + end
+            elif (match := _PAYLOAD_LINE.match(bare)) is not None and int(match[1]) not in kept:
+                continue
         yield line

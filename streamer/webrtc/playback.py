@@ -1,11 +1,13 @@
 """WHEP playback: frames fanned out to any number of WebRTC players, each on its own track.
 
-Each player gets its own :class:`PlayerTrack`, which holds only the newest frame (LATEST_ONLY): a
-player whose encoder or network is slow skips frames, counted, and never builds a queue that would
-delay everyone else or grow memory. The pixels are converted to a ``VideoFrame`` in a worker thread
-when the player's sender asks for a frame, so frames a player skips cost nothing. The server owns the
-hubs and hands players their tracks; the WHEP sink and the WHIP source's original relay publish to a
-hub the server gives them.
+A player whose offer takes H.264 in Constrained Baseline (every browser's does) gets a share of the
+stream's one H.264 encode (:mod:`streamer.webrtc.shared_h264`, ``webrtc.shared_h264``). Any other
+gets its own :class:`PlayerTrack`, which aiortc's sender encodes, and which holds only the newest frame
+(LATEST_ONLY): a player whose encoder or network is slow skips frames, counted, and never builds a
+queue that would delay everyone else or grow memory. The pixels are converted to a ``VideoFrame`` in a
+worker thread when the player's sender asks for a frame, so frames a player skips cost nothing. The
+server owns the hubs and hands players their tracks; the WHEP sink and the WHIP source's original relay
+publish to a hub the server gives them.
 
 A hub that :meth:`~FrameHub.carries_audio` also gives each player a :class:`PlayerAudioTrack`: the
 sink publishes a frame's sound (48 kHz stereo s16, what aiortc's Opus encoder takes) as it publishes
@@ -29,8 +31,8 @@ from aiortc.mediastreams import MediaStreamError
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.errors import EndOfStream
 from streamer.frame import Frame
-from streamer.media.colour import yuv_frame
-from streamer.media.planes import convert, rgb_frame
+from streamer.webrtc.frames import RTP_CLOCK_RATE, TIME_BASE, RtpClock, video_frame
+from streamer.webrtc.shared_h264 import PacketTrack, SharedH264
 
 __all__ = [
     "AUDIO_CHUNKS",
@@ -44,10 +46,6 @@ __all__ = [
     "Sound",
 ]
 
-RTP_CLOCK_RATE = 90_000
-"""The RTP clock of every video codec WebRTC uses."""
-_TIME_BASE = Fraction(1, RTP_CLOCK_RATE)
-
 ORIGINAL_SUFFIX = ".original"
 """``/whep/{stream}.original`` plays the frames as they entered the pipeline, for side-by-side views."""
 
@@ -58,43 +56,6 @@ AUDIO_CHUNKS = 60
 
 Sound = npt.NDArray[np.int16]
 """One chunk of sound: (1, 2 * samples) s16, stereo interleaved at :data:`AUDIO_RATE`."""
-
-
-class RtpClock:
-    """Maps frame times to one player's 90 kHz timeline, which only moves forward.
-
-    Media time is followed while it advances by at most ``max_step_s`` per frame; a step back (a new
-    publisher, whose clock starts again) or a larger jump re-anchors the timeline one nominal frame
-    after the last stamp, so the player's jitter buffer never sees time go back or stall.
-    """
-
-    def __init__(self, max_step_s: float = 1.0, nominal_fps: float = 30.0) -> None:
-        self._max_step = round(max_step_s * RTP_CLOCK_RATE)
-        self._nominal = round(RTP_CLOCK_RATE / nominal_fps)
-        self._anchor: tuple[float, int] | None = None
-        self._last: int | None = None
-
-    def stamp(self, seconds: float) -> int:
-        """The RTP ticks for a frame at ``seconds`` (media time, or a monotonic clock when it has none)."""
-        if self._anchor is None:
-            self._anchor = (seconds, 0)
-        ticks = self._anchor[1] + round((seconds - self._anchor[0]) * RTP_CLOCK_RATE)
-        if self._last is not None and not self._last < ticks <= self._last + self._max_step:
-            ticks = self._last + self._nominal
-            self._anchor = (seconds, ticks)
-        self._last = ticks
-        return ticks
-
-
-def _video_frame(frame: Frame) -> av.VideoFrame:
-    """A frame as the yuv420p frame aiortc's encoders take, BT.601 in tv range as players read WebRTC
-    video: 4:2:0 planes already so go as they are, others from RGB (made here, in a worker thread)."""
-    colour = frame.planes_out
-    if colour is not None and (colour.matrix, colour.range) in ((5, 1), (6, 1)):
-        planes = frame.planes
-        assert planes is not None
-        return yuv_frame(planes)
-    return convert(rgb_frame(frame.pixels), format="yuv420p")
 
 
 class PlayerTrack(MediaStreamTrack):
@@ -118,9 +79,9 @@ class PlayerTrack(MediaStreamTrack):
             frame = await self._slot.get()
         except EndOfStream:
             raise MediaStreamError from None
-        video = await asyncio.to_thread(_video_frame, frame)
+        video = await asyncio.to_thread(video_frame, frame)
         video.pts = self._clock.stamp(frame.time if frame.time is not None else time.monotonic())
-        video.time_base = _TIME_BASE
+        video.time_base = TIME_BASE
         return video
 
     def stop(self) -> None:
@@ -171,10 +132,15 @@ class PlayerAudioTrack(MediaStreamTrack):
 
 
 class FrameHub:
-    """Fans the frames of one playable stream out to its players; players joining later start from then."""
+    """Fans the frames of one playable stream out to its players; players joining later start from then.
 
-    def __init__(self, name: str) -> None:
+    A player gets its own :class:`PlayerTrack` (:meth:`subscribe`, its sender encodes) or a share of the
+    stream's one H.264 encode (:meth:`subscribe_h264`, ``h264_bitrate`` bits per second, None: by the
+    frames' size)."""
+
+    def __init__(self, name: str, h264_bitrate: int | None = None) -> None:
         self.name = name
+        self._h264 = SharedH264(name, h264_bitrate)
         self._players: set[PlayerTrack] = set()
         self._listeners: set[PlayerAudioTrack] = set()
         self._published = 0
@@ -190,7 +156,13 @@ class FrameHub:
 
     @property
     def players(self) -> int:
-        return len(self._players)
+        """Players on either kind of track."""
+        return len(self._players) + self._h264.players
+
+    @property
+    def shared(self) -> SharedH264:
+        """The stream's one H.264 encode for the players that share it."""
+        return self._h264
 
     @property
     def published(self) -> int:
@@ -200,6 +172,10 @@ class FrameHub:
         track = PlayerTrack(self)
         self._players.add(track)
         return track
+
+    def subscribe_h264(self) -> PacketTrack:
+        """A player's share of the stream's one H.264 encode, from a keyframe asked for now."""
+        return self._h264.subscribe()
 
     def subscribe_audio(self) -> PlayerAudioTrack:
         track = PlayerAudioTrack(self)
@@ -219,9 +195,11 @@ class FrameHub:
     def publish(self, frame: Frame) -> None:
         for player in tuple(self._players):
             player.offer(frame)
+        self._h264.offer(frame)
         self._published += 1
 
     def close(self) -> None:
         """End every player's tracks; their peers see the tracks end."""
-        for player in (*self._players, *self._listeners):
+        for player in (*self._players, *self._listeners, *self._h264.tracks):
             player.stop()
+        self._h264.close()

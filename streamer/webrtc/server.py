@@ -44,13 +44,14 @@ from streamer.media.sdp import video_section
 from streamer.serving.httpserve import HttpLimits, serve
 from streamer.serving.memory import release_memory
 from streamer.webrtc.access import Access, unknown_stream, with_links
-from streamer.webrtc.codecs import relabel_h264, video_formats
+from streamer.webrtc.codecs import relabel_h264, shared_h264_offer, video_formats
 from streamer.webrtc.ice import IceServer, check_addresses, default_ice_addresses, is_loopback
 from streamer.webrtc.jitter import release_on_marker
 from streamer.webrtc.lipsync import LipSync, listen
 from streamer.webrtc.offers import read_offer
 from streamer.webrtc.playback import FrameHub
 from streamer.webrtc.sessions import Ingest, Session, Sessions
+from streamer.webrtc.shared_h264 import keyframe_on_loss
 from streamer.webrtc.viewer import Figures, Viewer
 
 __all__ = ["Ingest", "WebRtcServer"]
@@ -104,8 +105,15 @@ class WebRtcServer:
         max_sessions: int = 64,
         max_players: int = 16,
         limits: HttpLimits | None = None,
+        shared_h264: bool = True,
+        player_bitrate: int | None = None,
     ) -> None:
+        """``shared_h264``: players whose offer takes H.264 share one encode per stream at
+        ``player_bitrate`` (None: by the frames' size), ``streamer.webrtc.shared_h264``; the others,
+        and all of them where False, get an encoder of their own from aiortc."""
         _check_exposure(host, token, max_body_bytes)
+        self._shared_h264 = shared_h264
+        self._player_bitrate = player_bitrate
         self._ice_servers = (*(IceServer((url,)) for url in stun_servers), *ice_servers)
         self._access = Access.configure(token, cors_origins, self._ice_servers, advertise_ice_servers)
         self.host = host
@@ -208,7 +216,7 @@ class WebRtcServer:
     def declare_playback(self, name: str) -> FrameHub:
         """Make ``name`` playable over WHEP; returns the hub its frames are published to."""
         self._check_id(name, taken=name in self._hubs, what="WHEP stream")
-        hub = self._hubs[name] = FrameHub(name)
+        hub = self._hubs[name] = FrameHub(name, self._player_bitrate)
         return hub
 
     def declare_figures(self, name: str, figures: Figures) -> None:
@@ -296,15 +304,18 @@ class WebRtcServer:
             raise unknown_stream("WHEP stream", stream, self._hubs)
         offer = await read_offer(request, "whep", self._max_body, self._limits)
         self._sessions.check_room("whep", stream)
+        shared = shared_h264_offer(offer) if self._shared_h264 else None  # chosen once per player
         session = self._sessions.open("whep", stream)
-        session.track = hub.subscribe()
+        session.track = hub.subscribe() if shared is None else hub.subscribe_h264()
         if hub.carries_audio:
             session.sound = hub.subscribe_audio()
-        answer, _, _ = await self._sessions.answer(
-            session, offer, "sendonly", audio=session.sound is not None
+        answer, video, _ = await self._sessions.answer(
+            session, offer if shared is None else shared, "sendonly", audio=session.sound is not None
         )
         if session.ended:  # the stream was released while the offer was being answered
             raise unknown_stream("WHEP stream", stream, self._hubs)
+        if shared is not None:  # its sender has no encoder of its own to make a keyframe
+            keyframe_on_loss(video.sender, hub.shared.request_keyframe)
         return self._created(session, answer)
 
     async def _delete(self, request: web.Request) -> web.Response:

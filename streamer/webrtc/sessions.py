@@ -24,6 +24,7 @@ from streamer.webrtc.ice import IceServer, restrict_host_addresses, rtc_configur
 from streamer.webrtc.lipsync import LipSync
 from streamer.webrtc.offers import Kind, one_line
 from streamer.webrtc.playback import ORIGINAL_SUFFIX, PlayerAudioTrack, PlayerTrack
+from streamer.webrtc.shared_h264 import PacketTrack
 
 __all__ = ["Ingest", "Session", "Sessions"]
 
@@ -58,7 +59,7 @@ class Session:
     kind: Kind
     stream: str
     pc: RTCPeerConnection
-    track: PlayerTrack | None = None
+    track: PlayerTrack | PacketTrack | None = None
     sound: PlayerAudioTrack | None = None
     """A WHEP player's audio track, where the stream carries the source's audio."""
     timer: asyncio.TimerHandle | None = None

@@ -7,7 +7,8 @@ A source's audio, attached before ``open``, goes to the players as Opus: each fr
 its own period from the source's queue (the packets that start before the next frame's time), decoded
 and resampled to 48 kHz stereo in a worker thread, and publishes it beside the frame. So the sound is
 delayed by exactly the video's pipeline latency, and a frame the pipeline passes through or drops moves
-none of it. aiortc encodes Opus for each player.
+none of it. aiortc encodes Opus for each player; the video goes to players as
+:mod:`streamer.webrtc.playback` hands it out (one H.264 encode shared where players take it).
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ from streamer.core.windower import Windower
 from streamer.engine.pipeline import Outcome, Pipeline
 from streamer.frame import Frame
 from streamer.media import framecode
+from streamer.media.sdp import video_section
 from streamer.webrtc import ORIGINAL_SUFFIX, WebRtcServer, WhepSink, WhipSource
+from streamer.webrtc.codecs import video_formats
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 from tests.integration.rtsp_fixtures import until
 
@@ -328,6 +330,56 @@ def test_a_frame_is_taken_on_its_last_packet_not_when_the_next_begins() -> None:
             return [framecode.read(f.pixels) for f in frames]
 
     assert asyncio.run(scenario()) == [0, 1, 2, 3, 4, 5]
+
+
+def answered_codec(answer: str) -> str:
+    """The codec an answer sends video in: its video m-line's first format."""
+    section = video_section(answer)
+    assert section is not None
+    return video_formats(section)[0].name
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_players_offering_h264_share_one_encode_of_the_stream(shared: bool) -> None:
+    """Two aiortc players (their offers list VP8 first, then H.264, as browsers' do) on one stream: with
+    ``shared_h264`` both get H.264 from one encode per frame; without it, each its own VP8 encoder."""
+
+    async def scenario() -> tuple[list[list[int | None]], int, int, list[str]]:
+        server = WebRtcServer(port=0, token=TOKEN, connect_timeout_s=10.0, shared_h264=shared)
+        hub = server.declare_playback("out")
+        await server.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                players = [await play(http, server, "out", wanted=20) for _ in range(2)]
+                codecs = [answered_codec(p.pc.remoteDescription.sdp) for p in players]
+                camera = CountingCamera()
+                async with asyncio.timeout(60):
+                    while not all(p.enough.is_set() for p in players):
+                        video = await camera.recv()
+                        pixels = np.asarray(video.to_ndarray(format="rgb24"), dtype=np.uint8)
+                        hub.publish(Frame(pixels, camera.code, video.pts, video.time_base, time.monotonic()))
+                for player in players:
+                    await leave(http, server, player)
+                return (
+                    [[c for c, _, _ in p.received] for p in players],
+                    hub.published,
+                    hub.shared.encoded,
+                    codecs,
+                )
+        finally:
+            await server.stop()
+
+    received, published, encoded, codecs = asyncio.run(scenario())
+    assert codecs == (["H264", "H264"] if shared else ["VP8", "VP8"])
+    for codes in received:
+        assert len(codes) >= 20
+        readable = [c for c in codes if c is not None]
+        assert len(readable) >= 18  # each player decodes the stream it is sent
+        assert readable == sorted(readable)
+    if shared:
+        assert 0 < encoded <= published  # one encode per frame for both players (none skipped while free)
+    else:
+        assert encoded == 0  # each player's sender encoded for itself
 
 
 def test_with_end_on_unpublish_the_publisher_leaving_ends_the_stream() -> None:
