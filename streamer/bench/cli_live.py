@@ -228,6 +228,12 @@ def add_whep(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     whep.add_argument("--hold-s", type=float, default=10.0, help="how long accepted players watch (10)")
     whep.add_argument("--after-s", type=float, default=60.0, help="when RSS is read after they left (60)")
     whep.add_argument("--warmup-s", type=float, default=5.0, help="stream time before the burst (5)")
+    whep.add_argument(
+        "--shared-h264",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="webrtc.shared_h264: the players share one H.264 encode (the default), or each gets its own",
+    )
     whep.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
     whep.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     whep.set_defaults(func=_whep)

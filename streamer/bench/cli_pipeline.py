@@ -54,6 +54,13 @@ def add_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="MS",
         help="latency.budget_ms: frames that would miss it leave unenhanced (default: no budget)",
     )
+    latency.add_argument(
+        "--camera",
+        choices=("live", "ahead"),
+        default="live",
+        help="live: the camera encodes each frame on these cores as it sends it; ahead: it encodes them "
+        "before the run, as an IP camera or a browser encodes on its own chip (live)",
+    )
     latency.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     latency.add_argument("--markdown", metavar="PATH", help="also write the table as markdown here")
     latency.set_defaults(func=_latency)

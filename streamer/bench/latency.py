@@ -102,13 +102,20 @@ def run_latency(settings: Settings) -> LatencyReport:
         f"later frames have arrived, {lookahead} x 1000/{settings.fps} ms; rest = p50 - lookahead "
         "(processing + transport)",
         "pipeline: arrival -> written inside streamer, per measured frame, as its PipelineReport records "
-        "it (RtspSink encodes before 'written', WhepSink leaves encoding to each player's sender); the "
+        "it (RtspSink encodes before 'written'; WhepSink's players are encoded after it, once for those "
+        "sharing H.264); the "
         "report's own figures, over every frame written, warm-up included, are on each path's line; "
         "outside: per measured frame, end to end minus pipeline: encode, transport and decode around it",
-        "RtspSource and the RTSP player decode each frame as its last packet arrives (the RTP marker "
-        "bit, source.reader auto); FFmpeg's reader would wait a frame period for the next one to begin",
+        "RtspSource, WhipSource and both players decode each frame as its last packet arrives (the RTP "
+        "marker bit; source.reader auto for RTSP); FFmpeg's RTSP reader and aiortc's own jitter buffer "
+        "would wait a frame period for the next one to begin",
         "camera and players run in this process (own threads; the WebRTC peers on their own event loop) "
-        "and share its CPUs with the streamer; all traffic is loopback",
+        "and share its CPUs with the streamer; all traffic is loopback; "
+        + (
+            "the camera's frames were encoded before the run (H.264 for RTSP, VP8 for WebRTC)"
+            if settings.camera_ahead
+            else "the camera encodes each frame as it sends it"
+        ),
         f"load average {load_before} at start, {_load()} at end: other work on the machine inflates the "
         "tails",
     ]
@@ -162,6 +169,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         _parse_paths(args.paths),
         model=AUTO if args.model is None else parse_model(args.model),
         budget_ms=args.budget_ms,
+        camera_ahead=args.camera == "ahead",
     )
     report = run_latency(settings)
     print(format_table(report))

@@ -68,6 +68,8 @@ class WhepBurstResult:
     cpu_watching_percent: float
     """The server process's CPU while the accepted players watched, 100 = one core."""
     seconds: float
+    shared_h264: bool = True
+    """``webrtc.shared_h264``: the players (aiortc's offers take H.264) shared one encode."""
 
     @property
     def rss_after_growth(self) -> float:
@@ -207,7 +209,9 @@ async def _scenario(args: argparse.Namespace) -> WhepBurstResult:
         sink=WhepSinkConfig(stream=_STREAM),
         model=ModelConfig(path=TEMPORAL_FILTER),
         gate=GateConfig(enabled=False),
-        webrtc=WebRtcConfig(port=0, max_players=args.cap, max_sessions=max(args.cap, 64)),
+        webrtc=WebRtcConfig(
+            port=0, max_players=args.cap, max_sessions=max(args.cap, 64), shared_h264=args.shared_h264
+        ),
     )
     server = build_server(config)
     assert server is not None
@@ -252,6 +256,7 @@ async def _scenario(args: argparse.Namespace) -> WhepBurstResult:
         cpu_before_percent=cpu_before,
         cpu_watching_percent=cpu_watching,
         seconds=time.monotonic() - started,
+        shared_h264=args.shared_h264,
     )
 
 
@@ -284,18 +289,23 @@ def format_table(result: WhepBurstResult, machine: Machine) -> str:
         f"RSS: {r.rss_before_mb:.1f} MB before, {r.rss_peak_mb:.1f} MB peak, {r.rss_after_mb:.1f} MB "
         f"{r.after_s:g} s after they left ({r.rss_after_growth:+.1%})",
         f"CPU: {r.cpu_before_percent:.0f}% before, {r.cpu_watching_percent:.0f}% while they watched: "
-        f"{r.cpu_per_player:.1f}% of a core per player (its own encode; the players are another process)",
+        f"{r.cpu_per_player:.1f}% of a core per player ({_encodes(r)}; the players are another process)",
     ]
     notes = ["RSS: medians of 1 s samples over the last 3 s before the burst and of the run's end"]
     return "\n".join([*lines, *table_footer(notes, check_targets(result), r.seconds)])
 
 
+def _encodes(result: WhepBurstResult) -> str:
+    return "one H.264 encode shared by all" if result.shared_h264 else "each player its own encode"
+
+
 def format_markdown(result: WhepBurstResult, machine: Machine) -> str:
     r = result
     lines = [
-        "| players | cap | answered | RSS before / peak / after MB | CPU per player |",
-        "|---:|---:|---|---|---:|",
-        f"| {r.players} | {r.cap} | {r.answered} | {r.rss_before_mb:.0f} / {r.rss_peak_mb:.0f} / "
+        "| players | cap | encodes | answered | RSS before / peak / after MB | CPU per player |",
+        "|---:|---:|---|---|---|---:|",
+        f"| {r.players} | {r.cap} | {_encodes(r)} | {r.answered} | {r.rss_before_mb:.0f} / "
+        f"{r.rss_peak_mb:.0f} / "
         f"{r.rss_after_mb:.0f} ({r.rss_after_growth:+.1%}, {r.after_s:g} s after) "
         f"| {r.cpu_per_player:.1f}% |",
         "",

@@ -72,6 +72,19 @@ def test_without_the_gate_every_measured_frame_is_enhanced(
     assert row["measured"] == row["received"]
 
 
+def test_a_webrtc_camera_encoded_ahead_is_sent_as_its_vp8_packets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    json_path = tmp_path / "latency.json"
+    argv = ["--frames", "15", "--warmup", "5", "--paths", "webrtc", "--no-gate", "--camera", "ahead"]
+    assert run_bench("latency", [*argv, "--model", str(TEMPORAL_FILTER), "--json", str(json_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the camera's frames were encoded before the run (H.264 for RTSP, VP8 for WebRTC)" in out
+    (row,) = json.loads(json_path.read_text())["rows"]
+    assert row["codec"] == "H264"  # the player's offer takes H.264: it shares the one encode
+    assert row["received"] == row["sent"] == 15  # every packet sent came through streamer, decoded
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_by_default_it_runs_the_tier_a_live_stream_gets_and_names_it(

@@ -43,8 +43,9 @@ def test_whep_bench_accepts_the_cap_and_answers_the_rest_503(tmp_path: Path) -> 
     result = json.loads(out.read_text())["result"]
     assert result["answered"] == {"201": 2, "503": 4}
     assert result["retry_after"] is True
-    assert result["frames_per_player"] > 0
+    assert result["frames_per_player"] > 0  # the players decode the H.264 encode they share
     assert result["rss_before_mb"] > 0
+    assert result["shared_h264"] is True
 
 
 def test_bad_arguments_are_one_line_errors() -> None:
