@@ -10,8 +10,9 @@ A shared stream cannot start each player at a keyframe of its own, so: a player 
 keyframe and asks for one; a player that reports a lost picture (RTCP PLI or FIR, routed here by
 :func:`keyframe_on_loss`) asks for one; a player that falls a whole queue behind is emptied and waits
 for one. Requests are served at most every :data:`KEYFRAME_GAP_S`, none dropped; a keyframe also comes
-every :data:`KEYFRAME_INTERVAL` frames. Frames come in as the newest only: when the encoder is busy, the
-frames it misses are skipped before encoding, so no player ever lacks a packet the next refers to.
+every :data:`KEYFRAME_INTERVAL` frames. Frames wait for the encoder in a short queue
+(:data:`ENCODER_FRAMES`); one that falls further behind skips the oldest before encoding, so no player
+ever lacks a packet the next refers to.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from streamer.webrtc.frames import TIME_BASE, RtpClock, video_frame
 
 __all__ = [
     "BITS_PER_PIXEL",
+    "ENCODER_FRAMES",
     "KEYFRAME_GAP_S",
     "KEYFRAME_INTERVAL",
     "PLAYER_PACKETS",
@@ -55,6 +57,9 @@ KEYFRAME_INTERVAL = 150
 player's loss reports do not reach the encoder."""
 KEYFRAME_GAP_S = 0.5
 """Keyframe requests are served at most this often: players report losses in bursts."""
+ENCODER_FRAMES = 8
+"""Frames waiting for the encoder: a pipeline hands frames on in bursts (a batch, frames passed through
+beside enhanced ones), each encoded in a few milliseconds; past this the oldest is skipped."""
 PLAYER_PACKETS = 30
 """Packets a player may fall behind (a second at 30 fps) before it is emptied and waits for a keyframe."""
 
@@ -123,7 +128,7 @@ class SharedH264:
     """A played stream's frames, encoded once for all of its H.264 players while it has any.
 
     ``bitrate``: bits per second; None: :data:`BITS_PER_PIXEL` at 30 fps for the frames' size. The
-    encoding runs in a worker thread, one frame at a time, on the newest frame published.
+    encoding runs in a worker thread, one frame at a time, in the order published.
     """
 
     def __init__(self, name: str, bitrate: int | None = None) -> None:
@@ -153,7 +158,7 @@ class SharedH264:
         track = PacketTrack(self)
         self._players.add(track)
         if self._task is None:
-            self._frames = Channel(1, DropPolicy.LATEST_ONLY, name=f"h264-in:{self.name}")
+            self._frames = Channel(ENCODER_FRAMES, DropPolicy.DROP_OLDEST, name=f"h264-in:{self.name}")
             self._task = asyncio.get_running_loop().create_task(
                 self._run(self._frames), name=f"h264-{self.name}"
             )
@@ -167,7 +172,7 @@ class SharedH264:
             self.close()
 
     def offer(self, frame: Frame) -> None:
-        """The newest frame, encoded when the encoder is free; none while nobody plays."""
+        """A frame to encode once those before it are; none while nobody plays."""
         if self._frames is not None and not self._frames.closed:
             self._frames.put_nowait(frame)
 

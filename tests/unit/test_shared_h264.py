@@ -15,6 +15,7 @@ from streamer.media.sdp import video_section
 from streamer.webrtc.codecs import shared_h264_offer, video_formats
 from streamer.webrtc.playback import FrameHub
 from streamer.webrtc.shared_h264 import (
+    ENCODER_FRAMES,
     KEYFRAME_GAP_S,
     PLAYER_PACKETS,
     Encoded,
@@ -128,6 +129,23 @@ def test_players_share_one_encode_and_each_starts_on_a_keyframe_of_its_own() -> 
     assert late[0].is_keyframe  # the keyframe it asked for, which the others get too
     assert late[0] is first[5]
     assert not any(p.is_keyframe for p in first[1:5])
+
+
+def test_frames_handed_on_in_a_burst_are_each_encoded() -> None:
+    """A pipeline hands frames on in bursts (a batch's outputs at once): each is encoded, none skipped,
+    since a player missing one could not decode the next; past the queue the oldest go."""
+
+    async def check() -> tuple[int, int]:
+        hub = FrameHub("cam", h264_bitrate=500_000)
+        player = hub.subscribe_h264()
+        for index in range(ENCODER_FRAMES):
+            hub.publish(frame(index))
+        await until_encoded(hub.shared, ENCODER_FRAMES)
+        got = len(drained(player))
+        hub.close()
+        return hub.shared.encoded, got
+
+    assert asyncio.run(check()) == (ENCODER_FRAMES, ENCODER_FRAMES)
 
 
 def test_a_picture_loss_report_reaches_the_shared_encoder() -> None:
