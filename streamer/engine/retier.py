@@ -20,10 +20,14 @@ from streamer.core.tiering import TierController, TierMove
 from streamer.engine.tally import MISSED, Outcome, Tally
 from streamer.engine.tiers import TierChoice, card_fps
 
-__all__ = ["MOVES_SHOWN", "Moved", "Retier"]
+__all__ = ["MOVES_SHOWN", "UP_MARGIN", "Moved", "Retier"]
 
 MOVES_SHOWN = 10
 """The latest moves ``/streams`` shows of a stream."""
+UP_MARGIN = 1.25
+"""A better tier is tried only where its estimate fits this much more room than the headroom a stream
+starts with: the estimate spreads calls over the workers as if the cores were the stream's own, while
+other work (a neighbour, the codecs) takes them, and a try that fails costs frames."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +94,15 @@ class Retier:
         }
 
     def _fits(self, better: int, call_ms: float, workers: int) -> bool:
-        """Whether tier ``better`` would run the stream's frames ``headroom`` times over: this tier's
-        measured call time scaled by the two tiers' cards, its calls spread over the workers."""
+        """Whether tier ``better`` would run the stream's frames ``headroom`` times over, with
+        :data:`UP_MARGIN` to spare: this tier's measured call time scaled by the two tiers' cards, its
+        calls spread over the workers."""
         ours = card_fps(AUTO_TIERS[self.controller.current], self.width, self.height)
         theirs = card_fps(AUTO_TIERS[better], self.width, self.height)
         if ours is None or theirs is None or theirs <= 0 or call_ms <= 0 or self.fps <= 0:
             return False
         estimate_ms = call_ms * ours / theirs
-        return estimate_ms / max(1, workers) * self.headroom <= 1000.0 / self.fps
+        return estimate_ms / max(1, workers) * self.headroom * UP_MARGIN <= 1000.0 / self.fps
 
 
 def _index(path: Path) -> int:
