@@ -21,7 +21,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["TierController", "TierMove"]
+__all__ = ["NEIGHBOUR_CORES", "NeighbourLoad", "TierController", "TierMove"]
+
+NEIGHBOUR_CORES = 0.5
+"""Other processes keeping this much of the host's cores busy hold back every move up: a better
+tier's estimate reads the stream's own calls, which the cheapest tier keeps about as fast with a
+neighbour as without, so only the host's CPU tells that the cores a better tier needs are taken."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +139,32 @@ class TierController:
         self._full_since = None
         self._seen.clear()
         return TierMove(to, reason)
+
+
+class NeighbourLoad:
+    """The cores other processes kept busy over the last ``window_s``: the host's busy CPU seconds
+    less this process's, per second, from samples fed as time goes on (monotonic seconds)."""
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, float, float]] = deque()
+
+    def observe(self, now: float, host_s: float | None, process_s: float) -> float | None:
+        """The host's and this process's busy CPU seconds so far; returns :meth:`cores`. A host figure
+        of None (none to read) forgets what was seen: not known."""
+        if host_s is None:
+            self._samples.clear()
+            return None
+        self._samples.append((now, host_s, process_s))
+        while len(self._samples) > 2 and self._samples[1][0] <= now - self.window_s:
+            self._samples.popleft()
+        return self.cores()
+
+    def cores(self) -> float | None:
+        """Other processes' busy cores over the window; None before samples span half of it."""
+        if len(self._samples) < 2:
+            return None
+        (t0, host0, own0), (t1, host1, own1) = self._samples[0], self._samples[-1]
+        if t1 - t0 < self.window_s / 2:
+            return None
+        return max(0.0, ((host1 - host0) - (own1 - own0)) / (t1 - t0))

@@ -3,8 +3,9 @@
 The tier chosen when the source opened is where a stream starts; from then on its enhanced share
 decides (``streamer.core.tiering``): it moves down a tier when the model stops keeping up (another
 process took a core, more streams arrived), and tries the next better tier once it has had room to
-spare for long enough and that tier's estimated cost fits. The estimate scales the stream's own
-measured call time by the two tiers' cards, so trying a tier costs no frame; a tier that then cannot
+spare for long enough, no other process holds the cores, and that tier's estimated cost fits. The
+estimate scales the stream's own measured call time by the two tiers' cards, so trying a tier costs no
+frame; a tier that then cannot
 hold is left again, and tried only after ever longer waits. The service applies a move between calls
 (``Pipeline.move_to``); each is logged once with its reason and shown in ``/streams`` and the metrics.
 """
@@ -16,18 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamer.assets import AUTO_TIERS
-from streamer.core.tiering import TierController, TierMove
+from streamer.core.tiering import NEIGHBOUR_CORES, TierController, TierMove
 from streamer.engine.tally import MISSED, Outcome, Tally
 from streamer.engine.tiers import TierChoice, card_fps
 
-__all__ = ["MOVES_SHOWN", "UP_MARGIN", "Moved", "Retier"]
+__all__ = ["MOVES_SHOWN", "Moved", "Retier"]
 
 MOVES_SHOWN = 10
 """The latest moves ``/streams`` shows of a stream."""
-UP_MARGIN = 1.25
-"""A better tier is tried only where its estimate fits this much more room than the headroom a stream
-starts with: the estimate spreads calls over the workers as if the cores were the stream's own, while
-other work (a neighbour, the codecs) takes them, and a try that fails costs frames."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +55,17 @@ class Retier:
     def tier(self) -> Path:
         return AUTO_TIERS[self.controller.current]
 
-    def due(self, now: float, tally: Tally, call_ms: float, workers: int) -> TierMove | None:
-        """The move to make now, if any, from the stream's counts and its current tier's call time."""
+    def due(
+        self, now: float, tally: Tally, call_ms: float, workers: int, neighbours: float | None = None
+    ) -> TierMove | None:
+        """The move to make now, if any, from the stream's counts, its current tier's call time and
+        the cores other processes keep busy (``neighbours``; None: not known): none up while they
+        hold :data:`~streamer.core.tiering.NEIGHBOUR_CORES` or more."""
         missed = sum(tally.outcomes[outcome] for outcome in MISSED)
         here = self.controller.current
         self.controller.observe(now, tally.outcomes[Outcome.ENHANCED], missed)
-        return self.controller.decide(now, here > 0 and self._fits(here - 1, call_ms, workers))
+        quiet = neighbours is None or neighbours < NEIGHBOUR_CORES
+        return self.controller.decide(now, here > 0 and quiet and self._fits(here - 1, call_ms, workers))
 
     def starved(self, now: float, below: float) -> float | None:
         """The share of the last window where it is under ``below`` on the cheapest tier (after
@@ -94,15 +96,14 @@ class Retier:
         }
 
     def _fits(self, better: int, call_ms: float, workers: int) -> bool:
-        """Whether tier ``better`` would run the stream's frames ``headroom`` times over, with
-        :data:`UP_MARGIN` to spare: this tier's measured call time scaled by the two tiers' cards, its
-        calls spread over the workers."""
+        """Whether tier ``better`` would run the stream's frames ``headroom`` times over: this tier's
+        measured call time scaled by the two tiers' cards, its calls spread over the workers."""
         ours = card_fps(AUTO_TIERS[self.controller.current], self.width, self.height)
         theirs = card_fps(AUTO_TIERS[better], self.width, self.height)
         if ours is None or theirs is None or theirs <= 0 or call_ms <= 0 or self.fps <= 0:
             return False
         estimate_ms = call_ms * ours / theirs
-        return estimate_ms / max(1, workers) * self.headroom * UP_MARGIN <= 1000.0 / self.fps
+        return estimate_ms / max(1, workers) * self.headroom <= 1000.0 / self.fps
 
 
 def _index(path: Path) -> int:

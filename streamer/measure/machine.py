@@ -23,12 +23,15 @@ __all__ = [
     "MASKED_ENV",
     "LoadWatch",
     "Machine",
+    "busy_s",
     "cpu_isa",
     "cpu_name",
+    "host_busy_s",
     "isa_caption",
     "isa_text",
     "load_average",
     "masked_isa",
+    "process_busy_s",
 ]
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")
@@ -85,6 +88,31 @@ def isa_text() -> str:
 
 def load_average() -> float:
     return os.getloadavg()[0]
+
+
+def host_busy_s() -> float | None:
+    """CPU seconds every core of the host has spent busy since boot (user, nice, system, interrupts,
+    time stolen by the hypervisor), from /proc/stat; None where there is none to read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def process_busy_s() -> float:
+    """CPU seconds this process has spent busy, all its threads."""
+    times = os.times()
+    return times.user + times.system
+
+
+def busy_s() -> tuple[float | None, float]:
+    """(:func:`host_busy_s`, :func:`process_busy_s`), read together."""
+    return host_busy_s(), process_busy_s()
 
 
 @dataclass(frozen=True, slots=True)

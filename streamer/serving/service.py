@@ -24,7 +24,7 @@ from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
 from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
 from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
-from streamer.core.tiering import TierMove
+from streamer.core.tiering import NeighbourLoad, TierMove
 from streamer.engine.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
 from streamer.engine.retier import Retier
 from streamer.engine.scheduler import InferenceScheduler
@@ -39,6 +39,7 @@ from streamer.errors import (
     StreamExistsError,
 )
 from streamer.frame import StreamInfo
+from streamer.measure.machine import busy_s
 from streamer.redact import redact_text
 from streamer.serving.memory import default_budget_bytes, process_rss, release_memory
 from streamer.serving.metrics import ServiceMetrics
@@ -193,6 +194,7 @@ class Service:
         self._tiers = tiers if tiers is not None else TierSelector()
         """``model: auto``'s probes, kept per frame size for the process's life."""
         self._shedder = Shedder(self._tiers)
+        self._neighbours = NeighbourLoad()  # the cores other processes keep busy hold back moves up
         self._limits = HealthLimits(config.runtime.stall_after_s, config.runtime.sink_blocked_after_s)
         self._stop = asyncio.Event()
         self._changed = asyncio.Event()
@@ -299,6 +301,7 @@ class Service:
 
     def _retier(self, now: float) -> None:
         """Start the tier move each auto stream's load calls for, one at a time per stream."""
+        neighbours = self._neighbours.observe(now, *busy_s())
         for runner in self.runners.values():
             retier, pipeline = runner.retier, runner.pipeline
             if retier is None or runner.done or not pipeline.opened or self._stop.is_set():
@@ -307,7 +310,7 @@ class Service:
                 continue
             before = retier.controller.current
             call_ms = pipeline.budget.stats().estimate_ms
-            move = retier.due(now, pipeline.tally, call_ms, pipeline.scheduler.workers)
+            move = retier.due(now, pipeline.tally, call_ms, pipeline.scheduler.workers, neighbours)
             if move is not None:
                 runner.moving = asyncio.create_task(self._move_tier(runner, before, move))
             elif (share := retier.starved(now, STARVED_BELOW)) is not None:
@@ -378,8 +381,7 @@ class Service:
         return model
 
     async def _load(self, settings: ModelConfig) -> _Model:
-        """The loaded model of ``settings``, loaded now if no stream runs it (in a worker thread: loading
-        can take seconds)."""
+        """The loaded model of ``settings``, loaded now (in a worker thread) if no stream runs it."""
         key = _model_key(settings)
         if key not in self._models:
             backend = await asyncio.to_thread(build_backend, settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamer.core.tiering import TierController
+from streamer.core.tiering import NeighbourLoad, TierController
 
 
 class Stream:
@@ -88,3 +88,16 @@ def test_a_stream_missing_on_the_cheapest_tier_is_starved_once_per_window_and_ne
     assert stream.controller.starved(stream.now, 0.95) is None
     stream.run(2, 0.8)
     assert stream.controller.starved(stream.now, 0.95) == pytest.approx(0.8)
+
+
+def test_the_cores_other_processes_keep_busy_over_the_window() -> None:
+    load = NeighbourLoad(window_s=10.0)
+    assert load.cores() is None  # nothing seen yet
+    for second in range(21):  # the host busy 1.7 cores a second, this process 0.7 of them
+        load.observe(float(second), host_s=1.7 * second, process_s=0.7 * second)
+    assert load.cores() == pytest.approx(1.0)
+    for second in range(21, 41):  # the neighbour left: the host is this process alone
+        load.observe(float(second), host_s=1.7 * 20 + 0.7 * (second - 20), process_s=0.7 * second)
+    assert load.cores() == pytest.approx(0.0)  # only the last window counts
+    assert load.observe(41.0, host_s=None, process_s=0.7 * 41) is None  # no host figure: not known
+    assert load.cores() is None
