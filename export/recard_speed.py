@@ -27,7 +27,7 @@ from typing import Any
 from export.card import bench_summary
 from streamer.assets import AUTO_TIERS
 from streamer.backend.onnx import OnnxBackend
-from streamer.engine.tiers import card_fps, model_fps
+from streamer.engine.tiers import card_fps, model_fps, speed_card
 from streamer.errors import ConfigError
 
 __all__ = ["SIZES", "main", "time_tiers", "write_speeds"]
@@ -69,7 +69,7 @@ def write_speeds(speeds: Speeds, sizes: Sequence[tuple[int, int]]) -> list[Path]
     """Store each tier's figures in its card; returns the cards written."""
     written = []
     for path, by_size in speeds.items():
-        card = _card(path)
+        card = speed_card(path)
         data: dict[str, Any] = json.loads(card.read_text())
         if path.name.endswith(".int8.onnx"):
             fp32 = speeds.get(path.with_name(path.name.removesuffix(".int8.onnx") + ".onnx"), {})
@@ -82,13 +82,6 @@ def write_speeds(speeds: Speeds, sizes: Sequence[tuple[int, int]]) -> list[Path]
         card.write_text(json.dumps(data, indent=2) + "\n")
         written.append(card)
     return written
-
-
-def _card(path: Path) -> Path:
-    """The card holding a tier's speed: an INT8 file's is its fp32 source's."""
-    if path.name.endswith(".int8.onnx"):
-        return path.with_name(path.name.removesuffix(".int8.onnx") + ".json")
-    return path.with_suffix(".json")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

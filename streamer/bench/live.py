@@ -17,7 +17,6 @@ and its ISA flags, since CPU inference speed follows them.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from streamer.bench.latency_measure import PATHS, Settings, TierShift, parse_mod
 from streamer.config import ModelConfig
 from streamer.engine.tiers import AUTO, model_fps
 from streamer.errors import ConfigError
-from streamer.measure.machine import LoadWatch, Machine
+from streamer.measure.machine import LoadWatch, Machine, process_busy_s
 from streamer.sources.rtsp import Reader
 
 __all__ = ["LOAD_SECONDS", "LOAD_WINDOW", "LiveRow", "check_targets", "run_from_args", "run_live_bench"]
@@ -40,9 +39,6 @@ LOAD_SECONDS = 90.0
 """``--load``'s run length: half a minute before the load, half a minute of it, half a minute after."""
 LOAD_WINDOW = (30.0, 60.0)
 """``--load``: when another process takes a core, in seconds after the camera starts."""
-
-AUTO_READER: Reader = "auto"
-"""The RTSP reader's default, which the WebRTC path's rows carry unused."""
 
 _SHARE_TARGETS = {(640, 360): 0.99, (1280, 720): 0.95}
 """Issue targets: the share of frames enhanced live at 30 fps on two cores."""
@@ -145,14 +141,14 @@ def _row(
         headroom=headroom,
         reader=reader,
     )
-    cpu_start, wall_start = os.times(), time.monotonic()
+    cpu_start, wall_start = process_busy_s(), time.monotonic()
     report = run_latency(settings)
-    cpu_end, wall = os.times(), time.monotonic() - wall_start
+    cpu_end, wall = process_busy_s(), time.monotonic() - wall_start
     if not report.rows:
         reasons = "; ".join(s.reason for s in report.skipped) or "no result"
         raise ConfigError(f"bench live needs the {path} path: {reasons}")
     row = report.rows[0]
-    cpu = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
+    cpu = cpu_end - cpu_start
     alone = _alone(model, row.model, width, height)
     return LiveRow(
         size=f"{width}x{height}",
@@ -385,13 +381,14 @@ def run_live_bench(
     watch = LoadWatch()
     started = time.monotonic()
     pairs = threads or [(None, None, None)]
+    default: list[Reader] = ["auto"]  # the only reader of a WebRTC row, which reads no RTSP
     rows = [
         _row(m, w, h, fps, seconds, budget_ms, t, camera, load, headroom, r, path)
         for path in paths or ["rtsp"]
         for w, h in sizes
         for m in models
         for t in pairs
-        for r in (readers or ["auto"] if path == "rtsp" else [AUTO_READER])
+        for r in ((readers or default) if path == "rtsp" else default)
     ]
     return rows, watch.machine(), time.monotonic() - started
 

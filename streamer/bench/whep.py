@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing
-import os
 import statistics
 import time
 from collections import Counter
@@ -39,7 +38,7 @@ from streamer.config import (
     WhepSinkConfig,
 )
 from streamer.errors import ConfigError
-from streamer.measure.machine import LoadWatch, Machine
+from streamer.measure.machine import LoadWatch, Machine, process_busy_s
 from streamer.webrtc.ice import restrict_host_addresses, rtc_configuration
 
 __all__ = ["WhepBurstResult", "run_whep_burst"]
@@ -196,11 +195,9 @@ async def _read(track: MediaStreamTrack, counts: list[int], k: int) -> None:
 
 def _cpu_percent(seconds: float) -> float:
     """This process's CPU over the next ``seconds``, 100 = one core."""
-    start, wall = os.times(), time.monotonic()
+    start, wall = process_busy_s(), time.monotonic()
     time.sleep(seconds)
-    end = os.times()
-    used = (end.user - start.user) + (end.system - start.system)
-    return 100.0 * used / (time.monotonic() - wall)
+    return 100.0 * (process_busy_s() - start) / (time.monotonic() - wall)
 
 
 async def _scenario(args: argparse.Namespace) -> WhepBurstResult:

@@ -47,6 +47,7 @@ __all__ = [
     "TierSelector",
     "model_fps",
     "remedy",
+    "speed_card",
 ]
 
 log = logging.getLogger(__name__)
@@ -257,16 +258,21 @@ def card_fps(path: Path, width: int, height: int) -> float | None:
     return fps * (w * h) / pixels
 
 
+def speed_card(path: Path) -> Path:
+    """The card that records a tier's speed: its own (``MODEL.json``), an INT8 file's its fp32
+    source's (in ``int8.measured``)."""
+    if path.name.endswith(".int8.onnx"):
+        return path.with_name(path.name.removesuffix(".int8.onnx") + ".json")
+    return path.with_suffix(".json")
+
+
 @functools.lru_cache(maxsize=32)
 def _recorded(path: Path) -> dict[tuple[int, int], float]:
     """The fps a model's card records per frame size, read once per process: the tier mover asks on
     the event loop at every decision, and the shipped cards do not change while it runs."""
     int8 = path.name.endswith(".int8.onnx")
-    card = (
-        path.with_name(path.name.removesuffix(".int8.onnx") + ".json") if int8 else path.with_suffix(".json")
-    )
     try:
-        data = json.loads(card.read_text())
+        data = json.loads(speed_card(path).read_text())
     except (OSError, ValueError):
         return {}
     recorded: dict[tuple[int, int], float] = {}
