@@ -4,6 +4,7 @@ one encode its H.264 players share (``streamer.webrtc.shared_h264``)."""
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 
 import av
@@ -12,7 +13,7 @@ from streamer.frame import Frame
 from streamer.media.colour import yuv_frame
 from streamer.media.planes import convert, rgb_frame
 
-__all__ = ["RTP_CLOCK_RATE", "TIME_BASE", "RtpClock", "video_frame"]
+__all__ = ["RTP_CLOCK_RATE", "TIME_BASE", "RtpClock", "stamped_frame", "video_frame"]
 
 RTP_CLOCK_RATE = 90_000
 """The RTP clock of every video codec WebRTC uses."""
@@ -55,3 +56,11 @@ def video_frame(frame: Frame) -> av.VideoFrame:
         assert planes is not None
         return yuv_frame(planes)
     return convert(rgb_frame(frame.pixels), format="yuv420p")
+
+
+def stamped_frame(frame: Frame, clock: RtpClock) -> av.VideoFrame:
+    """:func:`video_frame` with its time on ``clock``: the frame's media time, or now where it has none."""
+    seconds = frame.time if frame.time is not None else time.monotonic()
+    video = video_frame(frame)
+    video.pts, video.time_base = clock.stamp(seconds), TIME_BASE
+    return video

@@ -19,7 +19,6 @@ Sound is a queue, not a slot (a gap is heard where a skipped frame is not seen),
 from __future__ import annotations
 
 import asyncio
-import time
 from fractions import Fraction
 
 import av
@@ -31,7 +30,7 @@ from aiortc.mediastreams import MediaStreamError
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.errors import EndOfStream
 from streamer.frame import Frame
-from streamer.webrtc.frames import RTP_CLOCK_RATE, TIME_BASE, RtpClock, video_frame
+from streamer.webrtc.frames import RTP_CLOCK_RATE, RtpClock, stamped_frame
 from streamer.webrtc.shared_h264 import PacketTrack, SharedH264
 
 __all__ = [
@@ -79,10 +78,7 @@ class PlayerTrack(MediaStreamTrack):
             frame = await self._slot.get()
         except EndOfStream:
             raise MediaStreamError from None
-        video = await asyncio.to_thread(video_frame, frame)
-        video.pts = self._clock.stamp(frame.time if frame.time is not None else time.monotonic())
-        video.time_base = TIME_BASE
-        return video
+        return await asyncio.to_thread(stamped_frame, frame, self._clock)
 
     def stop(self) -> None:
         self._slot.close()

@@ -35,7 +35,7 @@ from av.stream import Stream
 from streamer.channel import Channel, ChannelStats, DropPolicy
 from streamer.errors import EndOfStream
 from streamer.frame import Frame
-from streamer.webrtc.frames import TIME_BASE, RtpClock, video_frame
+from streamer.webrtc.frames import TIME_BASE, RtpClock, stamped_frame
 
 __all__ = [
     "BITS_PER_PIXEL",
@@ -215,7 +215,7 @@ class _Encoder:
         return now - self._last_key >= KEYFRAME_GAP_S
 
     def encode(self, frame: Frame, keyframe: bool) -> list[Encoded]:
-        video = video_frame(frame)
+        video = stamped_frame(frame, self._clock)
         codec = self._codec
         if codec is None or (codec.width, codec.height) != (video.width, video.height):
             codec = self._codec = self._open(video.width, video.height)
@@ -223,8 +223,6 @@ class _Encoder:
         if keyframe:
             self._last_key = time.monotonic()
         video.pict_type = av.video.frame.PictureType.I if keyframe else av.video.frame.PictureType.NONE
-        video.pts = self._clock.stamp(frame.time if frame.time is not None else time.monotonic())
-        video.time_base = TIME_BASE
         return [Encoded(p, p.is_keyframe) for p in codec.encode(video)]
 
     def _open(self, width: int, height: int) -> av.VideoCodecContext:
