@@ -128,9 +128,8 @@ class Relabelled:
 
     def answer(self, sdp: str) -> str:
         """aiortc's answer to :attr:`sdp`, with each H.264 format's offered profile-level-id put back."""
-        lines, index = [], -1
-        for line in sdp.splitlines(keepends=True):
-            index += line.startswith("m=")
+        lines = []
+        for index, line in _by_section(sdp):
             match = _ANSWER_PROFILE.match(line)
             value = self.offered.get((index, int(match[1]))) if match is not None else None
             if match is not None and value is not None:
@@ -154,14 +153,23 @@ def relabel_h264(offer: str) -> Relabelled:
 
 
 def _refmtp(offer: str, chosen: set[tuple[int, int]]) -> Iterator[str]:
-    index = -1
-    for line in offer.splitlines(keepends=True):
-        index += line.lstrip().startswith("m=")
+    for index, line in _by_section(offer):
         fmtp = FMTP.match(line.lstrip())
         if fmtp is not None and (index, int(fmtp[1])) in chosen:
-            end = line[len(line.rstrip("\r\n")) :]
-            line = f"a=fmtp:{fmtp[1]} {_AIORTC_H264}{end}"
+            line = f"a=fmtp:{fmtp[1]} {_AIORTC_H264}{_ending(line)}"
         yield line
+
+
+def _by_section(sdp: str) -> Iterator[tuple[int, str]]:
+    """Each line of ``sdp``, its ending kept, beside the index of its m-section (-1: the session's)."""
+    index = -1
+    for line in sdp.splitlines(keepends=True):
+        index += line.lstrip().startswith("m=")
+        yield index, line
+
+
+def _ending(line: str) -> str:
+    return line[len(line.rstrip("\r\n")) :]
 
 
 def shared_h264_offer(offer: str) -> str | None:
@@ -193,16 +201,13 @@ def _apt(f: Format) -> int | None:
 
 def _cut(sdp: str, section: int, kept: set[int]) -> Iterator[str]:
     """``sdp``'s lines, m-section ``section`` keeping only the payload types ``kept``."""
-    index = -1
-    for line in sdp.splitlines(keepends=True):
+    for index, line in _by_section(sdp):
         bare = line.strip()
-        index += bare.startswith("m=")
         if index == section:
             if bare.startswith("m="):
                 fields = bare.split()
-                end = line[len(line.rstrip("\r\n")) :]
                 types = [t for t in fields[3:] if not t.isdigit() or int(t) in kept]
-                line = " ".join(fields[:3] + types) + end
+                line = " ".join(fields[:3] + types) + _ending(line)
             elif (match := _PAYLOAD_LINE.match(bare)) is not None and int(match[1]) not in kept:
                 continue
         yield line
