@@ -115,7 +115,10 @@ def test_the_control_api_survives_half_sent_requests_and_hostile_streams(
             return response.status, await response.text()
 
     async def scenario() -> None:
-        async with serving(config) as run, aiohttp.ClientSession() as http:
+        # Each request on a connection of its own, closed with its answer: an idle keep-alive connection
+        # lives until the client's pool sweeps it (15 to 30 s), which is not the streams' to free.
+        one_shot = aiohttp.TCPConnector(force_close=True)
+        async with serving(config) as run, aiohttp.ClientSession(connector=one_shot) as http:
             url = run.control.url
             port = int(url.rsplit(":", 1)[1])
             await run.get("/healthz")
