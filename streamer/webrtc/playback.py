@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import asyncio
 from fractions import Fraction
+from typing import Any
 
 import av
 import numpy as np
 import numpy.typing as npt
-from aiortc import MediaStreamTrack
-from aiortc.mediastreams import MediaStreamError
 
-from streamer.channel import Channel, ChannelStats, DropPolicy
-from streamer.errors import EndOfStream
+from streamer.channel import Channel, DropPolicy
 from streamer.frame import Frame
 from streamer.webrtc.frames import RTP_CLOCK_RATE, RtpClock, stamped_frame
 from streamer.webrtc.shared_h264 import PacketTrack, SharedH264
+from streamer.webrtc.tracks import QueuedTrack
 
 __all__ = [
     "AUDIO_CHUNKS",
@@ -57,74 +56,40 @@ Sound = npt.NDArray[np.int16]
 """One chunk of sound: (1, 2 * samples) s16, stereo interleaved at :data:`AUDIO_RATE`."""
 
 
-class PlayerTrack(MediaStreamTrack):
-    """One player's video track: the newest frame only, stamped on this player's own clock."""
+class PlayerTrack(QueuedTrack[Frame]):
+    """One player's video track: the newest frame only, stamped on this player's own clock.
+    ``stats().dropped`` counts frames this player skipped because it was still busy with an earlier one."""
 
     kind = "video"
 
     def __init__(self, hub: FrameHub) -> None:
-        super().__init__()
-        self._hub = hub
-        self._slot: Channel[Frame] = Channel(1, DropPolicy.LATEST_ONLY, name=f"player:{hub.name}")
+        super().__init__(Channel(1, DropPolicy.LATEST_ONLY, name=f"player:{hub.name}"), hub.unsubscribe)
         self._clock = RtpClock()
 
-    def offer(self, frame: Frame) -> None:
-        """Make ``frame`` the next one sent, replacing (and counting) one the player has not taken."""
-        if not self._slot.closed:
-            self._slot.put_nowait(frame)
-
     async def recv(self) -> av.VideoFrame:
-        try:
-            frame = await self._slot.get()
-        except EndOfStream:
-            raise MediaStreamError from None
-        return await asyncio.to_thread(stamped_frame, frame, self._clock)
-
-    def stop(self) -> None:
-        self._slot.close()
-        self._hub.unsubscribe(self)
-        super().stop()
-
-    def stats(self) -> ChannelStats:
-        """``dropped`` counts frames this player skipped because it was still busy with an earlier one."""
-        return self._slot.stats()
+        return await asyncio.to_thread(stamped_frame, await self.next_item(), self._clock)
 
 
-class PlayerAudioTrack(MediaStreamTrack):
-    """One player's sound: the chunks in order, on this player's own sample clock."""
+class PlayerAudioTrack(QueuedTrack["Sound"]):
+    """One player's sound: the chunks in order, on this player's own sample clock. ``stats().dropped``
+    counts chunks this player fell too far behind to play."""
 
     kind = "audio"
 
     def __init__(self, hub: FrameHub) -> None:
-        super().__init__()
-        self._hub = hub
-        self._queue: Channel[Sound] = Channel(AUDIO_CHUNKS, DropPolicy.DROP_OLDEST, name=f"sound:{hub.name}")
+        super().__init__(
+            Channel(AUDIO_CHUNKS, DropPolicy.DROP_OLDEST, name=f"sound:{hub.name}"), hub.unsubscribe
+        )
         self._samples = 0
 
-    def offer(self, sound: Sound) -> None:
-        if not self._queue.closed:
-            self._queue.put_nowait(sound)
-
     async def recv(self) -> av.AudioFrame:
-        try:
-            sound = await self._queue.get()
-        except EndOfStream:
-            raise MediaStreamError from None
+        sound = await self.next_item()
         # A frame of its own for each player: aiortc's encoder reads ``pts`` in a worker thread.
         frame = av.AudioFrame.from_ndarray(sound, format="s16", layout="stereo")
         frame.sample_rate = AUDIO_RATE
         frame.pts, frame.time_base = self._samples, Fraction(1, AUDIO_RATE)
         self._samples += frame.samples
         return frame
-
-    def stop(self) -> None:
-        self._queue.close()
-        self._hub.unsubscribe(self)
-        super().stop()
-
-    def stats(self) -> ChannelStats:
-        """``dropped`` counts chunks this player fell too far behind to play."""
-        return self._queue.stats()
 
 
 class FrameHub:
@@ -196,6 +161,7 @@ class FrameHub:
 
     def close(self) -> None:
         """End every player's tracks; their peers see the tracks end."""
-        for player in (*self._players, *self._listeners, *self._h264.tracks):
-            player.stop()
+        tracks: list[QueuedTrack[Any]] = [*self._players, *self._listeners, *self._h264.tracks]
+        for track in tracks:
+            track.stop()
         self._h264.close()

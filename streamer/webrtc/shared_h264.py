@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import av
-from aiortc import MediaStreamTrack, RTCRtpSender
-from aiortc.mediastreams import MediaStreamError
+from aiortc import RTCRtpSender
 from av.packet import Packet
 from av.stream import Stream
 
-from streamer.channel import Channel, ChannelStats, DropPolicy
+from streamer.channel import Channel, DropPolicy
 from streamer.errors import EndOfStream
 from streamer.frame import Frame
 from streamer.webrtc.frames import TIME_BASE, RtpClock, stamped_frame
+from streamer.webrtc.tracks import QueuedTrack
 
 __all__ = [
     "BITS_PER_PIXEL",
@@ -72,17 +72,16 @@ class Encoded:
     keyframe: bool
 
 
-class PacketTrack(MediaStreamTrack):
+class PacketTrack(QueuedTrack["Encoded"]):
     """One player's share of the stream: its packets in order, from a keyframe on."""
 
     kind = "video"
 
     def __init__(self, shared: SharedH264) -> None:
-        super().__init__()
-        self._shared = shared
-        self._queue: Channel[Packet[Stream]] = Channel(
-            PLAYER_PACKETS, DropPolicy.DROP_OLDEST, name=f"h264:{shared.name}"
+        super().__init__(
+            Channel(PLAYER_PACKETS, DropPolicy.DROP_OLDEST, name=f"h264:{shared.name}"), shared.unsubscribe
         )
+        self._shared = shared
         self._keyless = True
         self._skipped = 0
 
@@ -92,36 +91,25 @@ class PacketTrack(MediaStreamTrack):
         return self._skipped
 
     def offer(self, encoded: Encoded) -> None:
-        if self._queue.closed:
+        if self._channel.closed:
             return
         if encoded.keyframe:
             self._keyless = False
         if self._keyless:
             self._skipped += 1
             return
-        if len(self._queue) >= self._queue.capacity:  # a whole queue behind: what is queued is stale
-            while self._queue.get_nowait() is not None:
+        if len(self._channel) >= self._channel.capacity:  # a whole queue behind: what is queued is stale
+            while self._channel.get_nowait() is not None:
                 self._skipped += 1
             if not encoded.keyframe:
                 self._keyless = True
                 self._skipped += 1
                 self._shared.request_keyframe()
                 return
-        self._queue.put_nowait(encoded.packet)
+        self._channel.put_nowait(encoded)
 
     async def recv(self) -> Packet[Stream]:
-        try:
-            return await self._queue.get()
-        except EndOfStream:
-            raise MediaStreamError from None
-
-    def stop(self) -> None:
-        self._queue.close()
-        self._shared.unsubscribe(self)
-        super().stop()
-
-    def stats(self) -> ChannelStats:
-        return self._queue.stats()
+        return (await self.next_item()).packet
 
 
 class SharedH264:

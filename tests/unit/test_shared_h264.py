@@ -172,6 +172,6 @@ async def until_encoded(shared: SharedH264, count: int) -> None:
 
 def drained(track: PacketTrack) -> list[av.Packet]:
     out = []
-    while (one := track._queue.get_nowait()) is not None:
-        out.append(one)
+    while (one := track._channel.get_nowait()) is not None:
+        out.append(one.packet)
     return out
