@@ -12,7 +12,14 @@ module of the pure core can be imported without the media and model libraries.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# onnxruntime's Linux wheels report usage (the process, each session, model and provider) to Microsoft
+# and keep a device identifier and an offline cache under ~/.cache, unless ORT_DISABLE_TELEMETRY is 1
+# when onnxruntime loads. A sidecar beside camera streams sends nothing its operator did not ask for; an
+# operator's own setting of the variable stands.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 if TYPE_CHECKING:
     __version__: str
