@@ -70,7 +70,7 @@ class PlayerTrack(QueuedTrack[Frame]):
         return await asyncio.to_thread(stamped_frame, await self.next_item(), self._clock)
 
 
-class PlayerAudioTrack(QueuedTrack["Sound"]):
+class PlayerAudioTrack(QueuedTrack[Sound]):
     """One player's sound: the chunks in order, on this player's own sample clock. ``stats().dropped``
     counts chunks this player fell too far behind to play."""
 

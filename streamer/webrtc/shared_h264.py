@@ -72,7 +72,7 @@ class Encoded:
     keyframe: bool
 
 
-class PacketTrack(QueuedTrack["Encoded"]):
+class PacketTrack(QueuedTrack[Encoded]):
     """One player's share of the stream: its packets in order, from a keyframe on."""
 
     kind = "video"
