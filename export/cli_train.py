@@ -84,6 +84,14 @@ def _add_camera_flags(parser: argparse.ArgumentParser) -> None:
         help="of those camera draws, the share with no sensor noise, always encoded: a camera in good light, "
         "whose stream shows the encoder's damage alone (default: 0)",
     )
+    parser.add_argument(
+        "--noise-420",
+        type=float,
+        default=0.0,
+        help="share of the sequences with noise alone (Gaussian, shot) whose noisy frames go through 4:2:0 "
+        "as a lossless video stream carries them, colour averaged over 2x2 blocks: every stream streamer "
+        "reads is 4:2:0, and a model that never saw noise so is left with its colour (default: 0)",
+    )
 
 
 def _add_start_flags(parser: argparse.ArgumentParser) -> None:
@@ -134,6 +142,7 @@ def _run_train(args: argparse.Namespace) -> int:
         camera=args.camera,
         camera_noiseless=args.camera_noiseless,
         camera_draws=args.camera_draws,
+        noise_420=args.noise_420,
         teacher=None if args.teacher is None else str(args.teacher),
         distill=args.distill,
         init=tuple(str(path) for path in args.init or ()),

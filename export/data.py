@@ -22,10 +22,13 @@ import av
 import cv2
 import numpy as np
 import numpy.typing as npt
+from av.video.reformatter import ColorRange
 
 from export.camera import CameraModel, damage
 from streamer.errors import ConfigError
 from streamer.measure.roundtrip import x264_roundtrip
+from streamer.media.colour import BT601
+from streamer.media.planes import planes_rgb, rgb_planes
 from streamer.media.samples import sample_clip
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
     "load_clip",
     "load_photo",
     "pan_sequence",
+    "through_420",
 ]
 
 Frames = npt.NDArray[np.uint8]
@@ -188,6 +192,11 @@ class Degradation:
     camera_draws: int = CAMERA_DRAWS
     """Camera damage draws per clip, each a whole-clip encode at start and held in memory: how many
     encodes (CRFs, GOPs, noises) the camera share is sampled from."""
+    noise_420: float = 0.0
+    """Of the sequences with noise alone (Gaussian, shot), the share whose noisy frames go through 4:2:0
+    as a video stream carries them (:func:`through_420`): every stream streamer reads is 4:2:0, and
+    there the noise's colour is averaged over 2x2 blocks, a correlated noise that noise added to RGB
+    never shows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +317,24 @@ class TrainingData:
             sigma = rng.uniform(*d.sigma_range)
             degraded = clean.astype(np.float32) + rng.normal(0.0, sigma, size=clean.shape).astype(np.float32)
         degraded = np.clip(np.rint(degraded), 0, 255)
+        noise_alone = kind >= d.h264 + d.h264_noise
+        if noise_alone and d.noise_420 > 0 and rng.random() < d.noise_420:
+            degraded = through_420(degraded.astype(np.uint8)).astype(np.float32)
         clean, degraded = _augment(clean, degraded, rng)
         return _padded(clean, degraded, size, crop)
+
+
+def through_420(frames: Frames) -> Frames:
+    """``frames`` (N, H, W, 3) rgb24 as a lossless 4:2:0 stream of them decodes: to BT.601 tv-range
+    yuv420p and back with swscale, as an encoder fed RGB and the runtime's decoder convert them. An odd
+    last row or column is kept as it was (4:2:0 needs even sides)."""
+    _n, h, w, _ = frames.shape
+    eh, ew = h - h % 2, w - w % 2
+    out = frames.copy()
+    for i, frame in enumerate(frames):
+        planes = rgb_planes(np.ascontiguousarray(frame[:eh, :ew]), BT601, int(ColorRange.MPEG))
+        out[i, :eh, :ew] = planes_rgb(*planes, BT601, int(ColorRange.MPEG))
+    return out
 
 
 def _padded(clean: Frames, degraded: np.ndarray, size: int, crop: int) -> tuple[Frames, np.ndarray]:

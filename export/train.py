@@ -110,6 +110,9 @@ class TrainConfig:
     """Of the camera draws, the share with no sensor noise (good light: the encoder's damage alone)."""
     camera_draws: int = CAMERA_DRAWS
     """Camera damage draws per training clip, each a whole-clip encode made at start."""
+    noise_420: float = 0.0
+    """Of the sequences with noise alone, the share whose noisy frames go through 4:2:0 as a video
+    stream carries them (``export.data.through_420``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +227,10 @@ def train(
     data = TrainingData(
         seed=config.seed,
         degradation=Degradation(
-            camera=config.camera, camera_noiseless=config.camera_noiseless, camera_draws=config.camera_draws
+            camera=config.camera,
+            camera_noiseless=config.camera_noiseless,
+            camera_draws=config.camera_draws,
+            noise_420=config.noise_420,
         ),
         clip_frames=config.clip_frames,
         photo_frames=config.photo_frames,
@@ -398,6 +404,8 @@ def _check_config(config: TrainConfig) -> None:
         raise ConfigError(
             f"camera_noiseless is a share of the camera draws, 0..1; got {config.camera_noiseless}"
         )
+    if not 0.0 <= config.noise_420 <= 1.0:
+        raise ConfigError(f"noise_420 is a share of the noise-only sequences, 0..1; got {config.noise_420}")
     if not config.distill >= 0:
         raise ConfigError(f"distill must be >= 0, got {config.distill}")
     if not config.lr > 0:

@@ -22,6 +22,7 @@ from export.data import (
     Degradation,
     TrainingData,
     heldout_clip,
+    through_420,
 )
 from export.objective import noise_strengths
 from export.train import CHECKPOINT, TrainConfig, load_checkpoint, train
@@ -95,6 +96,45 @@ def test_camera_draws_set_how_many_encodes_each_clip_is_sampled_from(tmp_path: P
     args = parser.parse_args(["train", "--arch", "conv3d", "--out", str(tmp_path)])
     assert args.camera_draws == CAMERA_DRAWS
     assert f"(1..{MAX_CAMERA_DRAWS})" in commands.choices["train"].format_help()
+
+
+def _luma_and_colour_noise(noisy: np.ndarray, level: float) -> tuple[float, float]:
+    """The deviation of a grey picture's noise in luma and in one colour difference (R - G)."""
+    diff = noisy.astype(np.float64) - level
+    luma = 0.299 * diff[..., 0] + 0.587 * diff[..., 1] + 0.114 * diff[..., 2]
+    return float(luma.std()), float((diff[..., 0] - diff[..., 1]).std())
+
+
+def test_noise_through_420_keeps_its_luma_and_loses_colour_finer_than_a_2x2_block() -> None:
+    rng = np.random.default_rng(0)
+    noisy = np.clip(np.rint(128 + rng.normal(0, 20, (2, 33, 48, 3))), 0, 255).astype(np.uint8)
+    streamed = through_420(noisy)
+    assert streamed.shape == noisy.shape
+    assert streamed.dtype == np.uint8
+    np.testing.assert_array_equal(streamed[:, 32], noisy[:, 32])  # the odd last row is kept as it was
+    luma, colour = _luma_and_colour_noise(noisy[:, :32], 128)
+    luma_420, colour_420 = _luma_and_colour_noise(streamed[:, :32], 128)
+    assert abs(luma_420 - luma) < 0.1 * luma
+    assert colour_420 < 0.7 * colour
+    flat = np.full((1, 16, 16, 3), (90, 140, 200), dtype=np.uint8)
+    assert np.abs(through_420(flat).astype(int) - flat).max() <= 2  # a flat colour comes back
+
+
+def test_noise_420_sends_a_share_of_the_noise_only_sequences_through_420(tmp_path: Path) -> None:
+    def noise_only(share: float) -> Degradation:
+        return Degradation(sigma_range=(20.0, 20.0), poisson=0.0, h264=0.0, h264_noise=0.0, noise_420=share)
+
+    def colour_noise(share: float) -> float:
+        data = TrainingData(seed=3, degradation=noise_only(share), clip_frames=8, photo_frames=8)
+        batch = data.batch(2, 8, 2, 32)
+        diff = (batch.noisy - batch.clean) * 255
+        return float((diff[:, :, 0] - diff[:, :, 1]).std())
+
+    assert colour_noise(1.0) < 0.7 * colour_noise(0.0)
+    data = TrainingData(seed=3, degradation=noise_only(1.0), clip_frames=8, photo_frames=8)
+    np.testing.assert_array_equal(data.batch(4, 2, 2, 32).noisy, data.batch(4, 2, 2, 32).noisy)
+    with pytest.raises(ConfigError, match=r"noise_420 is a share of the noise-only sequences, 0\.\.1; got 2"):
+        train(dataclasses.replace(TINY, noise_420=2.0), tmp_path / "bad", progress=False)
 
 
 def test_each_sequence_carries_the_strength_the_runtimes_noise_estimate_would_give_it() -> None:
