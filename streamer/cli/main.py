@@ -15,7 +15,7 @@ from typing import Any
 from streamer.bench import register as register_bench
 from streamer.cli.demo import run_demo
 from streamer.cli.model import register as register_model
-from streamer.config import load_config, parse_override
+from streamer.config import FileSourceConfig, StreamConfig, load_config, parse_override
 from streamer.errors import StreamerError
 from streamer.redact import escape_control, redact_text
 from streamer.serving.logs import configure_logging
@@ -129,6 +129,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return pairs
 
 
+def _unpaced_file(stream: StreamConfig) -> bool:
+    """A file source read as fast as it decodes, not at its frames' times."""
+    return isinstance(stream.source, FileSourceConfig) and not stream.source.realtime
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config, _overrides(args))
     configure_logging(config.runtime.log_level, config.runtime.log_format)
@@ -138,10 +143,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if report is None:
             print("stopped     before the source opened; nothing was written")
             return 0
-        print(format_report(report, config.file_output()))
+        print(format_report(report, config.file_output(), _unpaced_file(config.stream_configs()[0])))
         return 0
     results = run_streams(config, progress)
     files = {s.id: s.file_output() for s in config.stream_configs()}
+    unpaced = {s.id: _unpaced_file(s) for s in config.stream_configs()}
     for result in results:
         print(f"stream {result.stream_id}")
         if result.report is None:
@@ -151,7 +157,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 else "stopped     before it opened"
             )
             continue
-        print(format_report(result.report, files.get(result.stream_id)))
+        print(format_report(result.report, files.get(result.stream_id), unpaced.get(result.stream_id, False)))
         if result.error is not None:
             print(f"failed      {redact_text(str(result.error))}")
     return EXIT_FAILED if any(r.error is not None for r in results) else 0

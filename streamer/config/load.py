@@ -30,6 +30,8 @@ def stream_config(data: Any, config: Config) -> StreamConfig:
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Sets one dotted key. A new ``kind`` for a source or sink starts its section afresh: the settings
+    the file gave the kind it replaces (an RTSP output's url and bitrate) are not the new kind's."""
     keys = dotted.split(".")
     node = tree
     for key in keys[:-1]:
@@ -39,6 +41,8 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"override {dotted!r}: {key!r} is a value, not a section")
         node = child
+    if keys[-1] == "kind" and node.get("kind", value) != value:
+        node.clear()
     node[keys[-1]] = value
 
 
@@ -60,16 +64,21 @@ def _describe(error: ValidationError, origin: Callable[[str], str]) -> str:
     first = error.errors()[0]
     loc = [str(p) for p in first["loc"] if not str(p).startswith(("function-after", "tagged-union"))]
     value = first.get("input")
+    member = None
     if isinstance(value, dict) and loc and value.get("kind") == loc[-1]:
         loc = loc[:-1]  # a source's or sink's kind, as pydantic names the member of the union
     elif first["type"] == "extra_forbidden" and len(loc) > 2 and loc[-2] in _KINDS:
-        del loc[-2]  # the same, above an unknown key
+        member = loc.pop(-2)  # the same, above an unknown key
     kind = first["type"]
     if kind == "control_character":
         loc.append(str(first.get("ctx", {}).get("key")))
     where = ".".join(part if part.isprintable() else repr(part) for part in loc)  # keys shown on one line
     if kind == "extra_forbidden":
-        hint = "" if (near := _nearest_key(where)) is None else f"did you mean {near!r}? "
+        near = _nearest_key(where)
+        if near == where and member is not None:  # a setting of another kind of source or sink
+            hint = f"{where.rpartition('.')[0]} kind {member!r} has no such setting; "
+        else:
+            hint = "" if near is None else f"did you mean {near!r}? "
         return (
             f"{origin(where)}: unknown key {where!r}; {hint}check the spelling against configs/default.yaml"
         )

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from streamer.config import Config, webrtc_name
 from streamer.engine.pipeline import Outcome, Pipeline, PipelineReport
+from streamer.engine.tally import MISSED
 from streamer.errors import StreamerError
 from streamer.frame import Frame
 from streamer.serving.control import ControlServer
@@ -131,7 +132,9 @@ def run_config(config: Config, progress: bool) -> PipelineReport | None:
     return result.report
 
 
-def format_report(report: PipelineReport, output: Path | None) -> str:
+def format_report(report: PipelineReport, output: Path | None, unpaced_file: bool = False) -> str:
+    """The run's summary; ``unpaced_file``: the source was a file read as fast as it decodes, so
+    frames the latency budget left unenhanced get the setting that enhances them all."""
     info = report.info
     batches = ", ".join(f"{size}x{count}" for size, count in report.batch_sizes.items()) or "none"
     outcomes = ", ".join(f"{name} {count}" for name, count in report.outcomes.items() if count)
@@ -155,6 +158,18 @@ def format_report(report: PipelineReport, output: Path | None) -> str:
     if report.discontinuities:
         lines.append(
             f"runs        {report.discontinuities} new runs (scene cuts, reconnects, timestamp jumps)"
+        )
+    missed = sum(report.outcomes.get(outcome.value, 0) for outcome in MISSED)
+    if missed:
+        why = (
+            "; a file read unpaced (source.realtime: false) arrives faster than a model runs: "
+            "latency.budget_ms: null enhances every frame"
+            if unpaced_file
+            else ""
+        )
+        lines.append(
+            f"budget      {missed} of {report.frames_in} frames left unenhanced to stay within "
+            f"latency.budget_ms{why}"
         )
     if output is not None:
         lines.append(f"output      {output}")

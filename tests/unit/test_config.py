@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamer.cli.demo import demo_config
-from streamer.config import Config, load_config, parse_override, stream_config
+from streamer.config import Config, FileSinkConfig, load_config, parse_override, stream_config
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError
 
@@ -478,6 +478,25 @@ def test_an_unknown_key_is_answered_with_the_nearest_known_one(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"; did you mean {suggested!r}? check the spelling")):
         load_config(None, overrides)
+
+
+def test_a_setting_of_another_kind_of_sink_says_the_kind_has_none() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, {"sink.kind": "file", "sink.path": "a.mp4", "sink.url": "rtsp://h/x"})
+    assert str(raised.value) == (
+        "--set: unknown key 'sink.url'; sink kind 'file' has no such setting; "
+        "check the spelling against configs/default.yaml"
+    )
+
+
+def test_a_new_kind_starts_its_section_afresh_and_the_same_kind_keeps_its_settings(tmp_path: Path) -> None:
+    # the camera profile's RTSP output (url, bitrate) written to a file instead: --output out.mp4
+    camera = load_config(CONFIGS / "camera.yaml", {"sink.kind": "file", "sink.path": "out.mp4"})
+    assert camera.sink == FileSinkConfig(path=Path("out.mp4"))
+    path = tmp_path / "record.yaml"
+    path.write_text("sink:\n  kind: file\n  path: a.mp4\n  crf: 4\n")
+    kept = load_config(path, {"sink.kind": "file", "sink.path": "b.mp4"})
+    assert kept.sink == FileSinkConfig(path=Path("b.mp4"), crf=4)
 
 
 def test_an_unknown_key_like_no_other_gets_no_guess() -> None:
