@@ -146,8 +146,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(format_report(report, config.file_output(), _unpaced_file(config.stream_configs()[0])))
         return 0
     results = run_streams(config, progress)
-    files = {s.id: s.file_output() for s in config.stream_configs()}
-    unpaced = {s.id: _unpaced_file(s) for s in config.stream_configs()}
+    streams = {s.id: s for s in config.stream_configs()}
     for result in results:
         print(f"stream {result.stream_id}")
         if result.report is None:
@@ -157,7 +156,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 else "stopped     before it opened"
             )
             continue
-        print(format_report(result.report, files.get(result.stream_id), unpaced.get(result.stream_id, False)))
+        stream = streams.get(result.stream_id)  # None: a stream added through the control API
+        output = None if stream is None else stream.file_output()
+        print(format_report(result.report, output, stream is not None and _unpaced_file(stream)))
         if result.error is not None:
             print(f"failed      {redact_text(str(result.error))}")
     return EXIT_FAILED if any(r.error is not None for r in results) else 0
