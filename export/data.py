@@ -14,6 +14,7 @@ uninterrupted run would have seen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -163,15 +164,21 @@ def add_gaussian_noise(frames: Frames, sigma: float, rng: np.random.Generator) -
     return np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
 
 
-def _h264_roundtrip(frames: Frames, bitrate: int) -> Frames:
-    """``frames`` through libx264 at ``bitrate`` (25 fps) and back: real blocking, ringing and smearing.
-    An odd last row or column is kept as it was (4:2:0 needs even sides)."""
+def _even_part(frames: Frames, transform: Callable[[Frames], Frames]) -> Frames:
+    """``frames`` with their even-sided part replaced by ``transform`` of it; an odd last row or column is
+    kept as it was (4:2:0 needs even sides)."""
     _n, h, w, _ = frames.shape
     eh, ew = h - h % 2, w - w % 2
-    decoded = frames.copy()
+    out = frames.copy()
+    out[:, :eh, :ew] = transform(np.ascontiguousarray(frames[:, :eh, :ew]))
+    return out
+
+
+def _h264_roundtrip(frames: Frames, bitrate: int) -> Frames:
+    """``frames`` through libx264 at ``bitrate`` (25 fps) and back: real blocking, ringing and smearing.
+    An odd last row or column is kept as it was."""
     options = {"preset": "veryfast", "bf": "0"}
-    decoded[:, :eh, :ew] = x264_roundtrip(frames[:, :eh, :ew], Fraction(25), options, bit_rate=bitrate)[0]
-    return decoded
+    return _even_part(frames, lambda even: x264_roundtrip(even, Fraction(25), options, bit_rate=bitrate)[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,14 +334,13 @@ class TrainingData:
 def through_420(frames: Frames) -> Frames:
     """``frames`` (N, H, W, 3) rgb24 as a lossless 4:2:0 stream of them decodes: to BT.601 tv-range
     yuv420p and back with swscale, as an encoder fed RGB and the runtime's decoder convert them. An odd
-    last row or column is kept as it was (4:2:0 needs even sides)."""
-    _n, h, w, _ = frames.shape
-    eh, ew = h - h % 2, w - w % 2
-    out = frames.copy()
-    for i, frame in enumerate(frames):
-        planes = rgb_planes(np.ascontiguousarray(frame[:eh, :ew]), BT601, int(ColorRange.MPEG))
-        out[i, :eh, :ew] = planes_rgb(*planes, BT601, int(ColorRange.MPEG))
-    return out
+    last row or column is kept as it was."""
+
+    def streamed(even: Frames) -> Frames:
+        tv = int(ColorRange.MPEG)
+        return np.stack([planes_rgb(*rgb_planes(frame, BT601, tv), BT601, tv) for frame in even])
+
+    return _even_part(frames, streamed)
 
 
 def _padded(clean: Frames, degraded: np.ndarray, size: int, crop: int) -> tuple[Frames, np.ndarray]:
