@@ -23,10 +23,11 @@ def test_the_camera_clip_is_h264_of_the_size_rate_and_length_asked(tmp_path: Pat
     kbps = camera_clip(tmp_path / "camera.mp4", (160, 96), 10, seconds=2)
     with av.open(str(tmp_path / "camera.mp4")) as clip:
         stream = clip.streams.video[0]
+        codec, rate = stream.codec_context.name, stream.average_rate
         frames = list(clip.decode(stream))
-    assert stream.codec_context.name == "h264"
+    assert codec == "h264"
     assert (frames[0].width, frames[0].height, len(frames)) == (160, 96, 20)
-    assert stream.average_rate == Fraction(10)
+    assert rate == Fraction(10)
     assert kbps > 0
 
 
