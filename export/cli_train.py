@@ -109,8 +109,9 @@ def _add_start_flags(parser: argparse.ArgumentParser) -> None:
         "--init",
         type=Path,
         action="append",
-        help="start from the leading slices of this checkpoint's weights, or of an exported Conv3d's "
-        "(a narrower model takes each layer's first channels); repeatable, a later one overwriting what "
+        help="start from the leading slices of this checkpoint's weights, or of an exported model's (a "
+        "Conv3d, streaming or ConvLSTM ONNX file: export.recover rebuilds it; a narrower model takes each "
+        "layer's first channels); repeatable, a later one overwriting what "
         "an earlier one gave",
     )
     parser.add_argument(

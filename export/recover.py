@@ -8,7 +8,10 @@ one convolution (from the first two convolutions of files exported before that),
 transposed convolution it runs as (files exported before that keep it by name). A
 ``StreamingEnhancer``'s two graphs hold every weight under its name; its constructor's arguments are in
 the fusion graph's ``streamer.architecture`` metadata, or in the model card beside files exported
-before that was written. The result is checked against the file with onnxruntime before it is used, so
+before that was written. A ``ConvLSTMEnhancer``'s graph holds most weights by name; the tensors its
+forward reshapes (the embeddings with their centring folded in, the fusion, ``up``, and ``head`` and
+``blend`` run as one convolution) are read back from the nodes that use them, its arguments from the
+model card beside it. The result is checked against the file with onnxruntime before it is used, so
 a graph of another shape is refused, not half-loaded.
 """
 
@@ -20,6 +23,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -28,12 +32,21 @@ import torch
 from onnx import numpy_helper
 
 from export.models.conv3d import Conv3dEnhancer
+from export.models.convlstm import ConvLSTMEnhancer
 from export.models.streaming import StreamingEnhancer
+from export.objective import zero_states
 from streamer.contract import STRENGTH, Key
 from streamer.core.windower import OutputPosition
 from streamer.errors import ConfigError, ModelError, StreamerError
 
-__all__ = ["PARITY_TOLERANCE", "conv3d_from_onnx", "main", "rebuild", "streaming_from_onnx"]
+__all__ = [
+    "PARITY_TOLERANCE",
+    "conv3d_from_onnx",
+    "convlstm_from_onnx",
+    "main",
+    "rebuild",
+    "streaming_from_onnx",
+]
 
 PARITY_TOLERANCE = 1e-4
 """Largest |PyTorch - onnxruntime| accepted for the rebuilt module, on frames in [0, 1]."""
@@ -120,18 +133,7 @@ def _streaming(path: Path, fusion: onnx.ModelProto) -> StreamingEnhancer:
         raise ModelError(f"{str(path)!r} is not a streaming model (no streamer.encoder metadata)")
     encoder = path.with_name(Path(meta[Key.ENCODER]).name)
     graphs.append(_load(encoder))
-    card = path.with_suffix(".json")
-    if Key.ARCHITECTURE in meta:
-        config = json.loads(meta[Key.ARCHITECTURE])
-    elif card.is_file():
-        config = json.loads(card.read_text()).get("parameters")
-    else:
-        config = None
-    if not isinstance(config, dict):
-        raise ConfigError(
-            f"{str(path)!r} does not say its StreamingEnhancer arguments (streamer.architecture) and has no "
-            f"model card {card.name} with 'parameters' beside it"
-        )
+    config = _arguments(path, meta, "StreamingEnhancer")
     state: dict[str, torch.Tensor] = {}
     for graph in graphs:
         weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
@@ -157,11 +159,76 @@ def _streaming(path: Path, fusion: onnx.ModelProto) -> StreamingEnhancer:
     return module
 
 
-def rebuild(path: Path) -> Conv3dEnhancer | StreamingEnhancer:
-    """The module exported as ``path``: a streaming model's fusion graph, or a Conv3d's file."""
+def convlstm_from_onnx(path: Path) -> ConvLSTMEnhancer:
+    """The ``ConvLSTMEnhancer`` exported as ``path``; raises ModelError if the graph is not one, or
+    ConfigError when nothing says its arguments."""
+    return _convlstm(path, _load(path))
+
+
+def _convlstm(path: Path, graph: onnx.ModelProto) -> ConvLSTMEnhancer:
+    meta = {p.key: p.value for p in graph.metadata_props}
+    config = _arguments(path, meta, "ConvLSTMEnhancer")
+    weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+    nodes = list(graph.graph.node)
+    try:
+        module = ConvLSTMEnhancer(**config)
+        state = {k: torch.from_numpy(v.copy()) for k, v in weights.items() if k in module.state_dict()}
+        state |= _up_from_transposed(weights, graph, module.features)
+        convs = [n for n in nodes if n.op_type == "Conv"]
+        embed = weights[convs[0].input[1]]  # the frame's 2x2 stride-2 embedding, the graph's first Conv
+        state["embed.weight"] = torch.from_numpy(embed.reshape(embed.shape[0], 12, 1, 1, 1).copy())
+        (fuse,) = (n for n in convs if n.input[2:] == ["fuse.bias"])
+        state["fuse.weight"] = torch.from_numpy(weights[fuse.input[1]][:, :, None].copy())
+        # The previous frame's embedding: its colour taps as they are, its valid plane's through a Sub
+        # that folds the centring in (the Concat joins the two).
+        (join,) = (n for n in nodes if n.op_type == "Concat" and n.input[0] in weights)
+        (valid,) = (n for n in nodes if n.op_type == "Sub" and n.output[0] == join.input[1])
+        previous = np.concatenate([weights[join.input[0]], weights[valid.input[0]]], axis=1)
+        state["embed_previous.weight"] = torch.from_numpy(previous)
+        both, bias = weights[convs[-1].input[1]], weights[convs[-1].input[2]]  # head's 12 maps, blend's 4
+        state |= {
+            "head.weight": torch.from_numpy(both[:12].copy()),
+            "head.bias": torch.from_numpy(bias[:12].copy()),
+            "blend.weight": torch.from_numpy(both[12:].copy()),
+            "blend.bias": torch.from_numpy(bias[12:].copy()),
+        }
+        module.load_state_dict(state, strict=True)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
+        raise ModelError(
+            f"{str(path)!r} is not an exported ConvLSTMEnhancer ({type(err).__name__}: {err}); only graphs "
+            "written by streamer export --arch convlstm can be rebuilt"
+        ) from err
+    module.eval()
+    _check_convlstm(module, path)
+    return module
+
+
+def _arguments(path: Path, meta: dict[str, str], what: str) -> dict[str, Any]:
+    """The module's constructor arguments: the graph's ``streamer.architecture`` metadata, else the
+    ``parameters`` of the model card beside it."""
+    card = path.with_suffix(".json")
+    if Key.ARCHITECTURE in meta:
+        config = json.loads(meta[Key.ARCHITECTURE])
+    elif card.is_file():
+        config = json.loads(card.read_text()).get("parameters")
+    else:
+        config = None
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{str(path)!r} does not say its {what} arguments (streamer.architecture) and has no "
+            f"model card {card.name} with 'parameters' beside it"
+        )
+    return config
+
+
+def rebuild(path: Path) -> Conv3dEnhancer | StreamingEnhancer | ConvLSTMEnhancer:
+    """The module exported as ``path``: a streaming model's fusion graph, a ConvLSTM's file (it carries
+    states) or a Conv3d's file."""
     graph = _load(path)
-    streaming = any(p.key == Key.ENCODER for p in graph.metadata_props)
-    return _streaming(path, graph) if streaming else _conv3d(path, graph)
+    keys = {p.key for p in graph.metadata_props}
+    if Key.ENCODER in keys:
+        return _streaming(path, graph)
+    return _convlstm(path, graph) if Key.STATE in keys else _conv3d(path, graph)
 
 
 def _load(path: Path) -> onnx.ModelProto:
@@ -195,6 +262,30 @@ def _check_streaming(module: StreamingEnhancer, path: Path, encoder_path: Path) 
         )
 
 
+def _check_convlstm(module: ConvLSTMEnhancer, path: Path) -> None:
+    """The file's outputs and states over a few steps from the zero state, against the module's."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    frames = [rng.random((1, 1, 3, 32, 48), dtype=np.float32) for _ in range(3)]
+    strength = (torch.full((1, 1), 20.0),) if module.takes_strength else ()
+    states = zero_states(module, torch.from_numpy(frames[0]))
+    theirs = [s.numpy() for s in states]
+    error = 0.0
+    for x in frames:
+        feeds = {"frames": x} | {spec.input: s for spec, s in zip(module.state_specs, theirs, strict=True)}
+        if strength:
+            feeds[STRENGTH] = strength[0].numpy()
+        expected, *theirs = session.run(None, feeds)
+        with torch.no_grad():
+            got, *states = module(torch.from_numpy(x), *states, *strength)
+        error = max(error, float(np.abs(got.numpy() - expected).max()))
+    if error > PARITY_TOLERANCE:
+        raise ModelError(
+            f"the module rebuilt from {str(path)!r} differs from the file by {error:.3g} "
+            f"(> {PARITY_TOLERANCE}); the graph is not a plain ConvLSTMEnhancer export"
+        )
+
+
 def _check(module: Conv3dEnhancer, path: Path) -> None:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     frames = np.random.default_rng(0).random((1, module.t, 3, 64, 96), dtype=np.float32)
@@ -216,8 +307,8 @@ def _check(module: Conv3dEnhancer, path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m export.recover",
-        description="Write the state_dict of the Conv3dEnhancer or StreamingEnhancer exported as MODEL "
-        "(for export --weights).",
+        description="Write the state_dict of the Conv3dEnhancer, StreamingEnhancer or ConvLSTMEnhancer "
+        "exported as MODEL (for export --weights).",
     )
     parser.add_argument(
         "model", type=Path, help="an ONNX file written by streamer export (a streaming model's fusion graph)"

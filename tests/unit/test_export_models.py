@@ -158,6 +158,38 @@ def test_convlstm_exports_three_states_and_matches_pytorch_over_a_sequence_of_st
             np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
 
 
+def test_a_convlstm_export_is_rebuilt_from_its_onnx_file_to_warm_start_a_fine_tune(tmp_path: Path) -> None:
+    """The tensors its forward reshapes (embeddings, fusion, ``up``, head and blend as one convolution)
+    come back from the graph's nodes, its arguments from the model card beside it."""
+    from export.distill import init_weights, warm_start
+    from export.recover import convlstm_from_onnx, rebuild
+    from streamer.assets import ASSETS
+
+    torch.manual_seed(0)
+    model = ConvLSTMEnhancer(**TINY_LSTM, strength=True).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # trained: every part of the recurrence moves the output
+    report = export_onnx(model, tmp_path / "l.onnx", name="l")
+    with pytest.raises(ConfigError, match="does not say its ConvLSTMEnhancer arguments"):
+        convlstm_from_onnx(report.path)
+    (tmp_path / "l.json").write_text(json.dumps({"parameters": model.config()}))  # as streamer export writes
+    rebuilt = convlstm_from_onnx(report.path)
+    assert rebuilt.config() == model.config()
+    for key, value in model.state_dict().items():
+        assert torch.allclose(rebuilt.state_dict()[key], value, atol=1e-6), key
+    student = ConvLSTMEnhancer(**TINY_LSTM, strength=True)
+    assert set(warm_start(student, init_weights(report.path, student))) == set(model.state_dict())
+
+    shipped = rebuild(ASSETS / "convlstm_strength.onnx")
+    assert isinstance(shipped, ConvLSTMEnhancer)
+    assert shipped.takes_strength
+    (tmp_path / "c.json").write_text(json.dumps({"parameters": {**model.config(), "hidden": 7}}))
+    (tmp_path / "c.onnx").write_bytes(report.path.read_bytes())
+    with pytest.raises(ModelError, match="not an exported ConvLSTMEnhancer"):
+        rebuild(tmp_path / "c.onnx")  # a card that does not match the graph
+
+
 def test_unsupported_op_error_names_the_op_and_the_module_using_it(tmp_path: Path) -> None:
     with pytest.raises(ModelError) as caught:
         export_onnx(
