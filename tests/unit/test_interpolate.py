@@ -36,19 +36,7 @@ def test_two_exported_models_give_a_state_dict_that_streamer_export_loads(tmp_pa
     a, b = Conv3dEnhancer(**TINY).eval(), Conv3dEnhancer(**TINY).eval()
     export_onnx(a, tmp_path / "a.onnx", name="a", real_frames=False)
     export_onnx(b, tmp_path / "b.onnx", name="b", real_frames=False)
-    assert (
-        main(
-            [
-                str(tmp_path / "a.onnx"),
-                str(tmp_path / "b.onnx"),
-                "--weight",
-                "0.5",
-                "--out",
-                str(tmp_path / "m.pt"),
-            ]
-        )
-        == 0
-    )
+    assert _interpolate(tmp_path, "a", "b", "m.pt") == 0
     mean = Conv3dEnhancer(**TINY)
     mean.load_state_dict(torch.load(tmp_path / "m.pt", weights_only=True), strict=True)
     for name, value in mean.state_dict().items():
@@ -56,17 +44,11 @@ def test_two_exported_models_give_a_state_dict_that_streamer_export_loads(tmp_pa
         assert torch.allclose(value, expected, atol=1e-6), name
     other = Conv3dEnhancer(**{**TINY, "channels": 16}).eval()
     export_onnx(other, tmp_path / "c.onnx", name="c", real_frames=False)
-    assert (
-        main(
-            [
-                str(tmp_path / "a.onnx"),
-                str(tmp_path / "c.onnx"),
-                "--weight",
-                "0.5",
-                "--out",
-                str(tmp_path / "x.pt"),
-            ]
-        )
-        == 2
-    )
+    assert _interpolate(tmp_path, "a", "c", "x.pt") == 2  # two architectures
     assert not (tmp_path / "x.pt").exists()
+
+
+def _interpolate(folder: Path, start: str, tuned: str, out: str) -> int:
+    """``python -m export.interpolate`` on ``folder``'s START.onnx and TUNED.onnx at weight 0.5."""
+    files = [str(folder / f"{start}.onnx"), str(folder / f"{tuned}.onnx")]
+    return main([*files, "--weight", "0.5", "--out", str(folder / out)])
