@@ -61,7 +61,7 @@ def conv3d_from_onnx(path: Path) -> Conv3dEnhancer:
 
 def _conv3d(path: Path, graph: onnx.ModelProto) -> Conv3dEnhancer:
     meta = {p.key: p.value for p in graph.metadata_props}
-    weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+    weights = _initializers(graph)
     try:
         t = int(meta[Key.T])
         position = OutputPosition(meta[Key.OUTPUT_POSITION])
@@ -136,7 +136,7 @@ def _streaming(path: Path, fusion: onnx.ModelProto) -> StreamingEnhancer:
     config = _arguments(path, meta, "StreamingEnhancer")
     state: dict[str, torch.Tensor] = {}
     for graph in graphs:
-        weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+        weights = _initializers(graph)
         for node in graph.graph.node:  # the exporter shares equal tensors through Identity
             if node.op_type == "Identity" and node.input[0] in weights:
                 weights[node.output[0]] = weights[node.input[0]]
@@ -168,7 +168,7 @@ def convlstm_from_onnx(path: Path) -> ConvLSTMEnhancer:
 def _convlstm(path: Path, graph: onnx.ModelProto) -> ConvLSTMEnhancer:
     meta = {p.key: p.value for p in graph.metadata_props}
     config = _arguments(path, meta, "ConvLSTMEnhancer")
-    weights = {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+    weights = _initializers(graph)
     nodes = list(graph.graph.node)
     try:
         module = ConvLSTMEnhancer(**config)
@@ -231,6 +231,11 @@ def rebuild(path: Path) -> Conv3dEnhancer | StreamingEnhancer | ConvLSTMEnhancer
     return _convlstm(path, graph) if Key.STATE in keys else _conv3d(path, graph)
 
 
+def _initializers(graph: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The graph's stored tensors by name."""
+    return {i.name: numpy_helper.to_array(i) for i in graph.graph.initializer}
+
+
 def _load(path: Path) -> onnx.ModelProto:
     if not path.is_file():
         raise ConfigError(f"{str(path)!r} does not exist; pass an ONNX file written by streamer export")
@@ -279,11 +284,7 @@ def _check_convlstm(module: ConvLSTMEnhancer, path: Path) -> None:
         with torch.no_grad():
             got, *states = module(torch.from_numpy(x), *states, *strength)
         error = max(error, float(np.abs(got.numpy() - expected).max()))
-    if error > PARITY_TOLERANCE:
-        raise ModelError(
-            f"the module rebuilt from {str(path)!r} differs from the file by {error:.3g} "
-            f"(> {PARITY_TOLERANCE}); the graph is not a plain ConvLSTMEnhancer export"
-        )
+    _refuse_apart(error, path, "ConvLSTMEnhancer")
 
 
 def _check(module: Conv3dEnhancer, path: Path) -> None:
@@ -297,10 +298,15 @@ def _check(module: Conv3dEnhancer, path: Path) -> None:
     with torch.no_grad():
         got = module(torch.from_numpy(frames), *strength).numpy()
     error = float(np.abs(got - expected).max())
+    _refuse_apart(error, path, "Conv3dEnhancer")
+
+
+def _refuse_apart(error: float, path: Path, what: str) -> None:
+    """ModelError when the module rebuilt from ``path`` and the file differ by more than the tolerance."""
     if error > PARITY_TOLERANCE:
         raise ModelError(
             f"the module rebuilt from {str(path)!r} differs from the file by {error:.3g} "
-            f"(> {PARITY_TOLERANCE}); the graph is not a plain Conv3dEnhancer export"
+            f"(> {PARITY_TOLERANCE}); the graph is not a plain {what} export"
         )
 
 
