@@ -18,6 +18,7 @@ __all__ = [
     "STREAMING_MODEL",
     "STREAMING_QUARTER_MODEL",
     "STREAMING_SEPARABLE_MODEL",
+    "STREAMING_TINY_MODEL",
     "TEMPORAL_FILTER",
     "is_shipped",
     "resolve_shipped",
@@ -62,12 +63,19 @@ STREAMING_QUARTER_MODEL: Path = ASSETS / "stream_t5_quarter_sep.onnx"
 resolution (StreamingEnhancer entry=4), its mix of the cached maps separable, distilled from conv3d_t5;
 about a sixth of stream_t5_lite's multiply-adds, and its card says what that costs in quality."""
 
+STREAMING_TINY_MODEL: Path = ASSETS / "stream_t5_tiny.onnx"
+"""stream_t5_quarter_sep's shape at half its widths (``stream_t5_tiny.encoder.onnx`` beside it): the
+rung below it, for a host whose cores are shared (a loaded machine, several cameras), where enhancing
+every frame a little better serves a viewer more than passing some through; its card says what the
+widths cost in quality."""
+
 AUTO_TIERS: tuple[Path, ...] = (
     STREAMING_MODEL,
     STREAMING_INT8_MODEL,
     STREAMING_LITE_MODEL,
     STREAMING_SEPARABLE_MODEL,
     STREAMING_QUARTER_MODEL,
+    STREAMING_TINY_MODEL,
 )
 """What ``model.path: auto`` chooses from, best quality first (``streamer.engine.tiers``)."""
 

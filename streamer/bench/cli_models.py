@@ -85,7 +85,7 @@ def add_memory(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="append",
         metavar="ONNX",
         help="a model to measure, repeatable (default: conv3d_t5, stream_t5, its INT8 pair, stream_t5_lite, "
-        "stream_t5_lite_sep, stream_t5_quarter_sep)",
+        "stream_t5_lite_sep, stream_t5_quarter_sep, stream_t5_tiny)",
     )
     memory.add_argument("--write-cards", action="store_true", help="store the figures in the models' cards")
     memory.add_argument("--json", metavar="PATH", help="also write the results as JSON here")

@@ -83,6 +83,7 @@ DEFAULT_MODELS: tuple[tuple[str, str], ...] = (
     ("stream_t5_lite", "ours streaming T=5, half the MACs (distilled)"),
     ("stream_t5_lite_sep", "ours streaming T=5, half the MACs, separable mix (the 360p tier)"),
     ("stream_t5_quarter_sep", "ours streaming T=5, quarter resolution (the 720p tier)"),
+    ("stream_t5_tiny", "ours streaming T=5, quarter resolution, half the widths (shared cores' tier)"),
     ("convlstm", "ours ConvLSTM (recurrent, no lookahead)"),
     ("convlstm_strength", "ours ConvLSTM with the strength input, auto (the low-latency profile)"),
     ("temporal_filter_t5", "fixed temporal filter T=5"),

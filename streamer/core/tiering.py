@@ -9,9 +9,11 @@ go (``observe``), and asked for a move (``decide``):
   as ``window_s`` of frames have been seen on the current tier;
 - **up** one tier once the share has stayed at ``high`` or above for ``settle_s`` on the current
   tier and the better tier's estimated cost fits (``fits``: the caller's estimate, from its live
-  call times and the tiers' cards); a tier left downwards within ``settle_s`` of moving up to it is
-  tried again only after twice as long as the last time (up to ``max_wait_s``), so a tier that
-  cannot hold never makes the stream flap;
+  call times and the tiers' cards); a tier left downwards within ``settle_s`` of moving up to it,
+  or of starting on it, is tried again only after twice as long as the last time (up to
+  ``max_wait_s``), so a tier that cannot hold never makes the stream flap;
+- **down to** a given tier at once where the caller knows the stream cannot hold its own (``down_to``:
+  a stream joined the others on these cores);
 - **starved** where the share falls below a floor the caller gives on the cheapest tier: nowhere lower
   to go, which the caller answers by giving fewer streams the model (``streamer.serving.shedding``).
 """
@@ -71,8 +73,9 @@ class TierController:
         """Since when the share has stayed at ``high`` or above on this tier."""
         self._wait: dict[int, float] = {}
         """Per tier: how long to hold before trying it again, after it could not hold."""
-        self._came_up_at: float | None = None
-        """When the stream moved up to the current tier (None: it came down, or started here)."""
+        self._came_up_at: float | None = now
+        """When the stream started on the current tier or moved up to it (None: it came down to it): a
+        start chosen from the cards is as much a guess as a move up, and as costly to repeat."""
 
     def observe(self, now: float, enhanced: int, missed: int) -> None:
         """Counts so far (they only grow) of frames the model enhanced and frames the budget let go."""
@@ -118,6 +121,13 @@ class TierController:
         return self._move(
             self.current - 1, now, f"enhanced {share:.0%} for {held:.0f} s and the tier's cost fits"
         )
+
+    def down_to(self, to: int, now: float, reason: str) -> TierMove | None:
+        """A move down to tier ``to`` at once, for a reason the share has not shown yet (more streams
+        now share the cores); None where the stream runs that tier or a cheaper one already."""
+        if not 0 <= to < self.tiers:
+            raise ValueError(f"tier {to} is not one of the {self.tiers} tiers")
+        return self._move(to, now, reason) if to > self.current else None
 
     def starved(self, now: float, below: float) -> float | None:
         """The share over the last ``window_s`` where the stream runs the cheapest tier and it is under

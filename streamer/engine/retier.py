@@ -19,7 +19,7 @@ from pathlib import Path
 from streamer.assets import AUTO_TIERS
 from streamer.core.tiering import NEIGHBOUR_CORES, TierController, TierMove
 from streamer.engine.tally import MISSED, Outcome, Tally
-from streamer.engine.tiers import TierChoice, card_fps
+from streamer.engine.tiers import TierChoice, TierSelector, card_fps
 
 __all__ = ["MOVES_SHOWN", "Moved", "Retier"]
 
@@ -66,6 +66,15 @@ class Retier:
         self.controller.observe(now, tally.outcomes[Outcome.ENHANCED], missed)
         quiet = neighbours is None or neighbours < NEIGHBOUR_CORES
         return self.controller.decide(now, here > 0 and quiet and self._fits(here - 1, call_ms, workers))
+
+    def make_room(self, selector: TierSelector, settings: str, streams: int, now: float) -> TierMove | None:
+        """The move down to the tier the cards say keeps up with ``streams`` streams of this size on
+        these cores (``selector.start``), where this stream runs a better one; None otherwise."""
+        choice = selector.start(settings, self.width, self.height, self.fps, self.headroom, streams)
+        if choice is None:
+            return None
+        reason = f"{streams} streams now share these cores; by the cards {choice.name} keeps up"
+        return self.controller.down_to(_index(choice.path), now, reason)
 
     def starved(self, now: float, below: float) -> float | None:
         """The share of the last window where it is under ``below`` on the cheapest tier (after

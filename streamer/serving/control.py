@@ -45,7 +45,8 @@ from streamer.errors import (
 from streamer.redact import escape_control, redact_text
 from streamer.serving.confine import ApiPolicy
 from streamer.serving.httpserve import check_bearer, read_body, serve
-from streamer.serving.service import Service, StreamRunner
+from streamer.serving.service import Service
+from streamer.serving.stream_runner import StreamRunner
 from streamer.webrtc.ice import is_loopback
 
 __all__ = ["ControlServer"]

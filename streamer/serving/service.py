@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -23,13 +22,12 @@ from streamer.assets import AUTO_TIERS
 from streamer.backend.base import Backend
 from streamer.config import Config, ModelConfig, StreamConfig, SyntheticSourceConfig
 from streamer.core.admission import ACTIVATION_BYTES_PER_PIXEL, MemoryBudget, StreamCost, stream_cost
-from streamer.core.health import HealthLimits, StreamHealth, StreamSignals, StreamState
+from streamer.core.health import HealthLimits, StreamState
 from streamer.core.tiering import NeighbourLoad, TierMove
-from streamer.engine.pipeline import OpenHook, OutputHook, Pipeline, PipelineReport, ResizeHook
+from streamer.engine.pipeline import OpenHook, OutputHook, PipelineReport, ResizeHook
 from streamer.engine.retier import Retier
 from streamer.engine.scheduler import InferenceScheduler
-from streamer.engine.snapshot import connection_status, outputs_status
-from streamer.engine.tiers import AUTO, TierChoice, TierSelector
+from streamer.engine.tiers import AUTO, TierSelector
 from streamer.errors import (
     ConfigError,
     LimitError,
@@ -40,13 +38,13 @@ from streamer.errors import (
 )
 from streamer.frame import StreamInfo
 from streamer.measure.machine import busy_s
-from streamer.redact import redact_text
 from streamer.serving.memory import default_budget_bytes, process_rss, release_memory
 from streamer.serving.metrics import ServiceMetrics
 from streamer.serving.shedding import STARVED_BELOW, Shedder
+from streamer.serving.stream_runner import StreamRunner, model_key
 from streamer.webrtc.server import WebRtcServer
 
-__all__ = ["Service", "StreamResult", "StreamRunner"]
+__all__ = ["Service", "StreamResult"]
 
 log = logging.getLogger(__name__)
 
@@ -71,94 +69,6 @@ class StreamResult:
 class _Model:
     backend: Backend
     scheduler: InferenceScheduler
-
-
-def _model_key(model: ModelConfig) -> str:
-    """Streams whose model settings are equal share one loaded model and its scheduler (settings of
-    how a stream uses it, tiles and auto's headroom, aside); an ``auto`` stream shares the model it
-    runs on (its stand-in until a tier is chosen)."""
-    return model.with_file(model.file()).session_key()
-
-
-class StreamRunner:
-    """One supervised stream: its pipeline, its task, its health."""
-
-    def __init__(self, config: StreamConfig, pipeline: Pipeline, limits: HealthLimits) -> None:
-        self.config = config
-        self.pipeline = pipeline
-        self.health = StreamHealth(limits)
-        self.task: asyncio.Task[None] | None = None
-        self.report: PipelineReport | None = None
-        self.error: BaseException | None = None
-        self.started = time.monotonic()
-        self.ended_at: float | None = None
-        self.model_key = _model_key(config.model)
-        """The loaded model this stream runs on: ``auto`` moves it to the tier chosen."""
-        self.choice: TierChoice | None = None
-        self.retier: Retier | None = None
-        """With ``model: auto``, the stream's moves between tiers as the load changes."""
-        self.moving: asyncio.Task[None] | None = None
-
-    @property
-    def id(self) -> str:
-        return self.config.id
-
-    @property
-    def done(self) -> bool:
-        return self.task is not None and self.task.done()
-
-    def signals(self) -> StreamSignals:
-        p = self.pipeline
-        activity = [t for t in (p.last_frame_at, p.last_sent_at) if t is not None]
-        return StreamSignals(
-            opened=p.opened,
-            finished=self.done and self.error is None,
-            error=None if self.error is None else str(self.error) or type(self.error).__name__,
-            last_frame=max(activity) if activity else None,
-            sending_since=p.sending_since,
-            waiting=p.source.waiting,
-        )
-
-    def state(self, now: float) -> StreamState:
-        return self.health.classify(self.signals(), now)
-
-    def _error_text(self, connection: dict[str, object] | None) -> str | None:
-        """Why the stream failed; while it has not and its camera is not connected, why the camera's
-        connection last failed, so ``error`` never reads null beside a failing connection."""
-        if self.error is not None:
-            return redact_text(str(self.error))
-        if connection is not None and connection["state"] != "live":
-            last = connection["last_error"]
-            return None if last is None else str(last)
-        return None
-
-    def status(self, now: float) -> dict[str, object]:
-        """What ``/streams`` shows of this stream."""
-        snap = self.pipeline.snapshot(now)
-        connection = connection_status(snap.connection)
-        return {
-            "id": self.id,
-            "state": self.state(now).value,
-            "source": self.config.source.kind,
-            "sink": ",".join(s.kind for s in self.config.outputs()),
-            "outputs": outputs_status(snap.outputs),
-            "model": snap.model,
-            "provider": snap.provider,
-            "uptime_s": round(now - self.started, 3),
-            **snap.live,
-            "counters": snap.counters,
-            "outcomes": snap.outcomes,
-            "gate_skip_ratio": round(snap.gate.skip_ratio, 4),
-            "queues": {q.name: {"depth": q.depth, "capacity": q.capacity} for q in snap.queues},
-            "error": self._error_text(connection),
-            "connection": connection,
-            "model_choice": None
-            if self.choice is None
-            else {**self.choice.as_dict(), **({} if self.retier is None else self.retier.as_dict())},
-            "keepalive": None
-            if snap.keepalive is None
-            else {"in_gap": snap.in_gap, **dataclasses.asdict(snap.keepalive)},
-        }
 
 
 class Service:
@@ -304,9 +214,7 @@ class Service:
         neighbours = self._neighbours.observe(now, *busy_s())
         for runner in self.runners.values():
             retier, pipeline = runner.retier, runner.pipeline
-            if retier is None or runner.done or not pipeline.opened or self._stop.is_set():
-                continue
-            if pipeline.shed_reason is not None or (runner.moving is not None and not runner.moving.done()):
+            if retier is None or not self._movable(runner):
                 continue
             before = retier.controller.current
             call_ms = pipeline.budget.stats().estimate_ms
@@ -316,11 +224,32 @@ class Service:
             elif (share := retier.starved(now, STARVED_BELOW)) is not None:
                 self._shedder.starved(runner, share, self.runners.values(), now)
 
+    def _movable(self, runner: StreamRunner) -> bool:
+        """Whether an auto stream may be moved now: running, opened, given the model, no move under way."""
+        pipeline, moving = runner.pipeline, runner.moving
+        idle = moving is None or moving.done()
+        running = not runner.done and pipeline.opened and not self._stop.is_set()
+        return running and idle and pipeline.shed_reason is None
+
+    def _make_room(self, joined: StreamRunner, streams: int) -> None:
+        """A stream joining the others on these cores: each other auto stream on a better tier than the
+        cards say keeps up with ``streams`` streams of its size moves down to that tier at once, rather
+        than after a window of frames it could not enhance."""
+        now = time.monotonic()
+        for runner in self.runners.values():
+            retier = runner.retier
+            if runner is joined or retier is None or not self._movable(runner):
+                continue
+            before = retier.controller.current
+            move = retier.make_room(self._tiers, runner.config.model.session_key(), streams, now)
+            if move is not None:
+                runner.moving = asyncio.create_task(self._move_tier(runner, before, move))
+
     async def _move_tier(self, runner: StreamRunner, before: int, move: TierMove) -> None:
         """Load the tier (off the event loop), move the stream to it between calls, release the old."""
         assert runner.retier is not None
         settings = runner.config.model.with_file(AUTO_TIERS[move.to])
-        key = _model_key(settings)
+        key = model_key(settings)
         left = runner.pipeline.backend.info.name
         self._pinned.add(key)
         try:
@@ -374,7 +303,7 @@ class Service:
     # --- internals -------------------------------------------------------------------------------
 
     def _model(self, stream: StreamConfig) -> _Model:
-        key = _model_key(stream.model)
+        key = model_key(stream.model)
         model = self._models.get(key)
         if model is None:
             model = self._models[key] = self._new_model(build_backend(stream.model))
@@ -382,7 +311,7 @@ class Service:
 
     async def _load(self, settings: ModelConfig) -> _Model:
         """The loaded model of ``settings``, loaded now (in a worker thread) if no stream runs it."""
-        key = _model_key(settings)
+        key = model_key(settings)
         if key not in self._models:
             backend = await asyncio.to_thread(build_backend, settings)
             if key in self._models:  # loaded meanwhile by another stream
@@ -431,13 +360,14 @@ class Service:
             enhanced = self._shedder.enhanced(runner, self.runners.values())
             choice = await choose_tier(self._tiers, stream.model, info, stream.id, 1 + enhanced)
             runner.choice = choice
+            self._make_room(runner, choice.streams)
             # counted again: a choice made by probes awaits, and other streams may have opened meanwhile
             self._shedder.opened(
                 runner, self._shedder.enhanced(runner, self.runners.values()), time.monotonic()
             )
             model = await self._load(stream.model.with_file(choice.path))
             runner.retier = Retier(choice, choice.source_fps, stream.model.headroom, time.monotonic())
-            runner.model_key = _model_key(stream.model.with_file(choice.path))
+            runner.model_key = model_key(stream.model.with_file(choice.path))
             await self._release_models()
             return model.scheduler, False
 

@@ -644,9 +644,7 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
 
     def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
         timed.append((backend.info.name, width, height))
-        return Rate(
-            {"stream_t5": 20.0, "stream_t5-int8": 60.0, "stream_t5_quarter_sep": 200.0}[backend.info.name]
-        )
+        return Rate({"stream_t5": 20.0, "stream_t5-int8": 60.0, "stream_t5_tiny": 300.0}[backend.info.name])
 
     seen: dict[str, list[int]] = {}
     source = {"kind": "synthetic", "frames": 30, "width": 160, "height": 96, "fps": 30}
@@ -684,7 +682,7 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
 
     asyncio.run(scenario())
     # The cheapest tier first, then from the best; the second stream reused them.
-    assert timed == [("stream_t5_quarter_sep", 160, 96), ("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]
+    assert timed == [("stream_t5_tiny", 160, 96), ("stream_t5", 160, 96), ("stream_t5-int8", 160, 96)]
     assert seen == {"a": list(range(30)), "b": list(range(30))}
 
 
@@ -693,11 +691,11 @@ def test_model_auto_starts_a_stream_at_once_on_the_tier_the_calibrated_cards_cho
 
     def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
         timed.append((backend.info.name, width, height))
-        return Rate(400.0)  # twice the quarter tier's card below
+        return Rate(600.0)  # twice the cheapest tier's card below
 
     def cards(path: Path, width: int, height: int) -> float | None:
         per_360p = {"stream_t5": 10.0, "stream_t5.int8": 15.0, "stream_t5_lite": 20.0}
-        per_360p |= {"stream_t5_lite_sep": 25.0, "stream_t5_quarter_sep": 200.0}
+        per_360p |= {"stream_t5_lite_sep": 25.0, "stream_t5_quarter_sep": 200.0, "stream_t5_tiny": 300.0}
         return per_360p[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
 
     seen: list[int] = []
@@ -718,7 +716,7 @@ def test_model_auto_starts_a_stream_at_once_on_the_tier_the_calibrated_cards_cho
             assert [p["estimated"] for p in choice["probes"]] == [True]
 
     asyncio.run(scenario())
-    assert timed == [("stream_t5_quarter_sep", 640, 360)]  # calibrated before the source opened, once
+    assert timed == [("stream_t5_tiny", 640, 360)]  # calibrated before the source opened, once
     assert seen == list(range(30))
 
 
@@ -728,7 +726,7 @@ def test_model_auto_passes_through_a_stream_the_cheapest_tier_has_no_room_for_un
 
     def cards(path: Path, width: int, height: int) -> float | None:
         # at every size: room for one stream at 30 fps with the default headroom (36 fps), not two
-        return 40.0 if path.name == "stream_t5_quarter_sep.onnx" else 10.0
+        return 40.0 if path.name == "stream_t5_tiny.onnx" else 10.0
 
     camera = {"kind": "synthetic", "frames": None, "width": 160, "height": 96, "fps": 30, "realtime": True}
     config = config_of(
@@ -771,6 +769,59 @@ def test_model_auto_passes_through_a_stream_the_cheapest_tier_has_no_room_for_un
             before = len(outcomes[waiting])
             await until(lambda: Outcome.ENHANCED in outcomes[waiting][before:], 60, "the model given back")
             assert (await status_of(run))[waiting]["passing_through"] is None
+
+    asyncio.run(scenario())
+
+
+def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on_these_cores() -> None:
+    def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
+        return Rate(400.0)  # the cheapest tier's card below: this machine as fast as the cards
+
+    def cards(path: Path, width: int, height: int) -> float | None:
+        # per 640x360 frame; at 160x96, 15 times these: stream_t5 keeps one stream (36 fps needed),
+        # and the quarter tier is the best that keeps two (72)
+        per_360p = {"stream_t5": 3.0, "stream_t5.int8": 3.5, "stream_t5_lite": 4.0, "stream_t5_lite_sep": 4.5}
+        per_360p |= {"stream_t5_quarter_sep": 6.0, "stream_t5_tiny": 400.0}
+        return per_360p[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
+
+    camera = {"kind": "synthetic", "frames": None, "width": 160, "height": 96, "fps": 30, "realtime": True}
+    settings = {"model.path": "auto", "gate.enabled": False}
+    config = config_of([{"id": "a", "source": camera}], **settings)
+    (_, joining) = config_of(
+        [{"id": "a", "source": camera}, {"id": "b", "source": camera}], **settings
+    ).streams
+
+    async def models(run: Serving) -> dict[str, Any]:
+        _, streams = await run.get("/streams")
+        return {s["id"]: (s["model"], s["model_choice"]["moves"]) for s in streams["streams"]}
+
+    async def scenario() -> None:
+        async with serving(config, tiers=TierSelector(measure=measure, cards=cards)) as run:
+            await run.wait_states({"a": "live"}, timeout=60)
+            assert (await models(run))["a"] == ("stream_t5", [])
+            await run.service.add(joining)
+            await run.wait_states({"a": "live", "b": "live"}, timeout=60)
+            seen: dict[str, Any] = {}
+
+            async def moved() -> bool:
+                seen.update(await models(run))
+                return seen["a"][0] == "stream_t5_quarter_sep"
+
+            for _ in range(600):
+                if await moved():
+                    break
+                await asyncio.sleep(0.1)
+            assert seen["b"] == ("stream_t5_quarter_sep", [])
+            model, (move,) = seen["a"]
+            assert (model, move["from"], move["to"]) == (
+                "stream_t5_quarter_sep",
+                "stream_t5",
+                "stream_t5_quarter_sep",
+            )
+            assert (
+                move["reason"]
+                == "2 streams now share these cores; by the cards stream_t5_quarter_sep keeps up"
+            )
 
     asyncio.run(scenario())
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from streamer.assets import AUTO_TIERS, STREAMING_QUARTER_MODEL
+from streamer.backend.base import Backend
+from streamer.backend.onnx import OnnxBackend
 from streamer.core.tiering import NEIGHBOUR_CORES, TierMove
 from streamer.engine.retier import Retier
 from streamer.engine.tally import Outcome, Tally
-from streamer.engine.tiers import TierChoice
+from streamer.engine.tiers import Rate, TierChoice, TierSelector
 
 
 def _retier() -> Retier:
@@ -70,3 +74,27 @@ def test_moves_are_recorded_with_their_direction_and_undone_when_they_cannot_be_
             "reason": "room to spare",
         }
     ]
+
+
+def test_a_stream_makes_room_for_others_joining_by_moving_down_to_the_tier_the_cards_give_them_all() -> None:
+    def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
+        return Rate(240.0)  # the cheapest tier's card below: this machine as fast as the cards
+
+    def cards(path: Path, width: int, height: int) -> float | None:
+        per_360p = {"stream_t5": 20.0, "stream_t5.int8": 22.0, "stream_t5_lite": 27.0}
+        return (per_360p | {"stream_t5_lite_sep": 40.0, "stream_t5_quarter_sep": 180.0}).get(path.stem, 240.0)
+
+    selector = TierSelector(measure=measure, cards=cards)
+    retier = _retier()  # on the quarter tier, 640x360 at 30 fps, headroom 1.2: 36 fps a stream
+    assert retier.make_room(selector, "", 4, now=1.0) is None  # not calibrated: nothing known to go by
+    selector.calibrate(lambda path: OnnxBackend(path, threads=1), "")
+    assert retier.make_room(selector, "", 1, now=2.0) is None  # never up: that waits for its own calls
+    assert retier.make_room(selector, "", 5, now=3.0) is None  # 180 fps keeps five
+    move = retier.make_room(selector, "", 6, now=4.0)
+    assert move is not None
+    assert (move.to, move.reason) == (
+        len(AUTO_TIERS) - 1,
+        "6 streams now share these cores; by the cards stream_t5_tiny keeps up",
+    )
+    assert retier.tier == AUTO_TIERS[-1]
+    assert retier.make_room(selector, "", 6, now=5.0) is None  # there already

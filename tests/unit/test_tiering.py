@@ -54,6 +54,30 @@ def test_a_tier_that_cannot_hold_is_tried_again_only_after_ever_longer_waits() -
     assert stream.run(200, 1.0)[0] == (240.0, 0)  # held 120 s
 
 
+def test_a_start_tier_that_cannot_hold_waits_as_a_tier_moved_up_to_would() -> None:
+    stream = Stream(TierController(tiers=2, start=0, now=0.0))
+    assert stream.run(6, 0.6) == [(6.0, 1)]  # the tier the cards chose could not hold
+    assert stream.run(70, 1.0) == [(72.0, 0)]  # held twice the settling time, from a window on
+    late = Stream(TierController(tiers=2, start=0, now=0.0))
+    assert late.run(40, 1.0) == []
+    assert late.run(1, 0.6) == [(41.0, 1)]  # held past the settling time first
+    assert late.run(36, 1.0) == [(77.0, 0)]  # so the usual wait
+
+
+def test_a_move_down_asked_from_outside_goes_straight_to_the_tier_and_never_up() -> None:
+    controller = TierController(tiers=4, start=0, now=0.0)
+    assert controller.down_to(0, 1.0, "the same") is None
+    move = controller.down_to(2, 1.0, "3 streams now share these cores")
+    assert move is not None
+    assert (move.to, move.reason, controller.current) == (2, "3 streams now share these cores", 2)
+    assert controller.down_to(1, 2.0, "fewer") is None
+    with pytest.raises(ValueError, match="tier 4"):
+        controller.down_to(4, 3.0, "past the cheapest")
+    stream = Stream(controller)
+    stream.now = 2.0
+    assert stream.run(40, 1.0) == [(38.0, 1)]  # up again as after any move down: a window, then 30 s
+
+
 def test_moves_are_one_tier_at_a_time_and_say_why() -> None:
     controller = TierController(tiers=4, start=0, now=0.0)
     stream = Stream(controller)

@@ -41,7 +41,14 @@ class Timings:
         return Rate(floor * 0.99, bound=True) if fps < floor else Rate(fps)
 
 
-TIER_NAMES = ("stream_t5", "stream_t5-int8", "stream_t5_lite", "stream_t5_lite_sep", "stream_t5_quarter_sep")
+TIER_NAMES = (
+    "stream_t5",
+    "stream_t5-int8",
+    "stream_t5_lite",
+    "stream_t5_lite_sep",
+    "stream_t5_quarter_sep",
+    "stream_t5_tiny",
+)
 
 
 def no_cards(path: Path, width: int, height: int) -> float | None:
@@ -54,7 +61,7 @@ def load(path: Path) -> Backend:
 
 
 def test_the_best_quality_tier_that_runs_the_headroom_is_taken_and_slower_tiers_are_not_timed() -> None:
-    timings = Timings({"stream_t5": 60.0, "stream_t5-int8": 80.0, "stream_t5_quarter_sep": 200.0})
+    timings = Timings({"stream_t5": 60.0, "stream_t5-int8": 80.0, "stream_t5_tiny": 300.0})
     choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
     assert (choice.path, choice.name, choice.keeps_up, choice.needed_fps) == (
         STREAMING_MODEL,
@@ -63,13 +70,13 @@ def test_the_best_quality_tier_that_runs_the_headroom_is_taken_and_slower_tiers_
         45.0,
     )
     assert timings.timed == [
-        ("stream_t5_quarter_sep", 640, 360),
+        ("stream_t5_tiny", 640, 360),
         ("stream_t5", 640, 360),
     ]  # the cheapest first
 
 
 def test_a_tier_further_down_is_taken_when_the_best_cannot_keep_up() -> None:
-    timings = Timings({"stream_t5": 30.0, "stream_t5-int8": 46.0, "stream_t5_quarter_sep": 200.0})
+    timings = Timings({"stream_t5": 30.0, "stream_t5-int8": 46.0, "stream_t5_tiny": 300.0})
     choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
     assert (choice.path, choice.keeps_up) == (STREAMING_INT8_MODEL, True)
     assert [p.name for p in choice.probes] == ["stream_t5", "stream_t5-int8"]
@@ -87,6 +94,7 @@ def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> 
             "stream_t5_lite": 19.0,
             "stream_t5_lite_sep": 18.5,
             "stream_t5_quarter_sep": 18.0,
+            "stream_t5_tiny": 17.5,
         }
     )
     choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.0)
@@ -105,11 +113,12 @@ def test_tiers_plainly_too_slow_are_cut_short_and_the_fastest_timed_in_full_is_t
             "stream_t5_lite": 30.0,
             "stream_t5_lite_sep": 8.0,
             "stream_t5_quarter_sep": 36.0,
+            "stream_t5_tiny": 35.0,
         }
     )
     choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.3)
     assert (choice.name, choice.keeps_up) == ("stream_t5_quarter_sep", False)
-    assert [p.bound for p in choice.probes] == [True, True, False, True, False]
+    assert [p.bound for p in choice.probes] == [True, True, False, True, False, False]
     assert "stream_t5 <=19.3" in choice.describe()  # the floor is half the 39 fps needed
 
 
@@ -117,7 +126,7 @@ def test_where_every_tier_is_plainly_too_slow_the_last_and_cheapest_is_taken() -
     timings = Timings({name: 1.0 + k for k, name in enumerate(TIER_NAMES)})
     choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 3840, 2160, 30.0, 1.3)
     assert (choice.path, choice.keeps_up) == (AUTO_TIERS[-1], False)
-    assert [p.bound for p in choice.probes] == [True, True, True, True, False]  # the cheapest: in full
+    assert [p.bound for p in choice.probes] == [True, True, True, True, True, False]  # the cheapest: in full
 
 
 def test_a_kept_probe_cut_short_is_timed_again_where_its_bound_does_not_settle_the_need() -> None:
@@ -150,7 +159,8 @@ def test_probes_are_kept_per_size_and_settings() -> None:
             "stream_t5-int8": 31.0,
             "stream_t5_lite": 32.0,
             "stream_t5_lite_sep": 33.0,
-            "stream_t5_quarter_sep": 40.0,
+            "stream_t5_quarter_sep": 36.0,
+            "stream_t5_tiny": 50.0,
         }
     )
     selector = TierSelector(measure=timings, cards=no_cards)
@@ -210,17 +220,18 @@ CARDS_720P = {
     "stream_t5_lite": 6.7,
     "stream_t5_lite_sep": 8.8,
     "stream_t5_quarter_sep": 43.8,
+    "stream_t5_tiny": 63.0,
 }
 
 
 def test_tiers_their_cards_put_far_under_the_need_here_are_not_timed() -> None:
-    timings = Timings({"stream_t5_quarter_sep": 45.6})  # this machine: 1.04x the cards' at 720p
+    timings = Timings({"stream_t5_tiny": 65.5, "stream_t5_quarter_sep": 45.6})  # 1.04x the cards' at 720p
 
     def cards(path: Path, width: int, height: int) -> float | None:
         return CARDS_720P[path.name.removesuffix(".onnx")]
 
     choice = TierSelector(measure=timings, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
-    assert timings.timed == [("stream_t5_quarter_sep", 1280, 720)]
+    assert timings.timed == [("stream_t5_tiny", 1280, 720), ("stream_t5_quarter_sep", 1280, 720)]
     assert (choice.name, choice.keeps_up) == ("stream_t5_quarter_sep", True)
     assert [p.estimated for p in choice.probes] == [True, True, True, True, False]
     assert "stream_t5 ~5.6" in choice.describe()
@@ -233,20 +244,20 @@ def test_tiers_their_cards_put_far_under_the_need_here_are_not_timed() -> None:
 
 
 def test_a_tier_whose_card_puts_it_near_the_need_is_timed() -> None:
-    timings = Timings({"stream_t5_quarter_sep": 180.0, "stream_t5": 45.0})  # 4.1x the cards': a fast machine
+    timings = Timings({"stream_t5_tiny": 259.0, "stream_t5": 45.0})  # 4.1x the cards': a fast machine
 
     def cards(path: Path, width: int, height: int) -> float | None:
         return CARDS_720P[path.name.removesuffix(".onnx")]
 
     choice = TierSelector(measure=timings, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
-    assert timings.timed == [("stream_t5_quarter_sep", 1280, 720), ("stream_t5", 1280, 720)]
+    assert timings.timed == [("stream_t5_tiny", 1280, 720), ("stream_t5", 1280, 720)]
     assert (choice.name, choice.keeps_up) == ("stream_t5", True)
 
 
 def test_card_fps_reads_the_shipped_cards_at_the_nearest_size_scaled_by_pixels() -> None:
-    assert card_fps(STREAMING_QUARTER_MODEL, 1280, 720) == 43.0
-    assert card_fps(STREAMING_QUARTER_MODEL, 1920, 1080) == pytest.approx(43.0 * 1280 * 720 / (1920 * 1080))
-    assert card_fps(STREAMING_INT8_MODEL, 640, 360) == 22.4  # the INT8 pair's figure in its source's card
+    assert card_fps(STREAMING_QUARTER_MODEL, 1280, 720) == 41.5
+    assert card_fps(STREAMING_QUARTER_MODEL, 1920, 1080) == pytest.approx(41.5 * 1280 * 720 / (1920 * 1080))
+    assert card_fps(STREAMING_INT8_MODEL, 640, 360) == 20.8  # the INT8 pair's figure in its source's card
     assert card_fps(TEMPORAL_FILTER.with_name("missing.onnx"), 640, 360) is None  # no card
 
 
@@ -258,10 +269,10 @@ def test_a_tier_timed_near_the_need_is_timed_again_for_longer_and_that_figure_de
                 return Rate(40.0)  # the longer timing: above the 36 needed
             return rate
 
-    timings = Settling({"stream_t5": 34.0, "stream_t5_quarter_sep": 200.0})
+    timings = Settling({"stream_t5": 34.0, "stream_t5_tiny": 300.0})
     choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.2)
     assert timings.timed == [
-        ("stream_t5_quarter_sep", 640, 360),
+        ("stream_t5_tiny", 640, 360),
         ("stream_t5", 640, 360),
         ("stream_t5", 640, 360),
     ]
@@ -271,7 +282,8 @@ def test_a_tier_timed_near_the_need_is_timed_again_for_longer_and_that_figure_de
 def test_the_budget_warning_names_the_next_faster_tier_or_says_this_is_the_fastest() -> None:
     assert "shipped:stream_t5.int8 (the next faster tier)" in remedy("stream_t5")
     assert "shipped:stream_t5_lite (the next faster tier)" in remedy("stream_t5-int8")
-    assert remedy("stream_t5_quarter_sep").startswith("stream_t5_quarter_sep is the fastest shipped tier")
+    assert "shipped:stream_t5_tiny (the next faster tier)" in remedy("stream_t5_quarter_sep")
+    assert remedy("stream_t5_tiny").startswith("stream_t5_tiny is the fastest shipped tier")
     assert remedy("conv3d_t5").startswith("set model.path: auto")
 
 
@@ -283,17 +295,17 @@ def cards_by_pixels(path: Path, width: int, height: int) -> float | None:
 
 
 def test_calibration_times_the_cheapest_tier_once_on_the_reference_size() -> None:
-    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})  # twice the cards'
+    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})  # twice the cards'
     selector = TierSelector(measure=timings, cards=cards_by_pixels)
     assert selector.calibrate(load, "") == pytest.approx(2.0)
     assert selector.calibrate(load, "") == pytest.approx(2.0)
-    assert timings.timed == [("stream_t5_quarter_sep", 640, 360)]
+    assert timings.timed == [("stream_t5_tiny", 640, 360)]
     assert TierSelector(measure=timings, cards=no_cards).calibrate(load, "") is None  # nothing to scale
     assert len(timings.timed) == 1  # and nothing timed for it
 
 
 def test_a_stream_starts_at_once_on_the_best_tier_its_card_says_keeps_up_here() -> None:
-    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})
+    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
     selector = TierSelector(measure=timings, cards=cards_by_pixels)
     assert selector.start("", 1280, 720, 30.0, 1.2) is None  # not calibrated: the caller times the tiers
     selector.calibrate(load, "")
@@ -309,17 +321,17 @@ def test_a_stream_starts_at_once_on_the_best_tier_its_card_says_keeps_up_here() 
 
 
 def test_a_stream_no_tier_keeps_up_for_starts_on_the_cheapest_and_says_so() -> None:
-    timings = Timings({"stream_t5_quarter_sep": 0.1 * CARDS_360P["stream_t5_quarter_sep"]})
+    timings = Timings({"stream_t5_tiny": 0.1 * CARDS_360P["stream_t5_tiny"]})
     selector = TierSelector(measure=timings, cards=cards_by_pixels)
     selector.calibrate(load, "")
     choice = selector.start("", 1920, 1080, 30.0, 1.2)
     assert choice is not None
-    assert (choice.name, choice.keeps_up) == ("stream_t5_quarter_sep", False)
+    assert (choice.name, choice.keeps_up) == ("stream_t5_tiny", False)
     assert "no tier keeps up" in choice.describe()
 
 
 def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_them_all() -> None:
-    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})
+    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
     selector = TierSelector(measure=timings, cards=cards_by_pixels)
     selector.calibrate(load, "")
     alone = selector.start("", 640, 360, 30.0, 1.2)
@@ -333,12 +345,12 @@ def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_the
 
 
 def test_the_room_the_cheapest_tier_has_is_its_calibrated_card_over_each_streams_need() -> None:
-    timings = Timings({"stream_t5_quarter_sep": 2 * CARDS_360P["stream_t5_quarter_sep"]})
+    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
     selector = TierSelector(measure=timings, cards=cards_by_pixels)
     assert selector.room("", 640, 360, 30.0, 1.2) is None  # not calibrated: unknown
     selector.calibrate(load, "")
     room = selector.room("", 640, 360, 30.0, 1.2)
-    assert room == int(2 * CARDS_360P["stream_t5_quarter_sep"] // 36.0)
+    assert room == int(2 * CARDS_360P["stream_t5_tiny"] // 36.0)
     full = selector.start("", 640, 360, 30.0, 1.2, streams=room)
     over = selector.start("", 640, 360, 30.0, 1.2, streams=room + 1)
     assert full is not None
