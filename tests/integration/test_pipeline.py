@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from streamer.app import build_pipeline
-from streamer.assets import DEFAULT_MODEL, STREAMING_MODEL
+from streamer.assets import AUTO_TIERS, DEFAULT_MODEL, STREAMING_MODEL
 from streamer.backend.onnx import OnnxBackend
 from streamer.config import Config, load_config
 from streamer.core.latency import LatencyBudget
@@ -398,14 +398,7 @@ def test_model_auto_runs_a_shipped_tier_chosen_once_the_source_has_opened(
     finally:
         pipeline.backend.close()
     assert report.frames_in == report.frames_out == 20
-    assert pipeline.backend.info.name in {
-        "stream_t5",
-        "stream_t5-int8",
-        "stream_t5_lite",
-        "stream_t5_lite_sep",
-        "stream_t5_quarter_sep",
-        "stream_t5_tiny",
-    }
+    assert pipeline.backend.info.name in {p.stem.replace(".int8", "-int8") for p in AUTO_TIERS}
     (line,) = [r.getMessage() for r in caplog.records if "model auto chose" in r.getMessage()]
     assert f"chose {pipeline.backend.info.name} for 128x72 @ 30 fps" in line
 
