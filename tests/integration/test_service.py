@@ -801,16 +801,9 @@ def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on
             assert (await models(run))["a"] == ("stream_t5", [])
             await run.service.add(joining)
             await run.wait_states({"a": "live", "b": "live"}, timeout=60)
-            seen: dict[str, Any] = {}
-
-            async def moved() -> bool:
-                seen.update(await models(run))
-                return seen["a"][0] == "stream_t5_quarter_sep"
-
-            for _ in range(600):
-                if await moved():
-                    break
-                await asyncio.sleep(0.1)
+            first = run.service.runners["a"]
+            await until(lambda: first.retier is not None and bool(first.retier.moves), 60, "stream a's move")
+            seen = await models(run)
             assert seen["b"] == ("stream_t5_quarter_sep", [])
             model, (move,) = seen["a"]
             assert (model, move["from"], move["to"]) == (
