@@ -149,10 +149,11 @@ class ModelConfig(Strict):
     tile_overlap: int = Field(32, ge=0, le=1024)
     """Context each tile's crop adds on every side; at least the model's reach (conv3d_t5: about 26
     pixels), so tiled output equals whole-frame output."""
-    headroom: float = Field(1.2, ge=1.0, le=10.0)
-    """``auto``: how many times the source's frame rate a tier must run alone; decode, encode and the
-    event loop share the cores with it, so a tier that only just keeps up alone falls behind live
-    (``streamer bench live`` measures how far)."""
+    headroom: float = Field(1.1, ge=1.0, le=10.0)
+    """``auto``: how many times the source's frame rate a tier must serve, once its streams' decode and
+    encode (``streamer.engine.tiers.HOST_FPS``, more with every stream and every pixel) have their share
+    of the cores: the margin for the event loop, the players and a moment's load (``streamer bench
+    live`` measures how far a tier that only just keeps up falls behind)."""
     layout: Layout | None = None
     """How a model file without (or with wrong) ``streamer.layout`` metadata takes its frames: NTCHW,
     NCTHW, N(T*C)HW (channel-stacked) or NCHW (per frame, T = 1). None: the metadata, else the

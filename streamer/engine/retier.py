@@ -56,16 +56,31 @@ class Retier:
         return AUTO_TIERS[self.controller.current]
 
     def due(
-        self, now: float, tally: Tally, call_ms: float, workers: int, neighbours: float | None = None
+        self,
+        now: float,
+        tally: Tally,
+        call_ms: float,
+        workers: int,
+        neighbours: float | None = None,
+        ceiling: int = 0,
     ) -> TierMove | None:
         """The move to make now, if any, from the stream's counts, its current tier's call time and
         the cores other processes keep busy (``neighbours``; None: not known): none up while they
-        hold :data:`~streamer.core.tiering.NEIGHBOUR_CORES` or more."""
+        hold :data:`~streamer.core.tiering.NEIGHBOUR_CORES` or more, nor above ``ceiling``, the best
+        tier the cards say keeps up with the streams now on these cores (``ceiling``)."""
         missed = sum(tally.outcomes[outcome] for outcome in MISSED)
         here = self.controller.current
         self.controller.observe(now, tally.outcomes[Outcome.ENHANCED], missed)
         quiet = neighbours is None or neighbours < NEIGHBOUR_CORES
-        return self.controller.decide(now, here > 0 and quiet and self._fits(here - 1, call_ms, workers))
+        better = here - 1
+        return self.controller.decide(
+            now, better >= ceiling and quiet and self._fits(better, call_ms, workers)
+        )
+
+    def ceiling(self, selector: TierSelector, settings: str, streams: int) -> int:
+        """The best tier the calibrated cards say keeps up with ``streams`` streams of this size on these
+        cores, decode and encode counted (``TierSelector.ceiling``): a stream moves up no further."""
+        return selector.ceiling(settings, self.width, self.height, self.fps, self.headroom, streams)
 
     def make_room(self, selector: TierSelector, settings: str, streams: int, now: float) -> TierMove | None:
         """The move down to the tier the cards say keeps up with ``streams`` streams of this size on

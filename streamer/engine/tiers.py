@@ -4,13 +4,14 @@ Which tier a CPU can run live depends on the frame size, the source's frame rate
 instruction sets (INT8 pays on VNNI/AMX far more than on AVX2), so no tier is right everywhere. Once a
 stream's source has opened, ``TierSelector.choose`` times each shipped tier alone on frames of that size (the
 steady state the pipeline runs: a streaming tier encodes one new frame and fuses T cached maps per output
-frame) and takes the first, best quality first, that runs ``headroom`` times the source's frame rate; decode,
-encode and the event loop need the rest of the cores. The cheapest tier is timed first, and a better tier that
-its card (scaled by how fast this machine ran the cheapest against its own card) puts under half the need is
-not timed at all; one timed plainly too slow is timed only until that is plain; one timed near the need is
-timed again for longer, so that choosing where the better tiers run far under the need costs one tier's
-timing, not every tier's. Probes are kept per size and model settings, so the second stream of a size starts
-at once. Where no tier keeps up, the fastest is taken and the choice says so.
+frame) and takes the first, best quality first, that serves ``headroom`` times the source's frame rate once
+the streams' decode and encode (``HOST_FPS``, scaled as the cards are) have their share of the cores. The
+cheapest tier is timed first, and a better tier that its card (scaled by how fast this machine ran the
+cheapest against its own card) puts under half the need is not timed at all; one timed plainly too slow is
+timed only until that is plain; one timed near the need is timed again for longer, so that choosing where the
+better tiers run far under the need costs one tier's timing, not every tier's. Probes are kept per size and
+model settings, so the second stream of a size starts at once. Where no tier keeps up, the fastest is taken
+and the choice says so.
 
 Timing tiers once a source has opened holds its first frames while they run, and a live source does not
 wait. So a service first calibrates (``TierSelector.calibrate``, before any source opens or a stream
@@ -41,11 +42,13 @@ from streamer.backend.base import Backend
 __all__ = [
     "AUTO",
     "CALIBRATION_SIZE",
+    "HOST_FPS",
     "Rate",
     "TierChoice",
     "TierProbe",
     "TierSelector",
     "model_fps",
+    "needed_alone",
     "remedy",
     "speed_card",
 ]
@@ -186,8 +189,9 @@ class TierChoice:
     height: int
     source_fps: float
     needed_fps: float
-    """The source's frame rate times the headroom (and the streams sharing the cores): what a tier must
-    run alone."""
+    """What a tier must run alone: the source's frame rate times the headroom and the streams sharing
+    the cores, with their host work beside it (``needed_alone``); ``math.inf`` where that work alone
+    would take the cores."""
     keeps_up: bool
     probes: tuple[TierProbe, ...]
     streams: int = 1
@@ -201,8 +205,15 @@ class TierChoice:
         shared = f", {self.streams} streams on these cores" if self.streams > 1 else ""
         return (
             f"model auto chose {self.name} for {self.width}x{self.height} @ {self.source_fps:g} fps "
-            f"(needs {self.needed_fps:.1f} fps alone{shared}; {how}: {figures}){verdict}"
+            f"(needs {self.need}{shared}; {how}: {figures}){verdict}"
         )
+
+    @property
+    def need(self) -> str:
+        """``needed_fps`` in words."""
+        if math.isinf(self.needed_fps):
+            return "more than decode and encode leave of these cores"
+        return f"{self.needed_fps:.1f} fps alone beside decode and encode"
 
     @property
     def estimated(self) -> bool:
@@ -215,7 +226,7 @@ class TierChoice:
             "chosen": self.name,
             "size": f"{self.width}x{self.height}",
             "source_fps": round(self.source_fps, 3),
-            "needed_fps": round(self.needed_fps, 1),
+            "needed_fps": round(self.needed_fps, 1) if math.isfinite(self.needed_fps) else None,
             "streams": self.streams,
             "keeps_up": self.keeps_up,
             "probes": [
@@ -298,6 +309,28 @@ def _size(text: str) -> tuple[int, int] | None:
 CALIBRATION_SIZE: Final = (640, 360)
 """The frame size ``TierSelector.calibrate`` times the cheapest tier on; the cards scale by pixels."""
 
+HOST_FPS: Final = 360.0
+"""A stream's work outside the model (decode, colour conversion, gate, encode, sending) as a card
+figure: the frames of ``CALIBRATION_SIZE`` per second the machine the cards were written on runs it at,
+were that work alone on the cores. Scaled by pixels and by the calibration as a card is. A tier and its
+streams' host work share the cores, so a tier serves ``1 / (1/tier + 1/host)`` frames per second, and
+the more streams, the less of the cores is left to it; one headroom for every stream count would leave
+four streams too little and one too much (docs/benchmarks.md, "Counting decode and encode")."""
+
+
+def needed_alone(needed: float, width: int, height: int, host: float | None) -> float:
+    """What a tier must run alone for its streams to get ``needed`` frames per second of this size once
+    their host work shares the cores (``host``: its figure at ``CALIBRATION_SIZE`` on this machine, as
+    ``HOST_FPS`` scaled by the calibration; None: not counted); ``math.inf`` where the host work alone
+    would take every core."""
+    if host is None:
+        return needed
+    host *= CALIBRATION_SIZE[0] * CALIBRATION_SIZE[1] / (width * height)
+    if needed >= host:
+        return math.inf
+    return 1.0 / (1.0 / needed - 1.0 / host)
+
+
 NEAR: Final = 0.15
 """A tier timed within this fraction of what a stream needs is timed again, for longer."""
 NEAR_TIMES: Final = 4.0
@@ -319,6 +352,7 @@ class TierSelector:
         probe_s: float = 0.3,
         measure: Measure = _probe_fps,
         cards: CardFps = card_fps,
+        host: float | None = HOST_FPS,
     ) -> None:
         if not tiers:
             raise ValueError("TierSelector needs at least one tier")
@@ -326,6 +360,8 @@ class TierSelector:
         self.probe_s = probe_s
         self._measure = measure
         self._cards = cards
+        self._host = host
+        """``HOST_FPS``, or None: the streams' host work not counted."""
         self._lock = threading.Lock()
         self._probes: dict[tuple[Path, int, int, str], TierProbe] = {}
         self._speeds: dict[str, float | None] = {}
@@ -355,7 +391,7 @@ class TierSelector:
         speed = self._speeds.get(settings)
         if speed is None:
             return None
-        needed = fps * headroom * max(1, streams)
+        needed = needed_alone(fps * headroom * max(1, streams), width, height, self._hosted(speed))
         probes: list[TierProbe] = []
         for path in self.tiers:
             estimate = self._scaled(path, width, height, speed)
@@ -370,22 +406,35 @@ class TierSelector:
             best.path, best.name, width, height, fps, needed, not best.bound, tuple(probes), shared
         )
 
-    def room(self, settings: str, width: int, height: int, fps: float, headroom: float) -> int | None:
-        """Instant: how many streams of this size and rate the cheapest tier keeps up with on these
-        cores (``headroom`` times the rate each), from its card scaled by the calibration, as
-        ``start`` counts them; None where these settings were not calibrated or it has no card."""
-        capacity = self._scaled(self.tiers[-1], width, height, self._speeds.get(settings))
-        if capacity is None or fps <= 0:
+    def room(self, settings: str, width: int, height: int, fps: float) -> int | None:
+        """Instant: how many streams of this size and rate the cheapest tier serves on these cores, their
+        host work beside it, from its card scaled by the calibration; None where these settings were
+        not calibrated or it has no card. No headroom: a stream past the room loses the model for
+        every frame, so the room is what the cores hold at all, and a stream that starves there sheds
+        one (``streamer.serving.shedding``)."""
+        speed = self._speeds.get(settings)
+        capacity = self._scaled(self.tiers[-1], width, height, speed)
+        if capacity is None or speed is None or fps <= 0:
             return None
-        return math.floor(capacity / (fps * headroom))
+        streams = 0
+        while needed_alone(fps * (streams + 1), width, height, self._hosted(speed)) <= capacity:
+            streams += 1
+        return streams
+
+    def ceiling(
+        self, settings: str, width: int, height: int, fps: float, headroom: float, streams: int
+    ) -> int:
+        """The best tier (its index, best quality first) the calibrated cards say keeps up with
+        ``streams`` streams of this size on these cores, as ``start`` takes it; 0 (any) where they
+        cannot say."""
+        choice = self.start(settings, width, height, fps, headroom, streams)
+        return 0 if choice is None else self.tiers.index(choice.path)
 
     def choose(
         self, load: Loader, settings: str, width: int, height: int, fps: float, headroom: float
     ) -> TierChoice:
         """Blocking (seconds on first sight of a size): run it in a worker thread. ``settings`` names
         the model settings the tiers load with, so probes of other settings are not reused."""
-        needed = fps * headroom
-        floor = needed / SLOW
         probes: list[TierProbe] = []
         with self._lock:
             # Timed in full (no floor): every estimate is scaled by it, and a cold session's first
@@ -393,6 +442,10 @@ class TierSelector:
             anchor = self._probe(load, settings, self.tiers[-1], width, height, 0.0)
             recorded = self._cards(anchor.path, width, height)
             speed = anchor.fps / recorded if recorded else None
+            needed = needed_alone(
+                fps * headroom, width, height, self._hosted(1.0 if speed is None else speed)
+            )
+            floor = needed / SLOW
             for path in self.tiers:
                 probe = anchor if path == anchor.path else self._estimate(path, width, height, speed, floor)
                 if probe is None:
@@ -405,6 +458,11 @@ class TierSelector:
         # timed in full is the fastest (the others are plainly slower).
         best = probes[-1] if keeps_up else max((p for p in probes if not p.bound), key=lambda p: p.fps)
         return TierChoice(best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes))
+
+    def _hosted(self, speed: float) -> float | None:
+        """The streams' host work at ``CALIBRATION_SIZE`` on this machine (``speed`` against the cards'),
+        or None where it is not counted."""
+        return None if self._host is None else self._host * speed
 
     def _estimate(
         self, path: Path, width: int, height: int, speed: float | None, floor: float

@@ -218,7 +218,9 @@ class Service:
                 continue
             before = retier.controller.current
             call_ms = pipeline.budget.stats().estimate_ms
-            move = retier.due(now, pipeline.tally, call_ms, pipeline.scheduler.workers, neighbours)
+            streams = 1 + self._shedder.enhanced(runner, self.runners.values())
+            ceiling = retier.ceiling(self._tiers, runner.config.model.session_key(), streams)
+            move = retier.due(now, pipeline.tally, call_ms, pipeline.scheduler.workers, neighbours, ceiling)
             if move is not None:
                 runner.moving = asyncio.create_task(self._move_tier(runner, before, move))
             elif (share := retier.starved(now, STARVED_BELOW)) is not None:
@@ -366,6 +368,10 @@ class Service:
                 runner, self._shedder.enhanced(runner, self.runners.values()), time.monotonic()
             )
             model = await self._load(stream.model.with_file(choice.path))
+            crowd = 1 + self._shedder.enhanced(runner, self.runners.values())
+            if crowd > choice.streams:  # others opened while it loaded: the tier the cards give them all
+                choice = runner.choice = await choose_tier(self._tiers, stream.model, info, stream.id, crowd)
+                model = await self._load(stream.model.with_file(choice.path))
             runner.retier = Retier(choice, choice.source_fps, stream.model.headroom, time.monotonic())
             runner.model_key = model_key(stream.model.with_file(choice.path))
             await self._release_models()

@@ -8,12 +8,12 @@ says so (``/streams``, the viewer, the metrics' ``shed`` frames, one log line); 
 first keep their model. Once one of them ends, the earliest added of the streams waiting is enhanced
 again.
 
-The card's room is an estimate: decode and encode grow with every stream, and other processes take
-cores. So where a stream starves on the cheapest tier (its enhanced share under ``STARVED_BELOW`` in two
-windows running, no tier left below) while other streams run a model too, the last added auto stream
-stops running it, and the cores are taken to hold one stream fewer than they ran, for ``retry_s``; then
-the card's room is tried again. A stream alone on the cores is always given the model, even where it
-cannot keep up with it: some of its frames enhanced is better than none.
+The card's room is an estimate (it counts each stream's decode and encode from one calibrated figure), and
+other processes take cores. So where a stream starves on the cheapest tier (its enhanced share under
+``STARVED_BELOW`` in two windows running, no tier left below) while other streams run a model too, the last
+added auto stream stops running it, and the cores are taken to hold one stream fewer than they ran, for
+``retry_s``; then the card's room is tried again. A stream alone on the cores is always given the model, even
+where it cannot keep up with it: some of its frames enhanced is better than none.
 """
 
 from __future__ import annotations
@@ -157,9 +157,7 @@ class Shedder:
         choice, model = stream.choice, stream.config.model
         if choice is None:
             return None
-        room = self.selector.room(
-            model.session_key(), choice.width, choice.height, choice.source_fps, model.headroom
-        )
+        room = self.selector.room(model.session_key(), choice.width, choice.height, choice.source_fps)
         if self._held is not None and now - self._held[1] >= self.retry_s:
             self._held = None
         if self._held is None:

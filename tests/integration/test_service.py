@@ -26,7 +26,7 @@ from streamer.assets import STREAMING_INT8_MODEL
 from streamer.backend.base import Backend
 from streamer.config import Config, load_config
 from streamer.engine.pipeline import Outcome, Pipeline
-from streamer.engine.tiers import Rate, TierSelector
+from streamer.engine.tiers import HOST_FPS, Rate, TierSelector, needed_alone
 from streamer.frame import Frame
 from streamer.serving.control import ControlServer
 from streamer.serving.metrics import METRICS
@@ -668,7 +668,9 @@ def test_model_auto_probes_on_the_opened_size_runs_the_chosen_tier_and_frees_the
                     "chosen": "stream_t5-int8",
                     "size": "160x96",
                     "source_fps": 30.0,
-                    "needed_fps": 36.0,
+                    "needed_fps": round(
+                        needed_alone(33.0, 160, 96, HOST_FPS), 1
+                    ),  # 30 fps x 1.1, and the host's share
                     "streams": 1,
                     "keeps_up": True,
                     "probes": [
@@ -725,7 +727,7 @@ def test_model_auto_passes_through_a_stream_the_cheapest_tier_has_no_room_for_un
         return Rate(40.0)  # the cheapest tier's card below: this machine as fast as the cards
 
     def cards(path: Path, width: int, height: int) -> float | None:
-        # at every size: room for one stream at 30 fps with the default headroom (36 fps), not two
+        # at every size: room for one stream at 30 fps (and its host work), not two
         return 40.0 if path.name == "stream_t5_tiny.onnx" else 10.0
 
     camera = {"kind": "synthetic", "frames": None, "width": 160, "height": 96, "fps": 30, "realtime": True}
@@ -778,9 +780,9 @@ def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on
         return Rate(400.0)  # the cheapest tier's card below: this machine as fast as the cards
 
     def cards(path: Path, width: int, height: int) -> float | None:
-        # per 640x360 frame; at 160x96, 15 times these: stream_t5 keeps one stream (36 fps needed),
-        # and the quarter tier is the best that keeps two (72)
-        per_360p = {"stream_t5": 3.0, "stream_t5.int8": 3.5, "stream_t5_lite": 4.0, "stream_t5_lite_sep": 4.5}
+        # per 640x360 frame; at 160x96, 15 times these: stream_t5 keeps one stream (33 fps needed, and
+        # the host work's share), and the quarter tier is the best that keeps two (66 and that share)
+        per_360p = {"stream_t5": 3.0, "stream_t5.int8": 3.5, "stream_t5_lite": 4.0, "stream_t5_lite_sep": 4.2}
         per_360p |= {"stream_t5_quarter_sep": 6.0, "stream_t5_tiny": 400.0}
         return per_360p[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
 

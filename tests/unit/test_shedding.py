@@ -72,8 +72,11 @@ def open_all(shedder: Shedder, streams: list[Stream], now: float) -> None:
 
 
 def calibrated(room: int) -> TierSelector:
-    """A selector whose cheapest tier has room for ``room`` streams of 640x360 at 30 fps (1.2x each)."""
-    selector = TierSelector(measure=lambda *_: Rate(36.0 * room + 1.0), cards=lambda *_: 36.0 * room + 1.0)
+    """A selector whose cheapest tier has room for ``room`` streams of 640x360 at 30 fps (their host
+    work not counted)."""
+    selector = TierSelector(
+        measure=lambda *_: Rate(30.0 * room + 1.0), host=None, cards=lambda *_: 30.0 * room + 1.0
+    )
     model = cameras(1)[0].config.model
     selector.calibrate(lambda path: OnnxBackend(path, threads=1), model.session_key())
     return selector

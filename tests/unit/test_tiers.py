@@ -62,7 +62,7 @@ def load(path: Path) -> Backend:
 
 def test_the_best_quality_tier_that_runs_the_headroom_is_taken_and_slower_tiers_are_not_timed() -> None:
     timings = Timings({"stream_t5": 60.0, "stream_t5-int8": 80.0, "stream_t5_tiny": 300.0})
-    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
+    choice = TierSelector(measure=timings, host=None, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
     assert (choice.path, choice.name, choice.keeps_up, choice.needed_fps) == (
         STREAMING_MODEL,
         "stream_t5",
@@ -77,7 +77,7 @@ def test_the_best_quality_tier_that_runs_the_headroom_is_taken_and_slower_tiers_
 
 def test_a_tier_further_down_is_taken_when_the_best_cannot_keep_up() -> None:
     timings = Timings({"stream_t5": 30.0, "stream_t5-int8": 46.0, "stream_t5_tiny": 300.0})
-    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
+    choice = TierSelector(measure=timings, host=None, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.5)
     assert (choice.path, choice.keeps_up) == (STREAMING_INT8_MODEL, True)
     assert [p.name for p in choice.probes] == ["stream_t5", "stream_t5-int8"]
     assert choice.as_dict()["probes"] == [
@@ -97,7 +97,7 @@ def test_when_no_tier_keeps_up_the_fastest_is_taken_and_the_choice_says_so() -> 
             "stream_t5_tiny": 17.5,
         }
     )
-    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.0)
+    choice = TierSelector(measure=timings, host=None, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.0)
     assert (choice.path, choice.keeps_up) == (STREAMING_MODEL, False)
     line = choice.describe()
     assert "no tier keeps up" in line
@@ -116,7 +116,7 @@ def test_tiers_plainly_too_slow_are_cut_short_and_the_fastest_timed_in_full_is_t
             "stream_t5_tiny": 35.0,
         }
     )
-    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.3)
+    choice = TierSelector(measure=timings, host=None, cards=no_cards).choose(load, "", 1280, 720, 30.0, 1.3)
     assert (choice.name, choice.keeps_up) == ("stream_t5_quarter_sep", False)
     assert [p.bound for p in choice.probes] == [True, True, False, True, False, False]
     assert "stream_t5 <=19.3" in choice.describe()  # the floor is half the 39 fps needed
@@ -124,14 +124,14 @@ def test_tiers_plainly_too_slow_are_cut_short_and_the_fastest_timed_in_full_is_t
 
 def test_where_every_tier_is_plainly_too_slow_the_last_and_cheapest_is_taken() -> None:
     timings = Timings({name: 1.0 + k for k, name in enumerate(TIER_NAMES)})
-    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 3840, 2160, 30.0, 1.3)
+    choice = TierSelector(measure=timings, host=None, cards=no_cards).choose(load, "", 3840, 2160, 30.0, 1.3)
     assert (choice.path, choice.keeps_up) == (AUTO_TIERS[-1], False)
     assert [p.bound for p in choice.probes] == [True, True, True, True, True, False]  # the cheapest: in full
 
 
 def test_a_kept_probe_cut_short_is_timed_again_where_its_bound_does_not_settle_the_need() -> None:
     timings = Timings({name: 12.0 for name in TIER_NAMES})
-    selector = TierSelector(measure=timings, cards=no_cards)
+    selector = TierSelector(measure=timings, host=None, cards=no_cards)
     selector.choose(load, "", 640, 360, 30.0, 1.0)  # floor 15: each but the cheapest cut short at 14.85
     assert len(timings.timed) == len(AUTO_TIERS)
     choice = selector.choose(load, "", 640, 360, 10.0, 1.0)  # floor 5: a bound of 14.85 settles nothing
@@ -163,7 +163,7 @@ def test_probes_are_kept_per_size_and_settings() -> None:
             "stream_t5_tiny": 50.0,
         }
     )
-    selector = TierSelector(measure=timings, cards=no_cards)
+    selector = TierSelector(measure=timings, host=None, cards=no_cards)
     selector.choose(load, "a", 640, 360, 30.0, 1.5)
     selector.choose(load, "a", 640, 360, 25.0, 1.0)
     assert len(timings.timed) == len(AUTO_TIERS)  # the second stream of that size starts without a probe
@@ -230,7 +230,7 @@ def test_tiers_their_cards_put_far_under_the_need_here_are_not_timed() -> None:
     def cards(path: Path, width: int, height: int) -> float | None:
         return CARDS_720P[path.name.removesuffix(".onnx")]
 
-    choice = TierSelector(measure=timings, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
+    choice = TierSelector(measure=timings, host=None, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
     assert timings.timed == [("stream_t5_tiny", 1280, 720), ("stream_t5_quarter_sep", 1280, 720)]
     assert (choice.name, choice.keeps_up) == ("stream_t5_quarter_sep", True)
     assert [p.estimated for p in choice.probes] == [True, True, True, True, False]
@@ -249,7 +249,7 @@ def test_a_tier_whose_card_puts_it_near_the_need_is_timed() -> None:
     def cards(path: Path, width: int, height: int) -> float | None:
         return CARDS_720P[path.name.removesuffix(".onnx")]
 
-    choice = TierSelector(measure=timings, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
+    choice = TierSelector(measure=timings, host=None, cards=cards).choose(load, "", 1280, 720, 30.0, 1.2)
     assert timings.timed == [("stream_t5_tiny", 1280, 720), ("stream_t5", 1280, 720)]
     assert (choice.name, choice.keeps_up) == ("stream_t5", True)
 
@@ -270,7 +270,7 @@ def test_a_tier_timed_near_the_need_is_timed_again_for_longer_and_that_figure_de
             return rate
 
     timings = Settling({"stream_t5": 34.0, "stream_t5_tiny": 300.0})
-    choice = TierSelector(measure=timings, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.2)
+    choice = TierSelector(measure=timings, host=None, cards=no_cards).choose(load, "", 640, 360, 30.0, 1.2)
     assert timings.timed == [
         ("stream_t5_tiny", 640, 360),
         ("stream_t5", 640, 360),
@@ -296,17 +296,18 @@ def cards_by_pixels(path: Path, width: int, height: int) -> float | None:
 
 def test_calibration_times_the_cheapest_tier_once_on_the_reference_size() -> None:
     timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})  # twice the cards'
-    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     assert selector.calibrate(load, "") == pytest.approx(2.0)
     assert selector.calibrate(load, "") == pytest.approx(2.0)
     assert timings.timed == [("stream_t5_tiny", 640, 360)]
-    assert TierSelector(measure=timings, cards=no_cards).calibrate(load, "") is None  # nothing to scale
+    uncarded = TierSelector(measure=timings, host=None, cards=no_cards)
+    assert uncarded.calibrate(load, "") is None  # nothing to scale
     assert len(timings.timed) == 1  # and nothing timed for it
 
 
 def test_a_stream_starts_at_once_on_the_best_tier_its_card_says_keeps_up_here() -> None:
     timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
-    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     assert selector.start("", 1280, 720, 30.0, 1.2) is None  # not calibrated: the caller times the tiers
     selector.calibrate(load, "")
     choice = selector.start("", 1280, 720, 30.0, 1.2)
@@ -322,7 +323,7 @@ def test_a_stream_starts_at_once_on_the_best_tier_its_card_says_keeps_up_here() 
 
 def test_a_stream_no_tier_keeps_up_for_starts_on_the_cheapest_and_says_so() -> None:
     timings = Timings({"stream_t5_tiny": 0.1 * CARDS_360P["stream_t5_tiny"]})
-    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     selector.calibrate(load, "")
     choice = selector.start("", 1920, 1080, 30.0, 1.2)
     assert choice is not None
@@ -332,7 +333,7 @@ def test_a_stream_no_tier_keeps_up_for_starts_on_the_cheapest_and_says_so() -> N
 
 def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_them_all() -> None:
     timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
-    selector = TierSelector(measure=timings, cards=cards_by_pixels)
+    selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     selector.calibrate(load, "")
     alone = selector.start("", 640, 360, 30.0, 1.2)
     shared = selector.start("", 640, 360, 30.0, 1.2, streams=4)
@@ -344,15 +345,59 @@ def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_the
     assert "4 streams on these cores" in shared.describe()
 
 
-def test_the_room_the_cheapest_tier_has_is_its_calibrated_card_over_each_streams_need() -> None:
+def test_the_room_the_cheapest_tier_has_is_its_calibrated_card_over_each_streams_rate() -> None:
     timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
-    selector = TierSelector(measure=timings, cards=cards_by_pixels)
-    assert selector.room("", 640, 360, 30.0, 1.2) is None  # not calibrated: unknown
+    selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
+    assert selector.room("", 640, 360, 30.0) is None  # not calibrated: unknown
     selector.calibrate(load, "")
-    room = selector.room("", 640, 360, 30.0, 1.2)
-    assert room == int(2 * CARDS_360P["stream_t5_tiny"] // 36.0)
-    full = selector.start("", 640, 360, 30.0, 1.2, streams=room)
-    over = selector.start("", 640, 360, 30.0, 1.2, streams=room + 1)
+    room = selector.room("", 640, 360, 30.0)
+    assert room == int(2 * CARDS_360P["stream_t5_tiny"] // 30.0)  # no headroom: what the cores hold at all
+    full = selector.start("", 640, 360, 30.0, 1.0, streams=room)
+    over = selector.start("", 640, 360, 30.0, 1.0, streams=room + 1)
     assert full is not None
     assert over is not None
     assert (full.keeps_up, over.keeps_up) == (True, False)  # as start counts streams
+
+
+def _as_fast_as_the_cards() -> TierSelector:
+    """The shipped tiers' own cards, this machine as fast as the one they were written on, the streams'
+    host work counted (``HOST_FPS``)."""
+    cheapest = card_fps(AUTO_TIERS[-1], 640, 360)
+    assert cheapest is not None
+    selector = TierSelector(measure=Timings({"stream_t5_tiny": cheapest}))
+    assert selector.calibrate(load, "") == pytest.approx(1.0)
+    return selector
+
+
+def test_decode_and_encode_take_their_share_so_more_streams_or_pixels_start_on_cheaper_tiers() -> None:
+    selector = _as_fast_as_the_cards()
+    choices = {
+        (w, h, n): selector.start("", w, h, 30.0, ModelConfig().headroom, streams=n)
+        for w, h, n in ((640, 360, 1), (640, 360, 4), (1280, 720, 1))
+    }
+    names = {key: choice.name if choice else None for key, choice in choices.items()}
+    assert names == {
+        (640, 360, 1): "stream_t5_lite_sep",
+        (
+            640,
+            360,
+            4,
+        ): "stream_t5_tiny",  # the quarter tier's card runs four alone, not beside their host work
+        (1280, 720, 1): "stream_t5_tiny",
+    }
+    one, four = choices[(640, 360, 1)], choices[(640, 360, 4)]
+    assert one is not None
+    assert four is not None
+    assert one.needed_fps > 33.0  # 30 fps x headroom 1.1, and more to leave the host work its share
+    assert four.needed_fps > 4 * one.needed_fps  # the host's share grows with the streams
+    assert "beside decode and encode" in one.describe()
+
+
+def test_where_the_host_work_alone_takes_the_cores_no_tier_keeps_up_and_the_need_says_why() -> None:
+    selector = _as_fast_as_the_cards()
+    choice = selector.start("", 640, 360, 30.0, 1.1, streams=12)  # 396 fps of host work: over HOST_FPS
+    assert choice is not None
+    assert (choice.name, choice.keeps_up, choice.as_dict()["needed_fps"]) == ("stream_t5_tiny", False, None)
+    assert "more than decode and encode leave of these cores" in choice.describe()
+    # the cheapest tier's room, host work counted: five 360p30 streams (150 fps) need 257 of its 266
+    assert selector.room("", 640, 360, 30.0) == 5
