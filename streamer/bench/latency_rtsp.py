@@ -20,7 +20,6 @@ from fractions import Fraction
 
 import av
 import av.error
-import numpy as np
 from av.packet import Packet
 from av.stream import Stream
 from av.video.stream import VideoStream
@@ -199,8 +198,7 @@ class _RtspPlayer(threading.Thread):
             for batch in frames:
                 for frame in batch:
                     at = time.monotonic()
-                    pixels = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
-                    self.arrivals.append((framecode.read(pixels), at))
+                    self.arrivals.append((framecode.read_frame(frame), at))
                 if self._halt.is_set() or len(self.arrivals) >= self.limit:
                     return
         except EndOfStream:

@@ -16,7 +16,6 @@ from typing import Any
 
 import aiohttp
 import av
-import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCRtpSender, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from av.packet import Packet
@@ -220,8 +219,7 @@ class _WebRtcPeers(threading.Thread):
                 return
             at = time.monotonic()
             assert isinstance(frame, av.VideoFrame)
-            pixels = await asyncio.to_thread(frame.to_ndarray, format="rgb24")
-            code = framecode.read(np.asarray(pixels, dtype=np.uint8))
+            code = framecode.read_frame(frame)
             self.arrivals.append((code, at))
             if code is not None and code >= self.last:
                 seen_last.set()

@@ -15,7 +15,7 @@ and the choice says so.
 
 Timing tiers once a source has opened holds its first frames while they run, and a live source does not
 wait. So a service first calibrates (``TierSelector.calibrate``, before any source opens or a stream
-is added): the cheapest tier timed on a reference size says how fast this machine runs against the
+is added): the cheapest tiers timed on a reference size say how fast this machine runs against the
 cards. A stream then starts at once (``TierSelector.start``) on the best tier whose card, scaled so,
 keeps up; from there ``streamer.engine.retier`` moves it on its own measured calls, holding no frame.
 """
@@ -331,6 +331,12 @@ def needed_alone(needed: float, width: int, height: int, host: float | None) -> 
     return 1.0 / (1.0 / needed - 1.0 / host)
 
 
+CALIBRATED: Final = 2
+"""How many of the cheapest tiers ``TierSelector.calibrate`` times. Tiers do not keep their cards'
+ratios on every machine (on AVX2 kernels the quarter tier loses more of its speed than the tiny one),
+so the slowest against its card sets the speed, and a wrong estimate picks a cheaper tier, not a
+dearer one."""
+
 NEAR: Final = 0.15
 """A tier timed within this fraction of what a stream needs is timed again, for longer."""
 NEAR_TIMES: Final = 4.0
@@ -368,17 +374,19 @@ class TierSelector:
         """Per model settings, this machine's speed against the cards (None: no card to scale)."""
 
     def calibrate(self, load: Loader, settings: str) -> float | None:
-        """Blocking (about a second, once per model settings): run it in a worker thread before a
-        source opens. This machine's speed against the cards: the cheapest tier timed in full on
-        ``CALIBRATION_SIZE`` over its card's figure; None where the tier has no card."""
+        """Blocking (a second or two, once per model settings): run it in a worker thread before a
+        source opens. This machine's speed against the cards: each of the ``CALIBRATED`` cheapest
+        tiers timed in full on ``CALIBRATION_SIZE`` over its card's figure, the lowest of those; None
+        where none has a card."""
         with self._lock:
             if settings not in self._speeds:
                 width, height = CALIBRATION_SIZE
-                recorded = self._cards(self.tiers[-1], width, height)
-                speed = None
-                if recorded:
-                    speed = self._probe(load, settings, self.tiers[-1], width, height, 0.0).fps / recorded
-                self._speeds[settings] = speed
+                speeds = []
+                for path in self.tiers[-CALIBRATED:]:
+                    recorded = self._cards(path, width, height)
+                    if recorded:
+                        speeds.append(self._probe(load, settings, path, width, height, 0.0).fps / recorded)
+                self._speeds[settings] = min(speeds, default=None)
             return self._speeds[settings]
 
     def start(

@@ -14,12 +14,13 @@ wrong number.
 
 from __future__ import annotations
 
+import av
 import numpy as np
 
 from streamer.errors import FrameError
 from streamer.frame import Pixels
 
-__all__ = ["BITS", "CELL", "COLUMNS", "MAX_VALUE", "ROWS", "read", "stamp"]
+__all__ = ["BITS", "CELL", "COLUMNS", "MAX_VALUE", "ROWS", "read", "read_frame", "stamp"]
 
 CELL = 16
 """Side of one cell in pixels: one H.264 macroblock."""
@@ -48,7 +49,7 @@ def _bits(value: int) -> list[int]:
 
 
 def _fits(pixels: Pixels) -> bool:
-    return pixels.ndim == 3 and pixels.shape[0] >= ROWS * CELL and pixels.shape[1] >= COLUMNS * CELL
+    return pixels.ndim in (2, 3) and pixels.shape[0] >= ROWS * CELL and pixels.shape[1] >= COLUMNS * CELL
 
 
 def stamp(pixels: Pixels, value: int) -> Pixels:
@@ -68,10 +69,12 @@ def stamp(pixels: Pixels, value: int) -> Pixels:
 
 
 def read(pixels: Pixels) -> int | None:
-    """The value :func:`stamp` drew, or None when the guard or the check does not match."""
+    """The value :func:`stamp` drew, or None when the guard or the check does not match; ``pixels``
+    are (H, W, 3) RGB or (H, W) luma."""
     if not _fits(pixels):
         return None
-    luma = pixels[: ROWS * CELL, : COLUMNS * CELL].astype(np.float32).mean(axis=2)
+    corner = pixels[: ROWS * CELL, : COLUMNS * CELL].astype(np.float32)
+    luma = corner.mean(axis=2) if corner.ndim == 3 else corner
     cells = luma.reshape(ROWS, CELL, COLUMNS, CELL)[:, _MARGIN:-_MARGIN, :, _MARGIN:-_MARGIN]
     levels = cells.mean(axis=(1, 3)).reshape(-1)
     for level, bit in zip(levels[: len(_GUARD)], _GUARD, strict=True):
@@ -81,3 +84,14 @@ def read(pixels: Pixels) -> int | None:
     value = int("".join(map(str, bits[:BITS])), 2)
     check = int("".join(map(str, bits[BITS:])), 2)
     return value if check == _check(value) else None
+
+
+def read_frame(frame: av.VideoFrame) -> int | None:
+    """:func:`read` on a decoded frame: a 4:2:0 frame's code read from its luma plane where it lies,
+    so that a reader spends no colour conversion of the whole picture (any other format is converted)."""
+    if frame.format.name not in ("yuv420p", "yuvj420p", "nv12"):
+        return read(np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8))
+    plane = frame.planes[0]
+    rows = min(plane.height, ROWS * CELL)
+    luma = np.frombuffer(memoryview(plane), np.uint8)[: rows * plane.line_size]
+    return read(luma.reshape(rows, plane.line_size)[:, : plane.width])

@@ -693,7 +693,7 @@ def test_model_auto_starts_a_stream_at_once_on_the_tier_the_calibrated_cards_cho
 
     def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
         timed.append((backend.info.name, width, height))
-        return Rate(600.0)  # twice the cheapest tier's card below
+        return Rate(600.0)  # twice the cheapest tier's card below, thrice the quarter tier's: speed 2
 
     def cards(path: Path, width: int, height: int) -> float | None:
         per_360p = {"stream_t5": 10.0, "stream_t5.int8": 15.0, "stream_t5_lite": 20.0}
@@ -718,7 +718,8 @@ def test_model_auto_starts_a_stream_at_once_on_the_tier_the_calibrated_cards_cho
             assert [p["estimated"] for p in choice["probes"]] == [True]
 
     asyncio.run(scenario())
-    assert timed == [("stream_t5_tiny", 640, 360)]  # calibrated before the source opened, once
+    # calibrated before the source opened, once: the two cheapest tiers
+    assert timed == [("stream_t5_quarter_sep", 640, 360), ("stream_t5_tiny", 640, 360)]
     assert seen == list(range(30))
 
 
@@ -817,6 +818,37 @@ def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on
                 move["reason"]
                 == "2 streams now share these cores; by the cards stream_t5_quarter_sep keeps up"
             )
+
+    asyncio.run(scenario())
+
+
+def test_model_auto_streams_opening_together_run_the_tier_the_cards_give_them_all() -> None:
+    def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
+        return Rate(400.0)  # the cheapest tier's card below: this machine as fast as the cards
+
+    def cards(path: Path, width: int, height: int) -> float | None:
+        # as in the joining test: stream_t5 keeps one stream, the quarter tier is the best that keeps two
+        per_360p = {"stream_t5": 3.0, "stream_t5.int8": 3.5, "stream_t5_lite": 4.0, "stream_t5_lite_sep": 4.2}
+        per_360p |= {"stream_t5_quarter_sep": 6.0, "stream_t5_tiny": 400.0}
+        return per_360p[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
+
+    camera = {"kind": "synthetic", "frames": None, "width": 160, "height": 96, "fps": 30, "realtime": True}
+    config = config_of(
+        [{"id": "a", "source": camera}, {"id": "b", "source": camera}],
+        **{"model.path": "auto", "gate.enabled": False},
+    )
+
+    def models(run: Serving) -> set[str]:
+        return {r.pipeline.backend.info.name for r in run.service.runners.values()}
+
+    async def scenario() -> None:
+        async with serving(config, tiers=TierSelector(measure=measure, cards=cards)) as run:
+            await run.wait_states({"a": "live", "b": "live"}, timeout=60)
+            # whichever opened first chose for itself alone; it runs the tier for both all the same,
+            # chosen again once its tier had loaded or moved there as the other opened
+            await until(lambda: models(run) == {"stream_t5_quarter_sep"}, 60, "both on the quarter tier")
+            _, streams = await run.get("/streams")
+            assert {s["model"] for s in streams["streams"]} == {"stream_t5_quarter_sep"}
 
     asyncio.run(scenario())
 

@@ -63,7 +63,7 @@ def test_values_that_do_not_fit_and_pictures_too_small_are_refused() -> None:
         framecode.stamp(np.zeros((48, 256, 3), np.uint8), 1)
 
 
-def test_codes_survive_libx264_at_a_low_bitrate_in_4_2_0() -> None:
+def test_codes_survive_libx264_at_a_low_bitrate_in_4_2_0_read_as_rgb_or_from_the_luma_plane() -> None:
     width, height, fps = 256, 144, 30
     encoder = av.CodecContext.create("libx264", "w")
     encoder.width, encoder.height, encoder.pix_fmt = width, height, "yuv420p"
@@ -73,11 +73,13 @@ def test_codes_survive_libx264_at_a_low_bitrate_in_4_2_0() -> None:
     decoder = av.CodecContext.create("h264", "r")
     sent = list(range(1000, 1060))
     got: list[int | None] = []
+    from_planes: list[int | None] = []
 
     def decode(packets: list[av.Packet[Any]]) -> None:
         for packet in packets:
             for f in decoder.decode(packet):
                 got.append(framecode.read(np.asarray(f.to_ndarray(format="rgb24"), np.uint8)))
+                from_planes.append(framecode.read_frame(f))
 
     for i, value in enumerate(sent):
         frame = av.VideoFrame.from_ndarray(framecode.stamp(noisy(i, height, width), value), format="rgb24")
@@ -85,6 +87,13 @@ def test_codes_survive_libx264_at_a_low_bitrate_in_4_2_0() -> None:
         decode(encoder.encode(frame))
     decode(encoder.encode(None))
     assert got == sent
+    assert from_planes == sent
+
+
+def test_a_frame_that_is_not_4_2_0_is_read_through_rgb() -> None:
+    frame = av.VideoFrame.from_ndarray(framecode.stamp(noisy(0), 4242), format="rgb24")
+    assert framecode.read_frame(frame) == 4242
+    assert framecode.read_frame(frame.reformat(format="yuv420p")) == 4242
 
 
 def test_codes_survive_the_shipped_denoiser() -> None:

@@ -288,25 +288,37 @@ def test_the_budget_warning_names_the_next_faster_tier_or_says_this_is_the_faste
 
 
 CARDS_360P = {name: fps * 4 for name, fps in CARDS_720P.items()}  # the cards scale by pixels
+CALIBRATED = ("stream_t5_quarter_sep", "stream_t5_tiny")
 
 
 def cards_by_pixels(path: Path, width: int, height: int) -> float | None:
     return CARDS_720P[path.name.removesuffix(".onnx")] * (1280 * 720) / (width * height)
 
 
-def test_calibration_times_the_cheapest_tier_once_on_the_reference_size() -> None:
-    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})  # twice the cards'
+def test_calibration_times_the_two_cheapest_tiers_once_on_the_reference_size() -> None:
+    timings = Timings({name: 2 * CARDS_360P[name] for name in CALIBRATED})  # twice the cards'
     selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     assert selector.calibrate(load, "") == pytest.approx(2.0)
     assert selector.calibrate(load, "") == pytest.approx(2.0)
-    assert timings.timed == [("stream_t5_tiny", 640, 360)]
+    assert timings.timed == [("stream_t5_quarter_sep", 640, 360), ("stream_t5_tiny", 640, 360)]
     uncarded = TierSelector(measure=timings, host=None, cards=no_cards)
     assert uncarded.calibrate(load, "") is None  # nothing to scale
-    assert len(timings.timed) == 1  # and nothing timed for it
+    assert len(timings.timed) == 2  # and nothing timed for it
+
+
+def test_the_tier_slowest_against_its_card_sets_the_speed() -> None:
+    # as on AVX2 kernels: the tiny tier faster than its card, the quarter tier slower than its own
+    timings = Timings({"stream_t5_quarter_sep": 0.9 * CARDS_360P["stream_t5_quarter_sep"]})
+    timings.fps["stream_t5_tiny"] = 1.4 * CARDS_360P["stream_t5_tiny"]
+    selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
+    assert selector.calibrate(load, "") == pytest.approx(0.9)
+    choice = selector.start("", 1280, 720, 30.0, 1.2)
+    assert choice is not None
+    assert choice.name == "stream_t5_tiny"  # the quarter tier's 0.9 x 43.8 fps is under the 36 needed
 
 
 def test_a_stream_starts_at_once_on_the_best_tier_its_card_says_keeps_up_here() -> None:
-    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
+    timings = Timings({name: 2 * CARDS_360P[name] for name in CALIBRATED})
     selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     assert selector.start("", 1280, 720, 30.0, 1.2) is None  # not calibrated: the caller times the tiers
     selector.calibrate(load, "")
@@ -318,11 +330,11 @@ def test_a_stream_starts_at_once_on_the_best_tier_its_card_says_keeps_up_here() 
     assert choice.estimated
     assert all(p.estimated for p in choice.probes)
     assert "estimated fps (cards x this machine)" in choice.describe()
-    assert len(timings.timed) == 1  # nothing timed on the stream's size
+    assert len(timings.timed) == 2  # nothing timed on the stream's size
 
 
 def test_a_stream_no_tier_keeps_up_for_starts_on_the_cheapest_and_says_so() -> None:
-    timings = Timings({"stream_t5_tiny": 0.1 * CARDS_360P["stream_t5_tiny"]})
+    timings = Timings({name: 0.1 * CARDS_360P[name] for name in CALIBRATED})
     selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     selector.calibrate(load, "")
     choice = selector.start("", 1920, 1080, 30.0, 1.2)
@@ -332,7 +344,7 @@ def test_a_stream_no_tier_keeps_up_for_starts_on_the_cheapest_and_says_so() -> N
 
 
 def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_them_all() -> None:
-    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
+    timings = Timings({name: 2 * CARDS_360P[name] for name in CALIBRATED})
     selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     selector.calibrate(load, "")
     alone = selector.start("", 640, 360, 30.0, 1.2)
@@ -346,7 +358,7 @@ def test_a_stream_joining_others_on_these_cores_starts_on_a_tier_that_serves_the
 
 
 def test_the_room_the_cheapest_tier_has_is_its_calibrated_card_over_each_streams_rate() -> None:
-    timings = Timings({"stream_t5_tiny": 2 * CARDS_360P["stream_t5_tiny"]})
+    timings = Timings({name: 2 * CARDS_360P[name] for name in CALIBRATED})
     selector = TierSelector(measure=timings, host=None, cards=cards_by_pixels)
     assert selector.room("", 640, 360, 30.0) is None  # not calibrated: unknown
     selector.calibrate(load, "")
@@ -362,9 +374,8 @@ def test_the_room_the_cheapest_tier_has_is_its_calibrated_card_over_each_streams
 def _as_fast_as_the_cards() -> TierSelector:
     """The shipped tiers' own cards, this machine as fast as the one they were written on, the streams'
     host work counted (``HOST_FPS``)."""
-    cheapest = card_fps(AUTO_TIERS[-1], 640, 360)
-    assert cheapest is not None
-    selector = TierSelector(measure=Timings({"stream_t5_tiny": cheapest}))
+    cards = {path.stem: card_fps(path, 640, 360) for path in AUTO_TIERS[-2:]}
+    selector = TierSelector(measure=Timings({name: fps or 0.0 for name, fps in cards.items()}))
     assert selector.calibrate(load, "") == pytest.approx(1.0)
     return selector
 
