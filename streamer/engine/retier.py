@@ -66,8 +66,8 @@ class Retier:
     ) -> TierMove | None:
         """The move to make now, if any, from the stream's counts, its current tier's call time and
         the cores other processes keep busy (``neighbours``; None: not known): none up while they
-        hold :data:`~streamer.core.tiering.NEIGHBOUR_CORES` or more, nor above ``ceiling``, the best
-        tier the cards say keeps up with the streams now on these cores (``ceiling``)."""
+        hold :data:`~streamer.core.tiering.NEIGHBOUR_CORES` or more, nor above ``ceiling`` (the best
+        tier the cards say keeps up with the streams now on these cores: ``Retier.ceiling``)."""
         missed = sum(tally.outcomes[outcome] for outcome in MISSED)
         here = self.controller.current
         self.controller.observe(now, tally.outcomes[Outcome.ENHANCED], missed)

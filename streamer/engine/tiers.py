@@ -307,7 +307,7 @@ def _size(text: str) -> tuple[int, int] | None:
 
 
 CALIBRATION_SIZE: Final = (640, 360)
-"""The frame size ``TierSelector.calibrate`` times the cheapest tier on; the cards scale by pixels."""
+"""The frame size ``TierSelector.calibrate`` times the cheapest tiers on; the cards scale by pixels."""
 
 HOST_FPS: Final = 360.0
 """A stream's work outside the model (decode, colour conversion, gate, encode, sending) as a card
