@@ -776,17 +776,27 @@ def test_model_auto_passes_through_a_stream_the_cheapest_tier_has_no_room_for_un
     asyncio.run(scenario())
 
 
-def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on_these_cores() -> None:
+def _one_or_two() -> TierSelector:
+    """Tiers whose cards, this machine as fast as them, keep one 160x96 stream at 30 fps on stream_t5
+    and two on the quarter tier at best."""
+
     def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
-        return Rate(400.0)  # the cheapest tier's card below: this machine as fast as the cards
+        return Rate(PER_360P[backend.info.name.replace("-", ".")])
 
     def cards(path: Path, width: int, height: int) -> float | None:
-        # per 640x360 frame; at 160x96, 15 times these: stream_t5 keeps one stream (33 fps needed, and
-        # the host work's share), and the quarter tier is the best that keeps two (66 and that share)
-        per_360p = {"stream_t5": 3.0, "stream_t5.int8": 3.5, "stream_t5_lite": 4.0, "stream_t5_lite_sep": 4.2}
-        per_360p |= {"stream_t5_quarter_sep": 6.0, "stream_t5_tiny": 400.0}
-        return per_360p[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
+        return PER_360P[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
 
+    return TierSelector(measure=measure, cards=cards)
+
+
+PER_360P = {"stream_t5": 3.0, "stream_t5.int8": 3.5, "stream_t5_lite": 4.0, "stream_t5_lite_sep": 4.2}
+PER_360P |= {"stream_t5_quarter_sep": 6.0, "stream_t5_tiny": 400.0}
+"""``_one_or_two``'s cards, per 640x360 frame; at 160x96, 15 times these: stream_t5 keeps one stream
+(33 fps needed, and the host work's share), the quarter tier is the best that keeps two (66 and that
+share)."""
+
+
+def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on_these_cores() -> None:
     camera = {"kind": "synthetic", "frames": None, "width": 160, "height": 96, "fps": 30, "realtime": True}
     settings = {"model.path": "auto", "gate.enabled": False}
     config = config_of([{"id": "a", "source": camera}], **settings)
@@ -799,7 +809,7 @@ def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on
         return {s["id"]: (s["model"], s["model_choice"]["moves"]) for s in streams["streams"]}
 
     async def scenario() -> None:
-        async with serving(config, tiers=TierSelector(measure=measure, cards=cards)) as run:
+        async with serving(config, tiers=_one_or_two()) as run:
             await run.wait_states({"a": "live"}, timeout=60)
             assert (await models(run))["a"] == ("stream_t5", [])
             await run.service.add(joining)
@@ -823,15 +833,6 @@ def test_model_auto_moves_a_running_stream_down_at_once_when_another_joins_it_on
 
 
 def test_model_auto_streams_opening_together_run_the_tier_the_cards_give_them_all() -> None:
-    def measure(backend: Backend, width: int, height: int, seconds: float, floor: float) -> Rate:
-        return Rate(400.0)  # the cheapest tier's card below: this machine as fast as the cards
-
-    def cards(path: Path, width: int, height: int) -> float | None:
-        # as in the joining test: stream_t5 keeps one stream, the quarter tier is the best that keeps two
-        per_360p = {"stream_t5": 3.0, "stream_t5.int8": 3.5, "stream_t5_lite": 4.0, "stream_t5_lite_sep": 4.2}
-        per_360p |= {"stream_t5_quarter_sep": 6.0, "stream_t5_tiny": 400.0}
-        return per_360p[path.name.removesuffix(".onnx")] * (640 * 360) / (width * height)
-
     camera = {"kind": "synthetic", "frames": None, "width": 160, "height": 96, "fps": 30, "realtime": True}
     config = config_of(
         [{"id": "a", "source": camera}, {"id": "b", "source": camera}],
@@ -842,7 +843,7 @@ def test_model_auto_streams_opening_together_run_the_tier_the_cards_give_them_al
         return {r.pipeline.backend.info.name for r in run.service.runners.values()}
 
     async def scenario() -> None:
-        async with serving(config, tiers=TierSelector(measure=measure, cards=cards)) as run:
+        async with serving(config, tiers=_one_or_two()) as run:
             await run.wait_states({"a": "live", "b": "live"}, timeout=60)
             # whichever opened first chose for itself alone; it runs the tier for both all the same,
             # chosen again once its tier had loaded or moved there as the other opened
