@@ -384,7 +384,7 @@ async def choose_tier(
     """``model: auto`` for a stream whose source has opened: at once from the calibrated cards where the
     selector was calibrated for these settings (counting ``streams`` on these cores, this one included),
     else by probes in a worker thread; logs the choice with every tier's figure (a warning when no tier
-    keeps up)."""
+    keeps up even without ``model.headroom``'s margin)."""
     fps = float(info.fps) if info.fps > 0 else 30.0
     key = model.session_key()  # the same for every auto stream with these settings
     choice = selector.start(key, info.width, info.height, fps, model.headroom, streams)
@@ -398,7 +398,9 @@ async def choose_tier(
             fps,
             model.headroom,
         )
-    (log.info if choice.keeps_up else log.warning)("stream %s: %s", stream_id, choice.describe())
+    (log.info if choice.keeps_up or choice.holds else log.warning)(
+        "stream %s: %s", stream_id, choice.describe()
+    )
     return choice
 
 

@@ -196,11 +196,20 @@ class TierChoice:
     probes: tuple[TierProbe, ...]
     streams: int = 1
     """The streams the choice counted on these cores, this one included."""
+    holds: bool = True
+    """Where no tier keeps up with the headroom: whether the one taken keeps up without it (the
+    streams' rate itself, their host work beside it), so that it runs them, with less margin."""
 
     def describe(self) -> str:
         """One log line's worth: the choice, the need, every tier's figure."""
         figures = ", ".join(f"{p.name} {p.figure}" for p in self.probes)
-        verdict = "" if self.keeps_up else "; no tier keeps up, took the fastest"
+        verdict = ""
+        if not self.keeps_up and self.holds:
+            verdict = (
+                "; no tier keeps up with model.headroom's margin: took the fastest, which keeps up without it"
+            )
+        elif not self.keeps_up:
+            verdict = "; no tier keeps up, took the fastest"
         how = "estimated fps (cards x this machine)" if self.estimated else "measured fps"
         shared = f", {self.streams} streams on these cores" if self.streams > 1 else ""
         return (
@@ -410,8 +419,9 @@ class TierSelector:
                 break
         best = probes[-1]
         shared = max(1, streams)
+        holds = best.fps >= needed_alone(fps * shared, width, height, self._hosted(speed))
         return TierChoice(
-            best.path, best.name, width, height, fps, needed, not best.bound, tuple(probes), shared
+            best.path, best.name, width, height, fps, needed, not best.bound, tuple(probes), shared, holds
         )
 
     def room(self, settings: str, width: int, height: int, fps: float) -> int | None:
@@ -465,7 +475,10 @@ class TierSelector:
         # Where none keeps up every tier was looked at, the cheapest timed in full: the fastest of those
         # timed in full is the fastest (the others are plainly slower).
         best = probes[-1] if keeps_up else max((p for p in probes if not p.bound), key=lambda p: p.fps)
-        return TierChoice(best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes))
+        bare = needed_alone(fps, width, height, self._hosted(1.0 if speed is None else speed))
+        return TierChoice(
+            best.path, best.name, width, height, fps, needed, keeps_up, tuple(probes), holds=best.fps >= bare
+        )
 
     def _hosted(self, speed: float) -> float | None:
         """The streams' host work at ``CALIBRATION_SIZE`` on this machine (``speed`` against the cards'),

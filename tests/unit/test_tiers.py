@@ -412,3 +412,16 @@ def test_where_the_host_work_alone_takes_the_cores_no_tier_keeps_up_and_the_need
     assert "more than decode and encode leave of these cores" in choice.describe()
     # the cheapest tier's room, host work counted: five 360p30 streams (150 fps) need 257 of its 266
     assert selector.room("", 640, 360, 30.0) == 5
+
+
+def test_a_cheapest_tier_that_keeps_up_only_without_the_headroom_says_so_apart_from_one_that_cannot() -> None:
+    selector = _as_fast_as_the_cards()
+    # 720p30 with headroom 1.5: 90 fps alone beside the host work; without the margin 45: tiny runs 59
+    tight = selector.start("", 1280, 720, 30.0, 1.5)
+    assert tight is not None
+    assert (tight.name, tight.keeps_up, tight.holds) == ("stream_t5_tiny", False, True)
+    assert "took the fastest, which keeps up without it" in tight.describe()
+    short = selector.start("", 1280, 720, 30.0, 1.1, streams=2)  # two 720p streams: beyond it either way
+    assert short is not None
+    assert (short.keeps_up, short.holds) == (False, False)
+    assert short.describe().endswith("; no tier keeps up, took the fastest")
