@@ -368,8 +368,10 @@ class Service:
                 runner, self._shedder.enhanced(runner, self.runners.values()), time.monotonic()
             )
             model = await self._load(stream.model.with_file(choice.path))
-            crowd = 1 + self._shedder.enhanced(runner, self.runners.values())
-            if crowd > choice.streams:  # others opened while it loaded: the tier the cards give them all
+            # others opened while it loaded (and while that loaded): the tier the cards give them all
+            counted = choice.streams
+            while (crowd := 1 + self._shedder.enhanced(runner, self.runners.values())) > counted:
+                counted = crowd
                 choice = runner.choice = await choose_tier(self._tiers, stream.model, info, stream.id, crowd)
                 model = await self._load(stream.model.with_file(choice.path))
             runner.retier = Retier(choice, choice.source_fps, stream.model.headroom, time.monotonic())
