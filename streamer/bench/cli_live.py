@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from streamer.config import ModelConfig
+
 __all__ = ["add_admission", "add_keepalive", "add_live", "add_streams", "add_whep"]
 
 
@@ -152,8 +154,9 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     live.add_argument(
         "--headroom",
         type=float,
-        help="model.headroom for auto: how many times the camera's rate a tier must run alone to be "
-        "started on or moved up to (its default, 1.2)",
+        help="model.headroom for auto: how many times the camera's rate a tier must serve, beside the "
+        "stream's decode and encode, to be started on or moved up to (its default, "
+        f"{ModelConfig.model_fields['headroom'].default:g})",
     )
     live.add_argument(
         "--load",
