@@ -18,7 +18,6 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from export.checkpoint import load_checkpoint
 from streamer.contract import Key
 from streamer.errors import ConfigError, ModelError
 
@@ -68,18 +67,10 @@ def init_weights(path: str | Path, student: nn.Module) -> dict[str, torch.Tensor
     """The weights to warm-start ``student`` from: a training checkpoint's, or an exported model's
     (rebuilt by ``export.recover``; a Conv3d is split for streaming when the student is a streaming
     model)."""
-    from export.models.conv3d import Conv3dEnhancer
     from export.models.streaming import StreamingEnhancer
-    from export.recover import rebuild
+    from export.recover import weights_of
 
-    file = Path(path)
-    if file.suffix == ".onnx":
-        teacher: nn.Module = rebuild(file)
-        if isinstance(student, StreamingEnhancer) and isinstance(teacher, Conv3dEnhancer):
-            teacher = StreamingEnhancer.from_conv3d(teacher)
-        return dict(teacher.state_dict())
-    state: dict[str, torch.Tensor] = load_checkpoint(file)["model"]
-    return state
+    return weights_of(Path(path), streaming=isinstance(student, StreamingEnhancer))
 
 
 def _separable(source: dict[str, torch.Tensor], student: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

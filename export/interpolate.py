@@ -18,19 +18,10 @@ from pathlib import Path
 
 import torch
 
-from export.checkpoint import load_checkpoint
-from export.recover import rebuild
+from export.recover import weights_of
 from streamer.errors import ConfigError, ModelError, StreamerError
 
-__all__ = ["interpolate", "main", "weights_of"]
-
-
-def weights_of(path: Path) -> dict[str, torch.Tensor]:
-    """The state_dict of a training checkpoint or of an exported model (rebuilt from its graph)."""
-    if path.suffix == ".onnx":
-        return dict(rebuild(path).state_dict())
-    state: dict[str, torch.Tensor] = load_checkpoint(path)["model"]
-    return state
+__all__ = ["interpolate", "main"]
 
 
 def interpolate(

@@ -31,6 +31,7 @@ import onnxruntime as ort
 import torch
 from onnx import numpy_helper
 
+from export.checkpoint import load_checkpoint
 from export.models.conv3d import Conv3dEnhancer
 from export.models.convlstm import ConvLSTMEnhancer
 from export.models.streaming import StreamingEnhancer
@@ -46,6 +47,7 @@ __all__ = [
     "main",
     "rebuild",
     "streaming_from_onnx",
+    "weights_of",
 ]
 
 PARITY_TOLERANCE = 1e-4
@@ -229,6 +231,19 @@ def rebuild(path: Path) -> Conv3dEnhancer | StreamingEnhancer | ConvLSTMEnhancer
     if Key.ENCODER in keys:
         return _streaming(path, graph)
     return _convlstm(path, graph) if Key.STATE in keys else _conv3d(path, graph)
+
+
+def weights_of(path: Path, streaming: bool = False) -> dict[str, torch.Tensor]:
+    """The state_dict of a training checkpoint, or of an exported model rebuilt from its graph; with
+    ``streaming``, a rebuilt Conv3d is split into its streaming form first (to warm-start a streaming
+    model from it)."""
+    if path.suffix != ".onnx":
+        state: dict[str, torch.Tensor] = load_checkpoint(path)["model"]
+        return state
+    model: torch.nn.Module = rebuild(path)
+    if streaming and isinstance(model, Conv3dEnhancer):
+        model = StreamingEnhancer.from_conv3d(model)
+    return dict(model.state_dict())
 
 
 def _initializers(graph: onnx.ModelProto) -> dict[str, np.ndarray]:
