@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from streamer.config import ModelConfig
-
 __all__ = ["add_admission", "add_keepalive", "add_live", "add_streams", "add_whep"]
 
 
@@ -155,8 +153,7 @@ def add_live(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--headroom",
         type=float,
         help="model.headroom for auto: how many times the camera's rate a tier must serve, beside the "
-        "stream's decode and encode, to be started on or moved up to (its default, "
-        f"{ModelConfig.model_fields['headroom'].default:g})",
+        "stream's decode and encode, to be started on or moved up to (default: model.headroom's own)",
     )
     live.add_argument(
         "--load",
