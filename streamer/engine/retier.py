@@ -79,17 +79,22 @@ class Retier:
 
     def ceiling(self, selector: TierSelector, settings: str, streams: int) -> int:
         """The best tier the calibrated cards say keeps up with ``streams`` streams of this size on these
-        cores, decode and encode counted (``TierSelector.ceiling``): a stream moves up no further."""
-        return selector.ceiling(settings, self.width, self.height, self.fps, self.headroom, streams)
+        cores, decode and encode counted: a stream moves up no further; 0 (any) where they cannot say."""
+        choice = self._by_cards(selector, settings, streams)
+        return 0 if choice is None else _index(choice.path)
 
     def make_room(self, selector: TierSelector, settings: str, streams: int, now: float) -> TierMove | None:
         """The move down to the tier the cards say keeps up with ``streams`` streams of this size on
-        these cores (``selector.start``), where this stream runs a better one; None otherwise."""
-        choice = selector.start(settings, self.width, self.height, self.fps, self.headroom, streams)
+        these cores, where this stream runs a better one; None otherwise."""
+        choice = self._by_cards(selector, settings, streams)
         if choice is None:
             return None
         reason = f"{streams} streams now share these cores; by the cards {choice.name} keeps up"
         return self.controller.down_to(_index(choice.path), now, reason)
+
+    def _by_cards(self, selector: TierSelector, settings: str, streams: int) -> TierChoice | None:
+        """The tier ``selector.start`` gives ``streams`` streams like this one (None: not calibrated)."""
+        return selector.start(settings, self.width, self.height, self.fps, self.headroom, streams)
 
     def starved(self, now: float, below: float) -> float | None:
         """The share of the last window where it is under ``below`` on the cheapest tier (after

@@ -439,15 +439,6 @@ class TierSelector:
             streams += 1
         return streams
 
-    def ceiling(
-        self, settings: str, width: int, height: int, fps: float, headroom: float, streams: int
-    ) -> int:
-        """The best tier (its index, best quality first) the calibrated cards say keeps up with
-        ``streams`` streams of this size on these cores, as ``start`` takes it; 0 (any) where they
-        cannot say."""
-        choice = self.start(settings, width, height, fps, headroom, streams)
-        return 0 if choice is None else self.tiers.index(choice.path)
-
     def choose(
         self, load: Loader, settings: str, width: int, height: int, fps: float, headroom: float
     ) -> TierChoice:
